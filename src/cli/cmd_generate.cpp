@@ -1,0 +1,8 @@
+#include "cli/commands.h"
+#include "core/check.h"
+
+namespace megadecode {
+
+int cmd_generate(int /*argc*/, char** /*argv*/) { throw Error("not implemented yet"); }
+
+}  // namespace megadecode
