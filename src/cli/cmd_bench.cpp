@@ -1,8 +1,18 @@
+// `megadecode bench decode|serve|tokenizer ...`
+#include <cstring>
+
+#include "bench/bench.h"
 #include "cli/commands.h"
 #include "core/check.h"
 
 namespace megadecode {
 
-int cmd_bench(int /*argc*/, char** /*argv*/) { throw Error("not implemented yet"); }
+int cmd_bench(int argc, char** argv) {
+  MD_REQUIRE(argc >= 1, "usage: megadecode bench decode|serve|tokenizer [FLAGS]");
+  if (std::strcmp(argv[0], "decode") == 0) return bench_decode(argc - 1, argv + 1);
+  if (std::strcmp(argv[0], "serve") == 0) return bench_serve(argc - 1, argv + 1);
+  if (std::strcmp(argv[0], "tokenizer") == 0) return bench_tokenizer(argc - 1, argv + 1);
+  throw Error(cat("unknown benchmark \"", argv[0], "\" (known: decode, serve, tokenizer)"));
+}
 
 }  // namespace megadecode

@@ -1,0 +1,60 @@
+// Safetensors: memory-mapped reading of single files and sharded checkpoints
+// (model.safetensors.index.json), and streaming writing (no whole checkpoint in memory).
+// Format: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets:
+// [begin, end]}, "__metadata__": {...}}, then the data section. Every malformed input is an
+// Error naming the file (and tensor): truncated file, header past the end, bad JSON, unknown
+// dtype, offsets out of range / overlapping / not matching dtype*shape.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/tensor.h"
+
+namespace megadecode {
+
+class MappedFile;  // read-only mmap of one file
+
+// One .safetensors file, mapped for its lifetime.
+class SafetensorsFile {
+ public:
+  static std::unique_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  // Parses from a byte buffer owned by the caller (fuzz tests); `name` is used in messages.
+  static std::unique_ptr<SafetensorsFile> parse(std::span<const std::byte> bytes, const std::string& name);
+  ~SafetensorsFile();
+  const TensorMap& tensors() const { return tensors_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::unique_ptr<MappedFile> file_;
+  TensorMap tensors_;
+};
+
+// A checkpoint directory: model.safetensors, or model.safetensors.index.json and its shards.
+// Every tensor the index names must be in the shard it names; shards may not repeat a tensor.
+class Checkpoint {
+ public:
+  static Checkpoint open(const std::filesystem::path& model_dir);
+  const TensorMap& tensors() const { return tensors_; }
+
+ private:
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  TensorMap tensors_;
+};
+
+// Streams a checkpoint to disk: headers are written first, then each tensor's bytes produced by
+// `fill(spec, out)` one at a time. Past max_shard_bytes the checkpoint is sharded with an index.
+struct TensorToWrite {
+  std::string name;
+  Dtype dtype = Dtype::kBF16;
+  std::vector<int64_t> shape;
+};
+void write_checkpoint(const std::filesystem::path& model_dir, const std::vector<TensorToWrite>& tensors,
+                      const std::function<void(const TensorToWrite&, std::span<std::byte>)>& fill,
+                      size_t max_shard_bytes);
+
+}  // namespace megadecode
