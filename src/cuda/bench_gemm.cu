@@ -179,7 +179,8 @@ int bench_gemm(int argc, char** argv) {
     for (int c = 0; c < copies; ++c) {
       CUDA_CHECK(cudaMalloc(&packed[c], cuda::packed_elements(s.n, s.k) * 2));
       CUDA_CHECK(cudaMalloc(&rowmajor[c], w_bytes));
-      fill_uniform(rowmajor[c], w_elems, 1234, 100 + c, 0.05f);
+      fill_uniform(rowmajor[c], w_elems, 1234, 100 + c, 0.05f);  // legacy stream: sync before packing
+      CUDA_CHECK(cudaDeviceSynchronize());
       cuda::pack_weight(rowmajor[c], packed[c], s.n, s.k, stream);
     }
     uint16_t* x = nullptr;
