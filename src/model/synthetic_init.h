@@ -60,6 +60,11 @@ constexpr double kSiluSquareMean = 0.3558;
 //  - lm_head: sqrt(3/hidden), unit-variance logits over the vocabulary.
 //  - norm weights: 1 + 0.2 * uniform, in [0.8, 1.2): close to 1 so they do not distort the scales
 //    above, far enough from 1 that a norm weight read wrongly (or not at all) changes the logits.
+// Measured with an fp32 forward of a 48-layer model of these scales (hidden 256, 32 experts top-8,
+// 12 tokens): residual rms 1.00 after layer 0, 1.37 after layer 47; attention and MoE outputs rms
+// 0.06 and 0.11 per layer; attention entropy ~1.4 nats; the largest renormalised top-k weight ~0.26
+// (uniform would be 0.125); logits rms 1.0. With the tiny preset's 3 layers each sublayer adds
+// rms 0.26-0.49 to a residual of ~1, so every layer visibly changes the logits.
 // Computed in double (correctly rounded on host and device, fast-math or not), then rounded to bf16.
 MD_HOST_DEVICE inline SyntheticInit synthetic_init(uint64_t id, SyntheticKind kind, SyntheticDims dims) {
   const double in_scale = sqrt(3.0 / static_cast<double>(dims.fan_in > 0 ? dims.fan_in : 1));
