@@ -279,9 +279,24 @@ void CudaBackend::check_error() {
                                 ? describe_task(plan_, e.task)
                                 : cat("SM ", e.sm);
   switch (e.code) {
-    case kMkWaitTimeout:
+    case kMkWaitTimeout: {
+      // The first SM to time out may be downstream of the real culprit: name the unsatisfied wait
+      // of the earliest wave instead (every earlier wait was satisfied, so that one is stuck).
+      const std::vector<int32_t> v = read_counters();
+      std::vector<std::pair<int, int>> order;  // (wave, task)
+      for (size_t t = 0; t < plan_.tasks.size(); ++t) order.push_back({plan_.task_wave[t], static_cast<int>(t)});
+      std::sort(order.begin(), order.end());
+      for (const auto& [wave, t] : order) {
+        const Task& task = plan_.tasks[t];
+        for (int i = 0; i < task.n_waits; ++i)
+          if (v[task.wait[i].counter] < task.wait[i].target)
+            throw Error(cat(name(), ": decode step abandoned: counter ", counter_name(plan_, task.wait[i].counter),
+                            " stuck at ", v[task.wait[i].counter], ", target ", task.wait[i].target, " (",
+                            describe_task(plan_, t), "; waited ", options_.wait_timeout_ms, " ms)"));
+      }
       throw Error(cat(name(), ": decode step abandoned: counter ", counter_name(plan_, e.counter), " stuck at ",
                       e.value, ", target ", e.target, " (", where, ", waited ", options_.wait_timeout_ms, " ms)"));
+    }
     case kMkBarrierTimeout:
       throw Error(cat(name(), ": decode step abandoned: an in-SM handshake (", e.detail, ") timed out on SM ", e.sm));
     case kMkQueueOverflow:
