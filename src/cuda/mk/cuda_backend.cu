@@ -245,6 +245,7 @@ void CudaBackend::launch(cudaStream_t stream) {
     return;
   }
   // cuda-ops: every wave is its own launch of the same kernel; captured, then replayed as a graph.
+  (void)megakernel_shape(plan_.params.shape.batch);  // one-time kernel configuration outside the capture
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
   CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
