@@ -1,3 +1,4 @@
+// sanitize: address
 // Safetensors checkpoints: write_checkpoint round trips (all dtypes, single file and shards, HF's
 // byte layout) and every inconsistency between an index and its shards is an Error naming both.
 #include <gtest/gtest.h>
