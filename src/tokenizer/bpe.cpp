@@ -1,12 +1,13 @@
 // Byte-level BPE: the ByteLevel alphabet, the vocabulary/merge tables and the merge loop.
 #include "tokenizer/bpe.h"
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <limits>
-#include <queue>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "tokenizer/utf8.h"
 
 namespace megadecode {
@@ -63,13 +64,16 @@ BpeModel::BpeModel(std::vector<std::string> vocab, const std::vector<std::pair<s
     MD_REQUIRE(id >= 0, "tokenizer.json: the vocabulary lacks the single-byte token for byte ", b);
     byte_ids_[b] = id;
   }
-  merges_.reserve(merges.size());
+  size_t n_slots = 1024;
+  while (n_slots < 2 * merges.size()) n_slots *= 2;
+  merge_slots_.assign(n_slots, MergeSlot{kEmptySlot, Merge{0, 0}});
+  merge_mask_ = n_slots - 1;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
     const int32_t l = find(left), r = find(right), m = find(left + right);
     MD_REQUIRE(l >= 0 && r >= 0 && m >= 0, "tokenizer.json: merge ", rank, " names a token not in the vocabulary");
     // A repeated merge keeps its last rank, as the reference implementations build their maps.
-    merges_.insert_or_assign(pair_key(l, r), Merge{static_cast<int32_t>(rank), m});
+    insert_merge(l, r, Merge{static_cast<int32_t>(rank), m});
   }
 }
 
@@ -79,8 +83,23 @@ int32_t BpeModel::find(std::string_view bytes) const {
 }
 
 const BpeModel::Merge* BpeModel::find_merge(int32_t left, int32_t right) const {
-  auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
+  const uint64_t key = pair_key(left, right);
+  for (uint64_t slot = mix64(key) & merge_mask_;; slot = (slot + 1) & merge_mask_) {
+    const MergeSlot& s = merge_slots_[slot];
+    if (s.key == key) return &s.merge;
+    if (s.key == kEmptySlot) return nullptr;
+  }
+}
+
+void BpeModel::insert_merge(int32_t left, int32_t right, Merge merge) {
+  const uint64_t key = pair_key(left, right);
+  for (uint64_t slot = mix64(key) & merge_mask_;; slot = (slot + 1) & merge_mask_) {
+    MergeSlot& s = merge_slots_[slot];
+    if (s.key == key || s.key == kEmptySlot) {
+      s = MergeSlot{key, merge};
+      return;
+    }
+  }
 }
 
 void BpeModel::merge_short(std::vector<int32_t>& symbols) const {
@@ -106,33 +125,39 @@ void BpeModel::merge_short(std::vector<int32_t>& symbols) const {
 
 void BpeModel::merge_long(std::vector<int32_t>& symbols) const {
   const size_t n = symbols.size();
-  std::vector<int32_t> prev(n), next(n);  // linked list over positions; -1 ends it
-  std::vector<bool> alive(n, true);
+  std::vector<int32_t> prev(n), next(n);  // [n] linked list over positions; -1 ends it
   for (size_t k = 0; k < n; ++k) {
     prev[k] = static_cast<int32_t>(k) - 1;
     next[k] = k + 1 < n ? static_cast<int32_t>(k + 1) : -1;
   }
   struct Candidate {
-    int32_t rank, pos, left, right;  // ordered by (rank, pos): lowest rank, then leftmost
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    int32_t rank, pos, left, right, merged;
+    // Heap order: lowest rank first, then leftmost position.
+    bool operator<(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  std::vector<Candidate> heap;  // a max-heap under operator< above, i.e. a min-heap by (rank, pos)
+  heap.reserve(n);
   auto push = [&](int32_t pos) {
     const int32_t nx = next[static_cast<size_t>(pos)];
     if (nx < 0) return;
     const int32_t l = symbols[static_cast<size_t>(pos)], r = symbols[static_cast<size_t>(nx)];
-    if (const Merge* m = find_merge(l, r)) heap.push(Candidate{m->rank, pos, l, r});
+    if (const Merge* m = find_merge(l, r)) {
+      heap.push_back(Candidate{m->rank, pos, l, r, m->merged_id});
+      std::push_heap(heap.begin(), heap.end());
+    }
   };
   for (size_t k = 0; k + 1 < n; ++k) push(static_cast<int32_t>(k));
   while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end());
+    const Candidate c = heap.back();
+    heap.pop_back();
     const auto pos = static_cast<size_t>(c.pos);
     const int32_t nx = next[pos];
-    // Stale when either side changed since the candidate was pushed.
-    if (!alive[pos] || nx < 0 || symbols[pos] != c.left || symbols[static_cast<size_t>(nx)] != c.right) continue;
-    symbols[pos] = find_merge(c.left, c.right)->merged_id;
-    alive[static_cast<size_t>(nx)] = false;
+    // Stale when either side changed since the candidate was pushed (a merged-away position
+    // has symbol -1; merges only ever lengthen a symbol, so an equal id means unchanged).
+    if (nx < 0 || symbols[pos] != c.left || symbols[static_cast<size_t>(nx)] != c.right) continue;
+    symbols[pos] = c.merged;
+    symbols[static_cast<size_t>(nx)] = -1;
     next[pos] = next[static_cast<size_t>(nx)];
     if (next[pos] >= 0) prev[static_cast<size_t>(next[pos])] = c.pos;
     push(c.pos);
@@ -151,12 +176,10 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& ids) c
   }
   const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
   CacheShard* shard = nullptr;
-  std::string key;
   if (cacheable) {
-    key.assign(piece);
-    shard = &cache_[std::hash<std::string>{}(key) % kCacheShards];
+    shard = &cache_[(PieceHash{}(piece) >> 7) % kCacheShards];
     std::lock_guard<std::mutex> lock(shard->mutex);
-    auto it = shard->map.find(key);
+    auto it = shard->map.find(piece);
     if (it != shard->map.end()) {
       ids.insert(ids.end(), it->second.begin(), it->second.end());
       return;
@@ -173,7 +196,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& ids) c
   if (cacheable) {
     std::lock_guard<std::mutex> lock(shard->mutex);
     if (shard->map.size() >= kCacheShardCapacity) shard->map.clear();
-    shard->map.emplace(std::move(key), std::move(symbols));
+    shard->map.emplace(std::string(piece), std::move(symbols));
   }
 }
 

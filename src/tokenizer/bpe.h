@@ -42,20 +42,33 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
   const Merge* find_merge(int32_t left, int32_t right) const;
+  void insert_merge(int32_t left, int32_t right, Merge merge);
   void merge_short(std::vector<int32_t>& symbols) const;  // O(n^2), for short pieces
   void merge_long(std::vector<int32_t>& symbols) const;   // O(n log n) with a heap
 
   std::vector<std::string> vocab_;                 // [n_vocab] token bytes
   std::unordered_map<std::string, int32_t> ids_;   // token bytes -> id
-  std::unordered_map<uint64_t, Merge> merges_;     // (left id, right id) -> rank, merged id
+  // Open-addressing hash table (linear probing) of (left id, right id) -> rank, merged id: the
+  // innermost lookup of the merge loop, so kept flat.
+  struct MergeSlot {
+    uint64_t key;  // kEmptySlot when free
+    Merge merge;
+  };
+  static constexpr uint64_t kEmptySlot = ~uint64_t{0};
+  std::vector<MergeSlot> merge_slots_;  // [power of two]
+  uint64_t merge_mask_ = 0;
   int32_t byte_ids_[256];                          // id of each single-byte token
 
   static constexpr size_t kCacheShards = 16;
   static constexpr size_t kCacheShardCapacity = 8192;  // entries; a full shard is cleared
   static constexpr size_t kMaxCachedPieceBytes = 64;
+  struct PieceHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   struct CacheShard {
     std::mutex mutex;
-    std::unordered_map<std::string, std::vector<int32_t>> map;
+    std::unordered_map<std::string, std::vector<int32_t>, PieceHash, std::equal_to<>> map;
   };
   std::unique_ptr<CacheShard[]> cache_;
 };

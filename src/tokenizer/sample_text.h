@@ -36,7 +36,11 @@ std::string generate(Kind kind, SplitMix64& rng);
 // n_per_kind samples of every kind, plus fixed edge cases (the empty string first).
 std::vector<std::string> corpus(uint64_t seed, int n_per_kind);
 
-// About n_bytes of mixed text (mostly prose and code, some of every kind), for benchmarks.
+// About n_bytes of mixed text (mostly prose and code, some of every kind but kLongWords), for
+// benchmarks.
 std::string mixed_text(uint64_t seed, size_t n_bytes);
+
+// About n_bytes of samples of one kind, separated by spaces.
+std::string text_of_kind(Kind kind, uint64_t seed, size_t n_bytes);
 
 }  // namespace megadecode::sample_text

