@@ -52,8 +52,9 @@ bool byte_level_decode(std::string_view token, std::string* bytes) {
   return true;
 }
 
-BpeModel::BpeModel(std::vector<std::string> vocab, const std::vector<std::pair<std::string, std::string>>& merges)
-    : vocab_(std::move(vocab)), cache_(new CacheShard[kCacheShards]) {
+BpeModel::BpeModel(std::vector<std::string> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+                   size_t cache_shard_capacity)
+    : vocab_(std::move(vocab)), cache_(new CacheShard[kCacheShards]), cache_shard_capacity_(cache_shard_capacity) {
   ids_.reserve(vocab_.size());
   for (size_t id = 0; id < vocab_.size(); ++id) {
     const bool inserted = ids_.emplace(vocab_[id], static_cast<int32_t>(id)).second;
@@ -195,7 +196,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& ids) c
   ids.insert(ids.end(), symbols.begin(), symbols.end());
   if (cacheable) {
     std::lock_guard<std::mutex> lock(shard->mutex);
-    if (shard->map.size() >= kCacheShardCapacity) shard->map.clear();
+    if (shard->map.size() >= cache_shard_capacity_) shard->map.clear();
     shard->map.emplace(std::string(piece), std::move(symbols));
   }
 }

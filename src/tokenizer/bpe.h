@@ -24,7 +24,9 @@ bool byte_level_decode(std::string_view token, std::string* bytes);
 class BpeModel {
  public:
   // vocab: token bytes by id (ids 0..n-1, no gaps); merges: (left, right) token bytes by rank.
-  BpeModel(std::vector<std::string> vocab, const std::vector<std::pair<std::string, std::string>>& merges);
+  // cache_shard_capacity: cached pieces per shard (of 16) before the shard is cleared.
+  BpeModel(std::vector<std::string> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
+           size_t cache_shard_capacity = 8192);
 
   // Appends the ids of one pre-tokenized piece.
   void encode_piece(std::string_view piece, std::vector<int32_t>& ids) const;
@@ -60,7 +62,6 @@ class BpeModel {
   int32_t byte_ids_[256];                          // id of each single-byte token
 
   static constexpr size_t kCacheShards = 16;
-  static constexpr size_t kCacheShardCapacity = 8192;  // entries; a full shard is cleared
   static constexpr size_t kMaxCachedPieceBytes = 64;
   struct PieceHash {
     using is_transparent = void;
@@ -71,6 +72,7 @@ class BpeModel {
     std::unordered_map<std::string, std::vector<int32_t>, PieceHash, std::equal_to<>> map;
   };
   std::unique_ptr<CacheShard[]> cache_;
+  size_t cache_shard_capacity_;
 };
 
 }  // namespace megadecode
