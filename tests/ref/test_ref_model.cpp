@@ -1,3 +1,4 @@
+// sanitize: address
 // Tests of the reference model: semantics against an independent double-precision textbook model
 // (qwen3_moe, dense qwen3, and a variant config with parallel blocks, sliding windows, NoPE,
 // interleaved RoPE, sigmoid router, tied embeddings), and the bitwise identity of prefill and
