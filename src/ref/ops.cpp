@@ -108,7 +108,8 @@ void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* 
 }
 
 std::vector<float> rope_inv_freq(int head_dim, double theta) {
-  MD_CHECK(head_dim > 0 && head_dim % 2 == 0, "head_dim ", head_dim, " must be even for RoPE");
+  MD_REQUIRE(head_dim > 0 && head_dim % 2 == 0, "head_dim ", head_dim, " must be even for RoPE");
+  MD_REQUIRE(theta > 0.0 && std::isfinite(theta), "rope_theta must be positive, got ", theta);
   const float base = static_cast<float>(theta);
   std::vector<float> inv_freq(head_dim / 2);
   for (int i = 0; i < head_dim / 2; ++i) {
