@@ -67,33 +67,51 @@ void apply_penalties(std::span<float> logits, const SamplingParams& p, const Tok
   }
 }
 
-double sampling_uniform(uint64_t seed, int64_t position) {
+float sampling_gumbel(uint64_t seed, int64_t position, int32_t token) {
   const uint64_t pos = static_cast<uint64_t>(position);
-  const Philox4 r = philox4x32(static_cast<uint32_t>(pos), static_cast<uint32_t>(pos >> 32), 0, 0,
-                               static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  const uint64_t bits53 = (static_cast<uint64_t>(r.v[0]) << 21) | (r.v[1] >> 11);
-  return static_cast<double>(bits53) * 0x1p-53;
+  const Philox4 r = philox4x32(static_cast<uint32_t>(token), static_cast<uint32_t>(pos),
+                               static_cast<uint32_t>(pos >> 32), 0, static_cast<uint32_t>(seed),
+                               static_cast<uint32_t>(seed >> 32));
+  const float u = (static_cast<float>(r.v[0] >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  return -std::log(-std::log(u));
 }
 
-std::vector<Candidate> sampling_candidates(std::span<const float> raw_logits, const SamplingParams& p,
-                                           const TokenHistory& history) {
+namespace {
+
+// Steps 1-6 with the penalised logits kept for the draw.
+struct Kept {
+  std::vector<float> logits;  // [vocab] after penalties
+  std::vector<Candidate> candidates;
+};
+
+Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history);
+
+}  // namespace
+
+namespace {
+
+Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history) {
   validate_sampling_params(p);
   MD_REQUIRE(!raw_logits.empty(), "sampling: empty logits");
   for (float l : raw_logits) MD_REQUIRE(!std::isnan(l) && l != INFINITY, "sampling: logits contain NaN or +inf");
-  std::vector<float> logits(raw_logits.begin(), raw_logits.end());
+  Kept result;
+  std::vector<float>& logits = result.logits;
+  logits.assign(raw_logits.begin(), raw_logits.end());
   apply_penalties(logits, p, history);
-  if (p.greedy() || p.temperature < kGreedyTemperature) return {Candidate{argmax_lowest(logits), 1.0}};
+  if (p.greedy() || p.temperature < kGreedyTemperature) {
+    result.candidates = {Candidate{argmax_lowest(logits), 1.0}};
+    return result;
+  }
   MD_REQUIRE(std::any_of(logits.begin(), logits.end(), [](float l) { return l > -INFINITY; }),
              "sampling: every logit is -inf");
 
   // Temperature and softmax over the whole vocabulary, in fp32.
   const size_t vocab = logits.size();
-  for (float& l : logits) l /= p.temperature;
-  const float max_l = *std::max_element(logits.begin(), logits.end());
+  const float max_l = *std::max_element(logits.begin(), logits.end()) / p.temperature;
   std::vector<float> probs(vocab);
   float sum = 0.0f;
   for (size_t i = 0; i < vocab; ++i) {
-    probs[i] = std::exp(logits[i] - max_l);
+    probs[i] = std::exp(logits[i] / p.temperature - max_l);
     sum += probs[i];
   }
   for (float& q : probs) q /= sum;
@@ -120,7 +138,7 @@ std::vector<Candidate> sampling_candidates(std::span<const float> raw_logits, co
   // Renormalise (double) and cut at top-p.
   double total = 0.0;
   for (int32_t id : kept) total += probs[id];
-  std::vector<Candidate> out;
+  std::vector<Candidate>& out = result.candidates;
   double mass_before = 0.0;
   for (int32_t id : kept) {
     if (!out.empty() && mass_before >= static_cast<double>(p.top_p)) break;
@@ -131,20 +149,31 @@ std::vector<Candidate> sampling_candidates(std::span<const float> raw_logits, co
   double kept_total = 0.0;
   for (const Candidate& c : out) kept_total += c.prob;
   for (Candidate& c : out) c.prob /= kept_total;
-  return out;
+  return result;
+}
+
+}  // namespace
+
+std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& p,
+                                           const TokenHistory& history) {
+  return keep(logits, p, history).candidates;
 }
 
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int64_t position,
                      const TokenHistory& history) {
-  const std::vector<Candidate> candidates = sampling_candidates(logits, p, history);
-  if (candidates.size() == 1) return candidates[0].id;
-  const double target = sampling_uniform(p.seed, position);
-  double cum = 0.0;
-  for (const Candidate& c : candidates) {
-    cum += c.prob;
-    if (target < cum) return c.id;
+  const Kept kept = keep(logits, p, history);
+  if (kept.candidates.size() == 1) return kept.candidates[0].id;
+  const float inv_t = 1.0f / p.temperature;
+  int32_t best = -1;
+  float best_score = -INFINITY;
+  for (const Candidate& c : kept.candidates) {
+    const float score = kept.logits[c.id] * inv_t + sampling_gumbel(p.seed, position, c.id);
+    if (best < 0 || score > best_score || (score == best_score && c.id < best)) {
+      best = c.id;
+      best_score = score;
+    }
   }
-  return candidates.back().id;  // target within rounding of 1
+  return best;
 }
 
 }  // namespace megadecode::ref

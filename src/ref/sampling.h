@@ -8,11 +8,13 @@
 //   5. top-k: keep the k most likely of the rest (ties to the lower id: exactly k tokens);
 //   6. top-p: renormalise the rest; keep the shortest most-likely-first prefix whose mass reaches
 //      top_p (a token is kept when the mass before it is < top_p; at least one token);
-//   7. draw: the kept tokens in canonical order (probability descending, ties to the lower id),
-//      renormalised; the token whose cumulative interval (in double) contains u * total.
-// Randomness: u in [0, 1) from Philox4x32-10 with counter (position lo, position hi, 0, 0) and key
-// (seed lo, seed hi): u = ((v0 << 21) | (v1 >> 11)) * 2^-53. So one (seed, position) gives one u,
-// whatever else is in the batch. `position` is the sequence position the sampled token will take.
+//   7. draw (Gumbel-max, as the device sampler): the kept token maximising
+//      logit_i * (1/T) + g_i, ties to the lower id, with g_i = -log(-log(u_i)) in fp32 and
+//      u_i = ((v0 >> 8) + 0.5) / 2^24 in (0, 1), v0 from Philox4x32-10 with counter
+//      (i, position lo, position hi, 0) and key (seed lo, seed hi). This picks i with the kept
+//      tokens' renormalised probability; one (seed, position) gives one token whatever the batch,
+//      and the same token as the device sampler given the same logits.
+// `position` is the sequence position the sampled token will take.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +41,8 @@ void validate_sampling_params(const SamplingParams& params);
 // Step 1 in place. Error for a history token outside [0, logits.size()).
 void apply_penalties(std::span<float> logits, const SamplingParams& params, const TokenHistory& history);
 
-// The uniform draw for (seed, position).
-double sampling_uniform(uint64_t seed, int64_t position);
+// The Gumbel noise g_i of token i for (seed, position).
+float sampling_gumbel(uint64_t seed, int64_t position, int32_t token);
 
 // One kept token and its renormalised probability.
 struct Candidate {

@@ -1,6 +1,6 @@
 // Tests of the host sampler: greedy ties, penalties (vLLM semantics), the kept sets of min-p /
-// top-k / top-p, determinism per (seed, position), and chi-square tests that the empirical
-// distribution over many seeds matches an independently computed filtered distribution.
+// top-k / top-p, determinism per (seed, position), the Gumbel-max draw, and chi-square tests that
+// the empirical distribution over many seeds matches an independently computed filtered one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,9 +162,38 @@ TEST(Sampling, SameSeedAndPositionGiveTheSameToken) {
     ++distinct[a];
   }
   EXPECT_GT(distinct.size(), 5u) << "different positions draw different numbers";
-  EXPECT_NE(sampling_uniform(1, 5), sampling_uniform(2, 5));
-  EXPECT_NE(sampling_uniform(1, 5), sampling_uniform(1, 6));
-  EXPECT_NE(sampling_uniform(1, 5), sampling_uniform(1, 5 + (int64_t{1} << 32)));
+  EXPECT_NE(sampling_gumbel(1, 5, 0), sampling_gumbel(2, 5, 0));
+  EXPECT_NE(sampling_gumbel(1, 5, 0), sampling_gumbel(1, 6, 0));
+  EXPECT_NE(sampling_gumbel(1, 5, 0), sampling_gumbel(1, 5 + (int64_t{1} << 32), 0));
+  EXPECT_NE(sampling_gumbel(1, 5, 0), sampling_gumbel(1, 5, 1));
+  EXPECT_NE(sampling_gumbel(1ull << 32, 5, 0), sampling_gumbel(0, 5, 0));
+}
+
+// The draw is the documented Gumbel-max over the kept tokens (the device sampler's definition).
+TEST(Sampling, DrawIsGumbelMaxWithTheDocumentedNoise) {
+  SplitMix64 rng(print_seed());
+  std::vector<float> l(300);
+  for (float& x : l) x = rng.normal();
+  for (int trial = 0; trial < 50; ++trial) {
+    SamplingParams p = params(0.5f + rng.unit(), static_cast<int>(rng.below(40)), 0.5f + 0.5f * rng.unit());
+    p.seed = rng.next();
+    const int64_t position = static_cast<int64_t>(rng.next() >> 20);
+    int32_t want = -1;
+    float best = -INFINITY;
+    for (const Candidate& c : sampling_candidates(l, p, {})) {
+      const uint64_t pos = static_cast<uint64_t>(position);
+      const Philox4 r = philox4x32(static_cast<uint32_t>(c.id), static_cast<uint32_t>(pos),
+                                   static_cast<uint32_t>(pos >> 32), 0, static_cast<uint32_t>(p.seed),
+                                   static_cast<uint32_t>(p.seed >> 32));
+      const float u = (static_cast<float>(r.v[0] >> 8) + 0.5f) / 16777216.0f;
+      const float score = l[c.id] * (1.0f / p.temperature) + -std::log(-std::log(u));
+      if (want < 0 || score > best || (score == best && c.id < want)) {
+        want = c.id;
+        best = score;
+      }
+    }
+    EXPECT_EQ(sample_token(l, p, position, {}), want) << "trial " << trial;
+  }
 }
 
 TEST(Sampling, EmpiricalDistributionsMatch) {
