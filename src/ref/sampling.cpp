@@ -105,24 +105,17 @@ Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const Toke
   MD_REQUIRE(std::any_of(logits.begin(), logits.end(), [](float l) { return l > -INFINITY; }),
              "sampling: every logit is -inf");
 
-  // Temperature and softmax over the whole vocabulary, in fp32.
+  // Temperature: unnormalised masses exp((l - max) * (1/T)) in fp32 (the device sampler's form);
+  // p = mass / sum. min-p compares p / max(p) = mass with min_p.
   const size_t vocab = logits.size();
-  const float max_l = *std::max_element(logits.begin(), logits.end()) / p.temperature;
-  std::vector<float> probs(vocab);
-  float sum = 0.0f;
-  for (size_t i = 0; i < vocab; ++i) {
-    probs[i] = std::exp(logits[i] / p.temperature - max_l);
-    sum += probs[i];
-  }
-  for (float& q : probs) q /= sum;
-
-  // min-p relative to the most likely token (whose probability max(p) is exp(0) / sum).
+  const float max_l = *std::max_element(logits.begin(), logits.end());
+  const float inv_t = 1.0f / p.temperature;
+  std::vector<float> probs(vocab);  // masses
   std::vector<int32_t> kept;
   kept.reserve(vocab);
-  const float max_p = 1.0f / sum;
-  const float min_keep = p.min_p * max_p;
   for (size_t i = 0; i < vocab; ++i) {
-    if (probs[i] > 0.0f && probs[i] >= min_keep) kept.push_back(static_cast<int32_t>(i));
+    probs[i] = std::exp((logits[i] - max_l) * inv_t);
+    if (probs[i] > 0.0f && probs[i] >= p.min_p) kept.push_back(static_cast<int32_t>(i));
   }
   if (kept.empty()) kept.push_back(argmax_lowest(logits));  // every probability underflowed but the max
 
@@ -135,7 +128,7 @@ Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const Toke
     std::sort(kept.begin(), kept.end(), before);
   }
 
-  // Renormalise (double) and cut at top-p.
+  // Normalise over the kept tokens (double) and cut at top-p.
   double total = 0.0;
   for (int32_t id : kept) total += probs[id];
   std::vector<Candidate>& out = result.candidates;

@@ -3,8 +3,8 @@
 //   1. penalties on the raw logits: repetition (tokens of prompt or output: l>0 ? l/r : l*r),
 //      then frequency (l -= f * count in output) and presence (l -= p if in output);
 //   2. greedy (temperature < kGreedyTemperature, as vLLM's 1e-5): argmax, ties to the lowest id; done.
-//   3. temperature: l / T; p = softmax(l) over the whole vocabulary (fp32);
-//   4. min-p: drop tokens with p < min_p * max(p);
+//   3. temperature: masses m = exp((l - max l) * (1/T)) in fp32, p = m / sum(m) (= softmax(l / T));
+//   4. min-p: drop tokens with p < min_p * max(p), i.e. m < min_p;
 //   5. top-k: keep the k most likely of the rest (ties to the lower id: exactly k tokens);
 //   6. top-p: renormalise the rest; keep the shortest most-likely-first prefix whose mass reaches
 //      top_p (a token is kept when the mass before it is < top_p; at least one token);
