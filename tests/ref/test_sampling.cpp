@@ -148,8 +148,10 @@ TEST(Sampling, FiltersKeepTheDocumentedSets) {
 
 TEST(Sampling, SameSeedAndPositionGiveTheSameToken) {
   SplitMix64 rng(print_seed());
+  // Flat logits: the kept set (top-50, top-p 0.9) has dozens of comparable tokens, so 200 draws
+  // hit fewer than 6 distinct ones only if the draws do not vary.
   std::vector<float> l(1000);
-  for (float& x : l) x = 2.0f * rng.normal();
+  for (float& x : l) x = 0.3f * rng.normal();
   const SamplingParams p = [&] {
     SamplingParams s = params(0.8f, 50, 0.9f);
     s.seed = rng.next();
