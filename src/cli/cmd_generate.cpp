@@ -1,8 +1,109 @@
+// `megadecode generate`: loads a model directory, prefills the prompt and streams generated tokens
+// to stdout as they are sampled (token ids, or text once a tokenizer is available); statistics go
+// to stderr. Flags follow vLLM's sampling parameters.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/generate_loop.h"
 #include "core/check.h"
+#include "engine/backend_factory.h"
+#include "model/loader.h"
 
 namespace megadecode {
+namespace {
 
-int cmd_generate(int /*argc*/, char** /*argv*/) { throw Error("not implemented yet"); }
+constexpr const char* kUsage =
+    "usage: megadecode generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-tokens N (16)]\n"
+    "         [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = off)] [--top-p P (1.0)] [--min-p M (0)]\n"
+    "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X (1.0)] [--seed S (0)]\n"
+    "         [--backend cpu-ref] [--block-size B (16)] [--threads N (all)] [--ignore-eos]\n";
+
+std::vector<int32_t> prompt_ids(const Args& args, int vocab) {
+  MD_REQUIRE(args.has("prompt-ids") != args.has("prompt"), "give exactly one of --prompt-ids and --prompt\n", kUsage);
+  MD_REQUIRE(!args.has("prompt"), "--prompt needs the tokenizer, which this build does not have yet; use --prompt-ids");
+  std::vector<int32_t> ids;
+  for (int64_t id : args.get_int_list("prompt-ids", {})) {
+    MD_REQUIRE(id >= 0 && id < vocab, "--prompt-ids: token id ", id, " outside the vocabulary [0, ", vocab, ")");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  MD_REQUIRE(!ids.empty(), "--prompt-ids: no token ids given");
+  return ids;
+}
+
+SamplingParams sampling_from(const Args& args) {
+  SamplingParams s;
+  s.temperature = static_cast<float>(args.get_double("temperature", 1.0));
+  s.top_k = static_cast<int>(args.get_int("top-k", 0));
+  s.top_p = static_cast<float>(args.get_double("top-p", 1.0));
+  s.min_p = static_cast<float>(args.get_double("min-p", 0.0));
+  s.presence_penalty = static_cast<float>(args.get_double("presence-penalty", 0.0));
+  s.frequency_penalty = static_cast<float>(args.get_double("frequency-penalty", 0.0));
+  s.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", 1.0));
+  s.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  return s;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  const Args args(argc, argv,
+                  {"model", "prompt-ids", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
+                   "presence-penalty", "frequency-penalty", "repetition-penalty", "backend", "block-size", "threads"},
+                  {"ignore-eos", "help"});
+  if (args.flag("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  MD_REQUIRE(args.positional().empty(), "unexpected argument \"", args.positional().front(), "\"\n", kUsage);
+  const std::string model_dir = args.require("model");
+  const auto t_load = std::chrono::steady_clock::now();
+  auto model = std::make_shared<LoadedModel>(load_model(model_dir));
+  const double load_ms = ms_since(t_load);
+
+  GenerateRequest request;
+  request.prompt = prompt_ids(args, model->config.vocab_size);
+  request.sampling = sampling_from(args);
+  const int64_t max_tokens = args.get_int("max-tokens", 16);
+  MD_REQUIRE(max_tokens >= 1 && max_tokens <= (1 << 24), "--max-tokens must be in [1, 2^24], got ", max_tokens);
+  request.max_tokens = static_cast<int>(max_tokens);
+  request.ignore_eos = args.flag("ignore-eos");
+  request.eos_token_ids = model->config.eos_token_ids;
+  MD_REQUIRE(request.prompt.size() + request.max_tokens <= static_cast<size_t>(model->config.max_position_embeddings),
+             "prompt (", request.prompt.size(), ") + --max-tokens (", request.max_tokens,
+             ") exceeds the model's max_position_embeddings ", model->config.max_position_embeddings);
+
+  BackendOptions options;
+  const int64_t block_size = args.get_int("block-size", 16);
+  MD_REQUIRE(block_size >= 1 && block_size <= 4096, "--block-size must be in [1, 4096], got ", block_size);
+  options.kv_block_size = static_cast<int>(block_size);
+  options.n_kv_blocks = blocks_needed(request, options.kv_block_size);
+  options.n_threads = static_cast<int>(args.get_int("threads", 0));
+  auto backend = make_backend(args.get("backend", "cpu-ref"), model->config, model->weights, model, options);
+
+  const auto t_gen = std::chrono::steady_clock::now();
+  double first_token_ms = 0;
+  const GenerateResult result = generate(*backend, request, [&](int32_t token) {
+    if (first_token_ms == 0) first_token_ms = ms_since(t_gen);
+    std::printf("%d ", token);
+    std::fflush(stdout);
+  });
+  const double total_ms = ms_since(t_gen);
+  std::printf("\n");
+  const size_t n = result.tokens.size();
+  std::fprintf(stderr,
+               "%s: load %.0f ms; prompt %zu tokens, first token after %.1f ms; %zu tokens generated, %.1f ms/token "
+               "after the first; finish_reason %s\n",
+               backend->name().c_str(), load_ms, request.prompt.size(), first_token_ms, n,
+               n > 1 ? (total_ms - first_token_ms) / static_cast<double>(n - 1) : 0.0, result.finish_reason.c_str());
+  return 0;
+}
 
 }  // namespace megadecode
