@@ -1,7 +1,8 @@
 // `megadecode generate`: loads a model directory, prefills the prompt and streams generated tokens
-// to stdout as they are sampled (token ids, or text once a tokenizer is available); statistics go
-// to stderr. Flags follow vLLM's sampling parameters.
+// to stdout as they are sampled: text when the model directory has a tokenizer (token ids with
+// --print-ids or without one); statistics go to stderr. Flags follow vLLM's sampling parameters.
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -12,20 +13,32 @@
 #include "core/check.h"
 #include "engine/backend_factory.h"
 #include "model/loader.h"
+#include "tokenizer/tokenizer.h"
 
 namespace megadecode {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: megadecode generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT) [--max-tokens N (16)]\n"
+    "usage: megadecode generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT [--chat]) [--max-tokens N (16)]\n"
     "         [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = off)] [--top-p P (1.0)] [--min-p M (0)]\n"
     "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X (1.0)] [--seed S (0)]\n"
-    "         [--backend cpu-ref] [--block-size B (16)] [--threads N (all)] [--ignore-eos]\n";
+    "         [--backend cpu-ref] [--block-size B (16)] [--threads N (all)] [--ignore-eos] [--print-ids]\n"
+    "  --chat renders --prompt as one user message with the model's chat template.\n";
 
-std::vector<int32_t> prompt_ids(const Args& args, int vocab) {
+std::vector<int32_t> prompt_ids(const Args& args, int vocab, const Tokenizer* tokenizer) {
   MD_REQUIRE(args.has("prompt-ids") != args.has("prompt"), "give exactly one of --prompt-ids and --prompt\n", kUsage);
-  MD_REQUIRE(!args.has("prompt"), "--prompt needs the tokenizer, which this build does not have yet; use --prompt-ids");
   std::vector<int32_t> ids;
+  if (args.has("prompt")) {
+    MD_REQUIRE(tokenizer != nullptr, "--prompt needs tokenizer.json in the model directory; use --prompt-ids");
+    std::string text = args.get("prompt", "");
+    if (args.flag("chat")) {
+      const ChatMessage message{"user", text};
+      text = render_chat(std::span<const ChatMessage>(&message, 1), /*add_generation_prompt=*/true);
+    }
+    ids = tokenizer->encode(text, /*add_special_tokens=*/true);
+    MD_REQUIRE(!ids.empty(), "--prompt: the text encodes to no tokens");
+    return ids;
+  }
   for (int64_t id : args.get_int_list("prompt-ids", {})) {
     MD_REQUIRE(id >= 0 && id < vocab, "--prompt-ids: token id ", id, " outside the vocabulary [0, ", vocab, ")");
     ids.push_back(static_cast<int32_t>(id));
@@ -57,7 +70,7 @@ int cmd_generate(int argc, char** argv) {
   const Args args(argc, argv,
                   {"model", "prompt-ids", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
                    "presence-penalty", "frequency-penalty", "repetition-penalty", "backend", "block-size", "threads"},
-                  {"ignore-eos", "help"});
+                  {"ignore-eos", "help", "chat", "print-ids"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -68,8 +81,13 @@ int cmd_generate(int argc, char** argv) {
   auto model = std::make_shared<LoadedModel>(load_model(model_dir));
   const double load_ms = ms_since(t_load);
 
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) {
+    tokenizer = Tokenizer::load(model_dir);
+  }
+
   GenerateRequest request;
-  request.prompt = prompt_ids(args, model->config.vocab_size);
+  request.prompt = prompt_ids(args, model->config.vocab_size, tokenizer.get());
   request.sampling = sampling_from(args);
   const int64_t max_tokens = args.get_int("max-tokens", 16);
   MD_REQUIRE(max_tokens >= 1 && max_tokens <= (1 << 24), "--max-tokens must be in [1, 2^24], got ", max_tokens);
@@ -90,12 +108,20 @@ int cmd_generate(int argc, char** argv) {
 
   const auto t_gen = std::chrono::steady_clock::now();
   double first_token_ms = 0;
+  const bool print_text = tokenizer != nullptr && !args.flag("print-ids");
+  std::unique_ptr<StreamingDetokenizer> detokenizer;
+  if (print_text) detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer, /*skip_special_tokens=*/true);
   const GenerateResult result = generate(*backend, request, [&](int32_t token) {
     if (first_token_ms == 0) first_token_ms = ms_since(t_gen);
-    std::printf("%d ", token);
+    if (print_text) {
+      std::fputs(detokenizer->push(token).c_str(), stdout);
+    } else {
+      std::printf("%d ", token);
+    }
     std::fflush(stdout);
   });
   const double total_ms = ms_since(t_gen);
+  if (print_text) std::fputs(detokenizer->flush().c_str(), stdout);
   std::printf("\n");
   const size_t n = result.tokens.size();
   std::fprintf(stderr,
