@@ -1,0 +1,22 @@
+#include "engine/backend_factory.h"
+
+#include "core/check.h"
+#include "ref/ref_backend.h"
+
+namespace megadecode {
+
+std::vector<std::string> backend_names() { return {"cpu-ref"}; }
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
+                                      std::shared_ptr<const void> weights_owner, const BackendOptions& options) {
+  if (name == "cpu-ref") {
+    return std::make_unique<ref::RefBackend>(
+        config, weights, std::move(weights_owner),
+        ref::RefBackendOptions{options.kv_block_size, options.n_kv_blocks, options.n_threads});
+  }
+  std::string known;
+  for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(cat("unknown backend \"", name, "\" (known: ", known, ")"));
+}
+
+}  // namespace megadecode
