@@ -144,7 +144,7 @@ void Emulator::run(const Plan& plan, const StepInput& input, const EmulatorOptio
       });
     for (std::thread& t : threads) t.join();
   }
-  if (!shared.first_error.empty()) throw Error(shared.first_error);
+  if (const std::string error = shared.error(); !error.empty()) throw Error(error);
 
   for (int32_t c = 0; c < plan.params.counters.n_counters; ++c) {
     const int32_t value = shared.counters[c].value.load(std::memory_order_relaxed);

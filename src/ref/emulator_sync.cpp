@@ -14,6 +14,27 @@ void StepShared::fail(const std::string& message) {
   abort.store(true, std::memory_order_release);
 }
 
+void StepShared::block(BlockedWait wait, bool timeout) {
+  {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    blocked.push_back(std::move(wait));
+    timed_out = timed_out || timeout;
+  }
+  if (timeout) abort.store(true, std::memory_order_release);
+}
+
+std::string StepShared::error() const {
+  if (!first_error.empty()) return first_error;
+  if (!timed_out) return "";
+  const BlockedWait* first = &blocked.front();
+  for (const BlockedWait& b : blocked)
+    if (b.wave < first->wave) first = &b;
+  std::string s = cat("cpu-mk: ", first->where, " timed out after ", options->timeout_s, " s waiting for ",
+                      counter_name(*plan, first->counter), " >= ", first->target, " (value ", first->value, ")");
+  if (blocked.size() > 1) s += cat("; ", blocked.size() - 1, " other waits were blocked in the same or later waves");
+  return s;
+}
+
 Worker::Worker(StepShared& shared, int sm)
     : shared_(shared), sm_(sm), rng_(mix64(shared.options->delay_seed ^ mix64(static_cast<uint64_t>(sm) + 1))) {}
 
@@ -45,15 +66,16 @@ void Worker::wait(int32_t index, int32_t target) {
   for (;;) {
     const int32_t value = c.load(std::memory_order_acquire);
     if (value >= target) return;
-    if (shared_.abort.load(std::memory_order_acquire)) throw StepAborted{};
+    const bool aborted = shared_.abort.load(std::memory_order_acquire);
+    const bool timeout = !aborted && spins >= 256 && std::chrono::steady_clock::now() - begin > limit;
+    if (aborted || timeout) {
+      shared_.block({where(), shared_.plan->task_wave[task_], index, target, value}, timeout);
+      throw StepAborted{};
+    }
     if (++spins < 64) continue;
     if (spins < 256) {
       std::this_thread::yield();
       continue;
-    }
-    if (std::chrono::steady_clock::now() - begin > limit) {
-      throw Error(cat("cpu-mk: ", where(), " timed out after ", shared_.options->timeout_s, " s waiting for ",
-                      counter_name(*shared_.plan, index), " >= ", target, " (value ", value, ")"));
     }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(2000));

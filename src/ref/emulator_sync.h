@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/rng.h"
 #include "plan/plan.h"
@@ -22,6 +23,13 @@ struct alignas(64) PaddedCounter {
   std::atomic<int32_t> value{0};
 };
 
+// A wait in progress when the step stopped (a timeout, or another worker's failure).
+struct BlockedWait {
+  std::string where;  // SM, task, item
+  int wave;
+  int32_t counter, target, value;
+};
+
 // State shared by the workers of one step.
 struct StepShared {
   const Plan* plan = nullptr;
@@ -29,10 +37,17 @@ struct StepShared {
   std::unique_ptr<PaddedCounter[]> counters;
   std::atomic<bool> abort{false};
   std::mutex error_mutex;
-  std::string first_error;  // guarded by error_mutex
+  std::string first_error;           // guarded by error_mutex
+  std::vector<BlockedWait> blocked;  // guarded by error_mutex
+  bool timed_out = false;            // guarded by error_mutex
   std::chrono::steady_clock::time_point start;
 
   void fail(const std::string& message);  // records the first failure and stops every worker
+  // Records a wait that cannot finish; a timeout also stops every worker.
+  void block(BlockedWait wait, bool timeout);
+  // After the workers joined: the error to report (empty: none). A stuck step names the blocked wait
+  // of the earliest wave, the likely cause (later ones wait downstream of it).
+  std::string error() const;
 };
 
 // Thrown inside a worker when another one failed: unwinds it without recording anything.
