@@ -1,11 +1,12 @@
 #include "engine/backend_factory.h"
 
 #include "core/check.h"
+#include "ref/emulator_backend.h"
 #include "ref/ref_backend.h"
 
 namespace megadecode {
 
-std::vector<std::string> backend_names() { return {"cpu-ref"}; }
+std::vector<std::string> backend_names() { return {"cpu-ref", "cpu-mk"}; }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
                                       std::shared_ptr<const void> weights_owner, const BackendOptions& options) {
@@ -13,6 +14,13 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig
     return std::make_unique<ref::RefBackend>(
         config, weights, std::move(weights_owner),
         ref::RefBackendOptions{options.kv_block_size, options.n_kv_blocks, options.n_threads});
+  }
+  if (name == "cpu-mk") {
+    ref::CpuMkOptions o;  // n_threads: emulated SMs (0: the default 8)
+    o.kv_block_size = options.kv_block_size;
+    o.n_kv_blocks = options.n_kv_blocks;
+    if (options.n_threads > 0) o.n_sms = options.n_threads;
+    return std::make_unique<ref::CpuMkBackend>(config, weights, std::move(weights_owner), o);
   }
   std::string known;
   for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
