@@ -115,8 +115,8 @@ def render(rows, other, width, row_h):
 def rect(cur, y, row_h):
     x0, x1, cat = cur
     w = max(x1 - x0, 0.3)
-    return (f'<rect x="{x0:.2f}" y="{y}" width="{w:.2f}" height="{max(row_h - 1, 1)}" '
-            f'fill="{COLOURS.get(cat, OTHER)}"><title>{html.escape(cat)}</title></rect>')
+    return (f'<rect x="{x0:.1f}" y="{y}" width="{w:.1f}" height="{max(row_h - 1, 1)}" '
+            f'fill="{COLOURS.get(cat, OTHER)}"/>')
 
 
 def main(argv):

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "bench/decode_bytes.h"
+#include "bench/decode_options.h"
 #include "bench/decode_report.h"
 #include "bench/decode_trace.h"
 #include "core/check.h"
@@ -110,6 +111,46 @@ TEST(DecodeReport, ParsePoints) {
   EXPECT_EQ(parse_points("1024:1,131072:2"), (std::vector<std::pair<int, int>>{{1024, 1}, {131072, 2}}));
   for (const char* bad : {"1024", "1024:", ":1", "a:1", "1:-1", "1:2,", "1:2:3", "99999999999:1"})
     EXPECT_THROW(parse_points(bad), Error) << bad;
+}
+
+DecodeBenchOptions parse(std::vector<std::string> words) {
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  return parse_decode_bench_args(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(DecodeOptions, DefaultsAndMemoryPlan) {
+  const DecodeBenchOptions d = parse({});
+  EXPECT_EQ(d.points.size(), 7u);
+  EXPECT_EQ(d.points.back(), (std::pair<int, int>{8192, 64}));
+  EXPECT_TRUE(d.run_mk && d.run_ops && !d.ablations && d.trace_path.empty());
+  EXPECT_EQ(d.steps, 100);
+  EXPECT_EQ(d.block_bytes(), 16 * 98304);
+  EXPECT_EQ(d.main_blocks(), 64 * 512);  // batch 64 x 8192 / 16: 48 GiB of KV
+  // What scripts/gpu runs fits on an H200 (141 GB, ~140 GB free) and not on an 80 GB card.
+  const DecodeBenchOptions g = parse({"--points", "1024:1,32768:1,131072:1", "--ablations", "--trace", "t.json",
+                                      "--backends", "mk"});
+  EXPECT_EQ(g.points.size(), 10u);
+  EXPECT_EQ(g.config.max_position_embeddings, 131072);  // raised past the preset's 40960
+  EXPECT_FALSE(g.run_ops);
+  EXPECT_EQ(g.main_blocks(), 64 * 512);
+  EXPECT_EQ(g.ablation_blocks(), 8 * 512);
+  EXPECT_EQ(decode_memory_problem(g, int64_t{140} << 30), "");
+  const std::string p80 = decode_memory_problem(g, int64_t{80} << 30);
+  EXPECT_NE(p80.find("batch 64 x context 8192"), std::string::npos) << p80;
+  EXPECT_EQ(p80.find("batch 1 x context 1024"), std::string::npos) << p80;
+  // Batch 64 at 128K needs 768 GiB of KV: refused, named.
+  const std::string huge = decode_memory_problem(parse({"--context", "131072", "--batch", "64"}), int64_t{140} << 30);
+  EXPECT_NE(huge.find("batch 64 x context 131072"), std::string::npos) << huge;
+}
+
+TEST(DecodeOptions, BadFlagsAreErrors) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--batch", "0"}, {"--batch", "65"}, {"--context", "0"}, {"--context", "2000000"}, {"--steps", "0"},
+      {"--warmup", "-1"}, {"--backends", "mk,gpu"}, {"--policy", "nope"}, {"--ablation-batch", "99"},
+      {"--trace-batch", "0"}, {"--kv-block-size", "0"}, {"--ceiling-mib", "1"}, {"--preset", "nope"},
+      {"--points", "1:"}, {"--bogus"}};
+  for (const auto& words : bad) EXPECT_THROW(parse(words), Error) << words[0];
 }
 
 // A plan to name things by, and hand-made records on two SMs. clock64 = 2 * ns + per-SM offset,
