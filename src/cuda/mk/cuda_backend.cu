@@ -394,6 +394,14 @@ std::vector<uint8_t> CudaBackend::read_buffer(const BufferSpan& span) const {
 void CudaBackend::enable_trace(int capacity_per_sm) {
   MD_REQUIRE(capacity_per_sm >= 0, "trace capacity must be >= 0");
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Captured steps refer to the old trace buffers: drop them (the next decode() captures again).
+  if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
+  if (graph_exec_) CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
+  if (graph_) CUDA_CHECK(cudaGraphDestroy(graph_));
+  bench_exec_ = nullptr;
+  graph_exec_ = nullptr;
+  graph_ = nullptr;
+  plan_ = Plan{};  // time_last_step needs a decode() with the new setting first
   CUDA_CHECK(cudaFree(trace_));
   CUDA_CHECK(cudaFree(trace_counts_));
   trace_ = nullptr;

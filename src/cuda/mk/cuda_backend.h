@@ -70,8 +70,9 @@ class CudaBackend : public Backend {
   // Bytes of one buffer of the last step's arena (e.g. moe_n_items), copied to the host.
   std::vector<uint8_t> read_buffer(const BufferSpan& span) const;
   // Per-SM trace of the following launches (trace.h): capacity records per SM and role; 0 turns
-  // it off. read_trace() returns every SM's records of the last launch (the last graph replay for
-  // cuda-ops: all its waves) and the number dropped for lack of capacity.
+  // it off. Either way a decode() must follow before time_last_step. read_trace() returns every
+  // SM's records of the last launch (the last graph replay for cuda-ops: all its waves) and the
+  // number dropped for lack of capacity.
   void enable_trace(int capacity_per_sm);
   std::vector<TraceRecord> read_trace(int64_t* dropped = nullptr) const;
 
