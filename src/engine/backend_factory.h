@@ -1,5 +1,5 @@
 // make_backend: the one place that maps a backend name (--backend) to an implementation.
-// cpu-ref now; cpu-mk, cuda-mk and cuda-ops join here as they land.
+// cpu-ref, cpu-mk, and (in builds with CUDA) cuda-mk and cuda-ops.
 #pragma once
 
 #include <memory>
@@ -15,6 +15,7 @@ struct BackendOptions {
   int kv_block_size = 16;
   int n_kv_blocks = 0;  // KV blocks the backend stores (> 0)
   int n_threads = 0;    // CPU backends: worker threads, 0 = one per hardware thread
+  double gpu_memory_utilization = 0.9;  // CUDA backends: share of GPU memory for weights + KV (n_kv_blocks 0)
 };
 
 // `weights_owner` keeps the bytes behind `weights` alive for the backend's lifetime.
