@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/check.h"
@@ -79,6 +80,7 @@ class FakeBackend : public Backend {
 
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    pause();
     maybe_fail(chunk.tokens);
     log_.push_back('p');
     n_prefill_tokens_ += chunk.tokens.size();
@@ -93,6 +95,7 @@ class FakeBackend : public Backend {
   void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override {
     std::lock_guard<std::mutex> lock(mutex_);
     log_.push_back('d');
+    pause();
     max_batch_ = std::max<size_t>(max_batch_, seqs.size());
     result.tokens.clear();
     result.logits.clear();
@@ -122,8 +125,10 @@ class FakeBackend : public Backend {
 
  private:
   static constexpr int64_t kPoison = -1;
-  void maybe_fail(std::span<const int32_t> tokens) {
+  void pause() {
     if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
+  }
+  void maybe_fail(std::span<const int32_t> tokens) {
     if (std::find(tokens.begin(), tokens.end(), fail_token_.load()) != tokens.end())
       throw Error("fake backend: injected failure");
   }
