@@ -6,5 +6,7 @@ namespace megadecode {
 int bench_decode(int argc, char** argv);     // bench_decode.cpp (GPU)
 int bench_serve(int argc, char** argv);      // bench_serve.cpp (HTTP load generator)
 int bench_tokenizer(int argc, char** argv);  // bench_tokenizer.cpp
+int bench_bandwidth(int argc, char** argv);  // src/cuda/bench_gemm.cu (GPU): pure-read ceiling
+int bench_gemm(int argc, char** argv);       // src/cuda/bench_gemm.cu (GPU): skinny GEMM vs cuBLAS
 
 }  // namespace megadecode

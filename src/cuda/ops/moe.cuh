@@ -1,0 +1,84 @@
+// MoE device building blocks: router top-k (one warp per token), SiLU(gate)*up, and the
+// deterministic combine of the k expert outputs plus the residual.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace megadecode::cuda {
+
+constexpr int kRouterMaxExperts = 256;  // 8 per lane
+constexpr int kRouterMaxTopK = 32;
+
+// One warp: softmax over logits[0..n_experts) in fp32, the top_k largest probabilities (ties to the
+// lower expert index) in descending order, optionally renormalised (sum in top-k order).
+// Lane 0 writes ids[0..top_k) and weights[0..top_k).
+__device__ inline void router_topk_warp(const float* logits, int n_experts, int top_k, bool renormalize, int32_t* ids,
+                                        float* weights) {
+  constexpr int kPer = kRouterMaxExperts / 32;
+  const int lane = threadIdx.x & 31;
+  float v[kPer];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int e = lane + 32 * j;
+    v[j] = e < n_experts ? logits[e] : -INFINITY;
+    mx = fmaxf(mx, v[j]);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    v[j] = (lane + 32 * j) < n_experts ? expf(v[j] - mx) : -1.0f;  // -1: never selected
+    sum += v[j] > 0.0f ? v[j] : 0.0f;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float inv = 1.0f / sum;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j)
+    if (v[j] >= 0.0f) v[j] *= inv;
+  float my_pick = 0.0f;  // lane r keeps the r-th pick (top_k <= 32)
+  int my_id = 0;
+  for (int r = 0; r < top_k; ++r) {
+    // This lane's best (largest p, then lowest index; own indices increase with j).
+    float best = -2.0f;
+    int best_e = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (v[j] > best) {
+        best = v[j];
+        best_e = lane + 32 * j;
+      }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+    if ((best_e & 31) == lane) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        if (lane + 32 * j == best_e) v[j] = -2.0f;
+    }
+    if (lane == r) {
+      my_pick = best;
+      my_id = best_e;
+    }
+  }
+  float picked_sum = 0.0f;  // in top-k order, identical in every lane
+  for (int r = 0; r < top_k; ++r) picked_sum += __shfl_sync(0xffffffffu, my_pick, r);
+  if (lane < top_k) {
+    ids[lane] = my_id;
+    weights[lane] = renormalize ? my_pick / picked_sum : my_pick;
+  }
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+}  // namespace megadecode::cuda
