@@ -130,21 +130,54 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(shared_->config.max_body_bytes);
     parser_->header_limit(64 * 1024);
     stream_.expires_after(std::chrono::seconds(shared_->config.idle_timeout_s));
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // Sorts read errors: true when the session may go on with the request.
+  bool read_ok(beast::error_code ec) {
+    if (closed_) return false;
+    if (ec == http::error::body_limit) {
+      reject(413, cat("The request body is larger than the limit of ", shared_->config.max_body_bytes, " bytes"));
+      return false;
+    }
+    if (ec == http::error::header_limit) {
+      reject(431, "The request headers are too large");
+      return false;
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
+        ec == beast::error::timeout || ec == net::error::connection_reset) {
+      fail();
+      return false;
+    }
+    if (ec) {
+      reject(400, cat("Malformed HTTP request: ", ec.message()));
+      return false;
+    }
+    return true;
+  }
+
+  void on_header(beast::error_code ec) {
+    if (!read_ok(ec)) return;
+    auto read_body = [self = shared_from_this()] {
+      http::async_read(self->stream_, self->buffer_, *self->parser_,
+                       [self](beast::error_code e, size_t) { self->on_read(e); });
+    };
+    // curl and others wait (about a second) for "100 Continue" before sending a larger body.
+    const auto& req = parser_->get();
+    if (req.version() >= 11 && beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this(), read_body](beast::error_code e, size_t) {
+        if (e) return self->fail();
+        read_body();
+      });
+      return;
+    }
+    read_body();
   }
 
   void on_read(beast::error_code ec) {
-    if (closed_) return;
-    if (ec == http::error::body_limit) {
-      return reject(413, cat("The request body is larger than the limit of ", shared_->config.max_body_bytes, " bytes"));
-    }
-    if (ec == http::error::header_limit) return reject(431, "The request headers are too large");
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
-        ec == beast::error::timeout || ec == net::error::connection_reset) {
-      return fail();
-    }
-    if (ec) return reject(400, cat("Malformed HTTP request: ", ec.message()));
+    if (!read_ok(ec)) return;
     http::request<http::string_body> req = parser_->release();
     begin_exchange(req.keep_alive(), req.version());
     stream_.expires_never();
@@ -152,7 +185,7 @@ class Session : public std::enable_shared_from_this<Session> {
     HttpRequest r;
     r.method = std::string(req.method_string());
     const std::string target(req.target());
-    r.path = std::string(target.substr(0, target.find('?')));
+    r.path = target.substr(0, target.find('?'));
     r.body = std::move(req.body());
     auto exchange = make_exchange();
     try {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -122,11 +123,25 @@ class FakeBackend : public Backend {
   void fail_on_token(int32_t token) { fail_token_ = token; }
   // Slows every call down (load tests: keeps many streams open at once).
   void set_delay_us(int us) { delay_us_ = us; }
+  // While closed, every prefill/decode call waits (nothing finishes).
+  void close_gate() {
+    std::lock_guard<std::mutex> lock(gate_mutex_);
+    gate_closed_ = true;
+  }
+  void open_gate() {
+    {
+      std::lock_guard<std::mutex> lock(gate_mutex_);
+      gate_closed_ = false;
+    }
+    gate_cv_.notify_all();
+  }
 
  private:
   static constexpr int64_t kPoison = -1;
   void pause() {
     if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
+    std::unique_lock<std::mutex> lock(gate_mutex_);
+    gate_cv_.wait(lock, [&] { return !gate_closed_; });
   }
   void maybe_fail(std::span<const int32_t> tokens) {
     if (std::find(tokens.begin(), tokens.end(), fail_token_.load()) != tokens.end())
@@ -161,6 +176,9 @@ class FakeBackend : public Backend {
   size_t max_batch_ = 0;
   std::atomic<int32_t> fail_token_{-1};
   std::atomic<int> delay_us_{0};
+  std::mutex gate_mutex_;
+  std::condition_variable gate_cv_;
+  bool gate_closed_ = false;
 };
 
 // Bytes 0..255 are themselves; 256.. are specials. Releases text only at UTF-8 boundaries.

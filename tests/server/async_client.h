@@ -63,10 +63,25 @@ class ChunkDecoder {
   bool done_ = false;
 };
 
+// Counts connections; once all are up, every client sends its request (so that all of them are
+// open at the same time however fast the server answers).
+struct ConnectBarrier {
+  size_t expected = 0;
+  size_t connected = 0;
+  std::vector<std::function<void()>> waiting;
+  void arrive(std::function<void()> go) {
+    waiting.push_back(std::move(go));
+    if (++connected < expected) return;
+    for (auto& g : waiting) g();
+    waiting.clear();
+  }
+};
+
 class StreamClient : public std::enable_shared_from_this<StreamClient> {
  public:
-  StreamClient(boost::asio::io_context& ioc, int port, StreamPlan plan, StreamOutcome& outcome)
-      : socket_(ioc), port_(port), plan_(std::move(plan)), out_(outcome) {}
+  StreamClient(boost::asio::io_context& ioc, int port, StreamPlan plan, StreamOutcome& outcome,
+               ConnectBarrier* barrier = nullptr)
+      : socket_(ioc), port_(port), plan_(std::move(plan)), out_(outcome), barrier_(barrier) {}
 
   void start() {
     namespace net = boost::asio;
@@ -75,7 +90,11 @@ class StreamClient : public std::enable_shared_from_this<StreamClient> {
                           [self](boost::system::error_code ec) {
                             if (ec) return self->fail("connect: " + ec.message());
                             self->out_.connected = true;
-                            self->send();
+                            if (self->barrier_ != nullptr) {
+                              self->barrier_->arrive([self] { self->send(); });
+                            } else {
+                              self->send();
+                            }
                           });
   }
 
@@ -148,6 +167,7 @@ class StreamClient : public std::enable_shared_from_this<StreamClient> {
   int port_;
   StreamPlan plan_;
   StreamOutcome& out_;
+  ConnectBarrier* barrier_;
   std::string request_;
   std::array<char, 4096> buf_{};
   bool headers_done_ = false;
@@ -156,11 +176,16 @@ class StreamClient : public std::enable_shared_from_this<StreamClient> {
   std::string body_;
 };
 
-// Runs every plan concurrently (one thread); returns the outcomes in plan order.
-inline std::vector<StreamOutcome> run_streams(int port, const std::vector<StreamPlan>& plans) {
+// Runs every plan concurrently (one thread); returns the outcomes in plan order. With
+// connect_all_first, no request is sent before every connection is up.
+inline std::vector<StreamOutcome> run_streams(int port, const std::vector<StreamPlan>& plans,
+                                              bool connect_all_first = false) {
   boost::asio::io_context ioc;
   std::vector<StreamOutcome> outcomes(plans.size());
-  for (size_t i = 0; i < plans.size(); ++i) std::make_shared<StreamClient>(ioc, port, plans[i], outcomes[i])->start();
+  ConnectBarrier barrier;
+  barrier.expected = plans.size();
+  for (size_t i = 0; i < plans.size(); ++i)
+    std::make_shared<StreamClient>(ioc, port, plans[i], outcomes[i], connect_all_first ? &barrier : nullptr)->start();
   ioc.run();
   return outcomes;
 }

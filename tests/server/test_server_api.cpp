@@ -413,6 +413,24 @@ TEST(ServerApi, NonStreamingDisconnectAborts) {
   EXPECT_TRUE(server.drained());
 }
 
+TEST(ServerApi, ExpectContinueIsAnswered) {
+  TestServer server;
+  HttpClient c(server.port());
+  const std::string body = json{{"prompt", "continue"}, {"max_tokens", 2}}.dump();
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           "Expect: 100-continue\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  boost::asio::write(c.socket(), boost::asio::buffer(head));
+  std::string got(25, '\0');
+  boost::asio::read(c.socket(), boost::asio::buffer(got));  // arrives without the body being sent
+  EXPECT_EQ(got, "HTTP/1.1 100 Continue\r\n\r\n");
+  boost::asio::write(c.socket(), boost::asio::buffer(body));
+  boost::beast::flat_buffer buffer;
+  boost::beast::http::response<boost::beast::http::string_body> res;
+  boost::beast::http::read(c.socket(), buffer, res);
+  EXPECT_EQ(res.result_int(), 200u);
+  EXPECT_TRUE(json::parse(res.body()).contains("choices"));
+}
+
 TEST(ServerApi, GenerationConfigDefaultsApply) {
   testing::TestServerOptions o;
   o.defaults.sampling.temperature = 0.0f;  // greedy unless the request says otherwise
