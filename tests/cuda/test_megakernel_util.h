@@ -1,0 +1,112 @@
+// Shared setup of the megakernel GPU tests: random ragged batches over a shuffled paged KV cache
+// whose history is random bf16 (identical on host and device) and whose every other slot holds
+// large noise, a decode step on a CUDA backend, and the comparison against the host reference.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "core/rng.h"
+#include "cuda/mk/cuda_backend.h"
+#include "test_megakernel_ref.h"
+
+namespace megadecode::test {
+
+struct Case {
+  std::vector<RefSeq> seqs;
+  std::vector<uint16_t> kv;  // host copy of the whole device cache
+  std::vector<SamplingParams> sampling;
+};
+
+// Contexts uniform in [1, max_ctx] (plus the forced ones), blocks a random permutation.
+inline Case make_case(const ModelConfig& c, const cuda::CudaBackend& be, SplitMix64& rng, int batch, int max_ctx,
+                      std::vector<int> forced_ctx = {}) {
+  Case k;
+  const int bs = be.kv_block_size(), nb = be.n_kv_blocks();
+  std::vector<int32_t> perm(nb);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int i = nb - 1; i > 0; --i) std::swap(perm[i], perm[rng.below(i + 1)]);
+  int next = 0;
+  for (int i = 0; i < batch; ++i) {
+    RefSeq s;
+    s.n_ctx = i < static_cast<int>(forced_ctx.size()) ? forced_ctx[i] : 1 + static_cast<int>(rng.below(max_ctx));
+    s.token = static_cast<int32_t>(rng.below(c.vocab_size));
+    const int blocks = (s.n_ctx + bs - 1) / bs;
+    if (next + blocks > nb) throw std::runtime_error("test KV cache too small");
+    s.table.assign(perm.begin() + next, perm.begin() + next + blocks);
+    next += blocks;
+    k.seqs.push_back(s);
+    SamplingParams sp;
+    sp.temperature = 0.0f;
+    k.sampling.push_back(sp);
+  }
+  k.kv.resize(be.kv_cache_elements());
+  for (auto& x : k.kv) x = float_to_bf16_bits((rng.unit() < 0.5f ? -1.0f : 1.0f) * (1000.0f + 30000.0f * rng.unit()));
+  const int G = c.n_kv_heads, D = c.head_dim;
+  for (const RefSeq& s : k.seqs)
+    for (int L = 0; L < c.n_layers; ++L)
+      for (int kvi = 0; kvi < 2; ++kvi)
+        for (int j = 0; j + 1 < s.n_ctx; ++j)
+          for (int g = 0; g < G; ++g)
+            for (int d = 0; d < D; ++d) {
+              const int64_t i = ((((static_cast<int64_t>(L) * 2 + kvi) * nb + s.table[j / bs]) * G + g) * bs + j % bs) * D + d;
+              k.kv[i] = float_to_bf16_bits(1.7f * (2.0f * rng.unit() - 1.0f));
+            }
+  return k;
+}
+
+inline std::vector<float> run_case(cuda::CudaBackend& be, const Case& k, std::vector<int32_t>* tokens = nullptr) {
+  if (cudaMemcpy(be.kv_cache(), k.kv.data(), k.kv.size() * 2, cudaMemcpyHostToDevice) != cudaSuccess)
+    throw std::runtime_error("KV upload failed");
+  std::vector<DecodeSeq> ds(k.seqs.size());
+  for (size_t i = 0; i < k.seqs.size(); ++i) {
+    ds[i].chunk.seq_id = static_cast<int64_t>(i);
+    ds[i].chunk.tokens = std::span<const int32_t>(&k.seqs[i].token, 1);
+    ds[i].chunk.start_pos = k.seqs[i].n_ctx - 1;
+    ds[i].chunk.block_table = k.seqs[i].table;
+    ds[i].sampling = k.sampling[i];
+  }
+  DecodeResult r;
+  be.decode(ds, true, r);
+  if (tokens) *tokens = r.tokens;
+  return r.logits;
+}
+
+struct Compare {
+  double max_err = 0, max_ref = 0;
+  int n_bad = 0, n_nan = 0, token_mismatch = 0;
+};
+
+// Per sequence: max |dev - ref| <= tol * max |ref|; greedy tokens equal where the reference's top-2
+// margin exceeds the bound.
+inline Compare compare(const std::vector<float>& dev, const std::vector<std::vector<float>>& ref,
+                       const std::vector<int32_t>& tokens, int vocab, double tol) {
+  Compare out;
+  for (size_t s = 0; s < ref.size(); ++s) {
+    double err = 0, mref = 0;
+    int best = 0, second = -1;
+    for (int v = 0; v < vocab; ++v) {
+      const float d = dev[s * vocab + v], r = ref[s][v];
+      if (!std::isfinite(d)) ++out.n_nan;
+      err = std::max(err, std::fabs(static_cast<double>(d) - r));
+      mref = std::max(mref, std::fabs(static_cast<double>(r)));
+      if (r > ref[s][best]) best = v;
+    }
+    for (int v = 0; v < vocab; ++v)
+      if (v != best && (second < 0 || ref[s][v] > ref[s][second])) second = v;
+    if (err > tol * mref) ++out.n_bad;
+    const double bound = tol * mref;
+    if (second >= 0 && ref[s][best] - ref[s][second] > 2 * bound && tokens[s] != best) ++out.token_mismatch;
+    out.max_err = std::max(out.max_err, err / std::max(mref, 1e-30));
+    out.max_ref = std::max(out.max_ref, mref);
+  }
+  return out;
+}
+
+}  // namespace megadecode::test

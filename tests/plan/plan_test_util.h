@@ -1,0 +1,91 @@
+// Helpers shared by the plan and emulator tests: random small qwen3_moe shapes, random batches
+// with ragged contexts and shuffled block tables, random policies.
+#pragma once
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/config.h"
+#include "model/presets.h"
+#include "plan/plan.h"
+#include "plan/policy.h"
+
+namespace megadecode::test {
+
+inline int pick(SplitMix64& rng, std::initializer_list<int> values) {
+  return *(values.begin() + rng.below(values.size()));
+}
+
+// A small random qwen3_moe shape (awkward sizes on purpose).
+inline ModelConfig random_config(SplitMix64& rng) {
+  ModelConfig c = preset_config("tiny");
+  c.hidden_size = pick(rng, {24, 32, 48, 64, 80});
+  c.n_kv_heads = pick(rng, {1, 2, 3});
+  c.n_heads = c.n_kv_heads * pick(rng, {1, 2, 4});
+  c.head_dim = pick(rng, {8, 12, 16});
+  c.n_experts = pick(rng, {4, 6, 8, 12});
+  c.n_experts_per_tok = 1 + static_cast<int>(rng.below(std::min(4, c.n_experts)));
+  c.moe_intermediate_size = pick(rng, {16, 24, 40});
+  c.vocab_size = 50 + static_cast<int>(rng.below(500));
+  c.norm_topk_prob = rng.below(4) != 0;
+  c.rope_theta = rng.below(2) ? 1e6 : 1e4;
+  const int layers = 1 + static_cast<int>(rng.below(3));
+  c.n_layers = layers;
+  c.layers.assign(layers, LayerSpec{0, true, FfnKind::kMoe});
+  c.max_position_embeddings = 1 << 16;
+  return c;
+}
+
+// Tiles small enough that every op has several tiles on these shapes.
+inline Policy random_policy(SplitMix64& rng, const std::string& name) {
+  Policy p = policy_by_name(name);
+  p.tile_weight_bytes = pick(rng, {256, 512, 1024, 4096});
+  p.lm_tile_weight_bytes = pick(rng, {512, 2048, 8192});
+  p.row_align = pick(rng, {1, 4, 8, 16});
+  p.norm_tokens = pick(rng, {1, 1, 2, 3});
+  p.attn_min_split_tokens = pick(rng, {1, 8, 16, 64});
+  p.attn_max_splits = pick(rng, {1, 3, 8, 64});
+  p.attn_target_items = pick(rng, {0, 4, 32});
+  return p;
+}
+
+// Owns the block tables a BatchState points into. Blocks are a random permutation of the pool
+// (shuffled tables); contexts are ragged in [1, max_ctx], some exactly at block boundaries.
+struct RandomBatch {
+  std::vector<std::vector<int32_t>> tables;
+  BatchState state;
+  int n_blocks = 0;
+};
+
+inline RandomBatch random_batch(SplitMix64& rng, int batch, int max_ctx, int block_size) {
+  RandomBatch rb;
+  rb.state.kv_block_size = block_size;
+  std::vector<int> ctx(batch);
+  for (int& n : ctx) {
+    switch (rng.below(4)) {
+      case 0: n = 1; break;
+      case 1: n = std::max(1, std::min(max_ctx, block_size * (1 + static_cast<int>(rng.below(4))) + static_cast<int>(rng.below(3)) - 1)); break;
+      default: n = 1 + static_cast<int>(rng.below(max_ctx)); break;
+    }
+  }
+  int total = 0;
+  for (int n : ctx) total += (n + block_size - 1) / block_size;
+  rb.n_blocks = total + static_cast<int>(rng.below(8));
+  std::vector<int32_t> pool(rb.n_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int i = rb.n_blocks - 1; i > 0; --i) std::swap(pool[i], pool[rng.below(i + 1)]);
+  int next = 0;
+  rb.tables.resize(batch);
+  for (int i = 0; i < batch; ++i) {
+    const int nb = (ctx[i] + block_size - 1) / block_size;
+    rb.tables[i].assign(pool.begin() + next, pool.begin() + next + nb);
+    next += nb;
+  }
+  for (int i = 0; i < batch; ++i) rb.state.seqs.push_back({ctx[i], rb.tables[i]});
+  return rb;
+}
+
+}  // namespace megadecode::test
