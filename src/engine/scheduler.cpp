@@ -230,9 +230,19 @@ void Scheduler::decode() {
     s.tokens.push_back(token);
     std::vector<TokenLogprob> lps;
     if (s.req.logprobs >= 0) lps.push_back(token_logprob(row, token, s.req.logprobs));
-    OutputProcessor::Step step = s.out.push(token);
+    OutputProcessor::Step step;
+    std::string error;
+    try {
+      step = s.out.push(token);
+    } catch (const std::exception& e) {
+      // Detokenization failed for this sequence only: end it, keep the batch going.
+      step = OutputProcessor::Step{};
+      step.finished = true;
+      step.reason = FinishReason::kError;
+      error = e.what();
+    }
     const bool finished = step.finished;
-    emit(s, std::move(step), {token}, std::move(lps));
+    emit(s, std::move(step), {token}, std::move(lps), error);
     if (finished) done.push_back(&s);
   }
   for (Sequence* s : done) {

@@ -44,8 +44,21 @@ json GenerationState::new_logprobs() const {
               {"text_offset", json::array()}};
 }
 
+// Ids the tokenizer does not know (a padded model vocabulary) show as empty strings.
 std::string GenerationState::token_text(int32_t token) const {
-  return tokenizer_.decode(std::span<const int32_t>(&token, 1), false);
+  try {
+    return tokenizer_.decode(std::span<const int32_t>(&token, 1), false);
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+std::string GenerationState::token_bytes(int32_t token) const {
+  try {
+    return tokenizer_.token_bytes(token);
+  } catch (const Error&) {
+    return "";
+  }
 }
 
 void GenerationState::begin() {
@@ -65,18 +78,31 @@ void GenerationState::begin() {
 
 void GenerationState::on_output(SeqOutput&& output) {
   // Scheduler thread: hand the event to the connection's strand and return at once.
-  exchange_->post([self = shared_from_this(), o = std::move(output)]() mutable { self->handle(o); });
+  exchange_->post([self = shared_from_this(), o = std::move(output)]() mutable {
+    try {
+      self->handle(o);
+    } catch (const std::exception& e) {
+      // Never let a formatting failure escape into the I/O thread; fail this response instead.
+      ApiError err = server_error(cat("response formatting failed: ", e.what()));
+      if (self->setup_.stream) {
+        self->exchange_->stream("data: " + err.body() + "\n\ndata: [DONE]\n\n");
+        self->exchange_->end_stream();
+      } else {
+        self->exchange_->respond(err.status, "application/json", err.body());
+      }
+    }
+  });
 }
 
 void GenerationState::add_logprob(Choice& c, json& target, int32_t token, const TokenLogprob* lp) {
   const std::string text = token_text(token);
   if (setup_.endpoint == Endpoint::kChat) {
-    json entry = {{"token", text}, {"logprob", lp ? logprob_value(lp->logprob) : json(nullptr)}, {"bytes", byte_list(tokenizer_.token_bytes(token))}};
+    json entry = {{"token", text}, {"logprob", lp ? logprob_value(lp->logprob) : json(nullptr)}, {"bytes", byte_list(token_bytes(token))}};
     json top = json::array();
     if (lp != nullptr)
       for (const TopLogprob& t : lp->top)
         top.push_back({{"token", token_text(t.token)}, {"logprob", logprob_value(t.logprob)},
-                       {"bytes", byte_list(tokenizer_.token_bytes(t.token))}});
+                       {"bytes", byte_list(token_bytes(t.token))}});
     entry["top_logprobs"] = std::move(top);
     target.push_back(std::move(entry));
     return;

@@ -67,6 +67,7 @@ class GenerationState : public OutputSink, public std::enable_shared_from_this<G
   void finish_stream();
   void finish_response();
   std::string token_text(int32_t token) const;
+  std::string token_bytes(int32_t token) const;
 
   GenerationSetup setup_;
   const Tokenizer& tokenizer_;

@@ -177,8 +177,8 @@ std::vector<ChatMessage> parse_messages(const json& v) {
   return out;
 }
 
-GenerateRequest parse_generate_request(const json& body, Endpoint endpoint) {
-  GenerateRequest r;
+OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
+  OpenAiRequest r;
   r.endpoint = endpoint;
   refuse_unsupported(body);
   if (const json* v = field(body, "model")) {

@@ -30,7 +30,7 @@ struct SamplingFields {
   std::optional<int64_t> seed;
 };
 
-struct GenerateRequest {
+struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::optional<std::string> model;
   std::vector<PromptInput> prompts;   // completions: one or more prompts
@@ -54,7 +54,7 @@ struct GenerateRequest {
 };
 
 // Throws ApiError (400) for anything malformed.
-GenerateRequest parse_generate_request(const nlohmann::json& body, Endpoint endpoint);
+OpenAiRequest parse_generate_request(const nlohmann::json& body, Endpoint endpoint);
 // The JSON body, or ApiError 400 when it is not a JSON object.
 nlohmann::json parse_json_body(const std::string& body);
 // Chat messages from a `messages` array (also used by /tokenize).

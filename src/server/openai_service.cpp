@@ -100,7 +100,7 @@ std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_spe
 
 void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange, Endpoint endpoint) {
   const json body = parse_json_body(request.body);
-  GenerateRequest r = parse_generate_request(body, endpoint);
+  OpenAiRequest r = parse_generate_request(body, endpoint);
   check_model(r.model);
   const bool chat = endpoint == Endpoint::kChat;
   const int vocab = engine_.vocab_size();

@@ -233,6 +233,35 @@ TEST(Scheduler, BackendErrorFailsOnlyThatStepAndFreesBlocks) {
   EXPECT_EQ(sched.kv().n_used(), 0);
 }
 
+TEST(Scheduler, DetokenizerErrorFailsOnlyThatSequence) {
+  FakeBackend backend(16, 4);
+  // A decoder that throws on one byte value: the sequence whose text hits it fails, others go on.
+  struct Throwing : testing::FakeDecoder {
+    Throwing() : FakeDecoder(true) {}
+    std::string push(int32_t t) override {
+      if (t == bad) throw Error("cannot decode");
+      return FakeDecoder::push(t);
+    }
+    int32_t bad = -1;
+  };
+  auto reference = fake_reference(ascii("zz"), SamplingParams{.temperature = 0}, 3);
+  TextDecoderFactory decoders = [&](bool) {
+    auto d = std::make_unique<Throwing>();
+    d->bad = reference[1];
+    return d;
+  };
+  Scheduler sched(backend, SchedulerConfig{.check_invariants = true}, decoders, nullptr);
+  auto sink = std::make_shared<CollectingSink>();
+  sched.add(make_request(1, ascii("zz"), 5, sink));
+  sched.add(make_request(2, ascii("q"), 1, sink));
+  run_to_idle(sched);
+  auto results = collect(*sink);
+  EXPECT_EQ(results[key(1)].last.finish_reason, FinishReason::kError);
+  EXPECT_EQ(results[key(1)].tokens.size(), 2u);
+  EXPECT_EQ(results[key(2)].n_finished, 1);
+  EXPECT_EQ(sched.kv().n_used(), 0);
+}
+
 TEST(Scheduler, LogprobsMatchLogSoftmaxOfTheLogits) {
   FakeBackend backend(16, 4);
   Scheduler sched(backend, SchedulerConfig{.check_invariants = true}, fake_decoders(), nullptr);
