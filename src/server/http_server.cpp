@@ -3,6 +3,9 @@
 #include "server/http_server.h"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <array>
@@ -214,15 +217,20 @@ class Session : public std::enable_shared_from_this<Session> {
     respond(exchange_id_, status, "application/json", e.body(), {});
   }
 
-  // A readable socket with nothing to read means the peer closed: the client is gone.
+  // Notices a client that closes its connection while its request is in flight. A readiness
+  // event can be stale (edge-triggered epoll reports data that an earlier read already took), so
+  // peek: 0 bytes is the peer's FIN, EAGAIN means nothing happened (wait again), data is a
+  // pipelined request (stop watching; a failed write will notice a disconnect from here on).
   void watch_disconnect() {
     stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), id = exchange_id_](beast::error_code ec) {
       if (!self->current(id) || self->response_done_) return;
       if (ec == net::error::operation_aborted) return;
-      beast::error_code e2;
-      const size_t available = ec ? 0 : self->stream_.socket().available(e2);
-      if (ec || e2 || available == 0) self->fail();
-      // Otherwise a pipelined request is waiting; a failed write will notice a disconnect.
+      if (ec) return self->fail();
+      char byte;
+      const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0) return self->fail();
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->watch_disconnect();
+      if (n < 0) return self->fail();
     });
   }
 

@@ -201,7 +201,6 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
       seqs.push_back(std::move(s));
     }
   }
-  state->begin();  // stream headers first, so no event can overtake them
   SubmitStatus status;
   try {
     status = engine_.submit(std::move(seqs));
@@ -213,14 +212,12 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
                status == SubmitStatus::kQueueFull ? "The server is overloaded: the waiting queue is full. Retry later."
                                                   : "The server is shutting down.",
                "server_error");
-    if (setup.stream) {
-      exchange->stream("data: " + e.body() + "\n\ndata: [DONE]\n\n");
-      exchange->end_stream();
-    } else {
-      respond_error(exchange, e, {{"Retry-After", "1"}});
-    }
+    respond_error(exchange, e, {{"Retry-After", "1"}});
     return;
   }
+  // Events from the engine are posted to this connection's strand, which is running this
+  // handler: none can overtake the stream's headers sent here.
+  state->begin();
   exchange->on_client_gone([&engine = engine_, request_id] { engine.abort(request_id); });
 }
 

@@ -276,6 +276,10 @@ TEST(ServerErrors, MalformedJsonIs400) {
   expect_error(c.request("POST", "/v1/completions", "{\"prompt\": \"x\""), 400, "invalid_request_error", "not valid JSON");
   expect_error(c.request("POST", "/v1/chat/completions", "[1, 2]"), 400, "invalid_request_error", "JSON object");
   expect_error(c.request("POST", "/v1/completions", ""), 400, "invalid_request_error");
+  // Deep nesting, unbalanced and balanced: rejected without exhausting the stack.
+  expect_error(c.request("POST", "/v1/completions", std::string(200000, '[')), 400, "invalid_request_error");
+  const std::string deep = "{\"prompt\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  expect_error(c.request("POST", "/v1/completions", deep), 400, "invalid_request_error");
 }
 
 TEST(ServerErrors, WrongTypesAre400) {
@@ -374,6 +378,10 @@ TEST(ServerErrors, FullQueueIs503WithRetryAfter) {
   HttpResult r = post_json(server.port(), "/v1/completions", {{"prompt", "one more"}, {"max_tokens", 2}});
   expect_error(r, 503, "server_error", "waiting queue is full");
   EXPECT_EQ(r.headers["Retry-After"], "1");
+  // A streaming request is refused the same way, before any stream starts.
+  HttpResult s = post_json(server.port(), "/v1/completions", {{"prompt", "more"}, {"max_tokens", 2}, {"stream", true}});
+  expect_error(s, 503, "server_error", "waiting queue is full");
+  EXPECT_EQ(s.headers["Retry-After"], "1");
   held.clear();  // disconnects abort the held requests
   EXPECT_TRUE(server.drained());
 }
