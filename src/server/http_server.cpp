@@ -1,5 +1,8 @@
 // HttpServer: acceptor, per-connection sessions on strands, request parsing with Beast, response
 // writing (complete or chunked) and disconnect detection (see http_server.h).
+#if defined(__SANITIZE_THREAD__)
+#pragma GCC diagnostic ignored "-Wtsan"  // Asio's fences in TSan builds: known, harmless noise
+#endif
 #include "server/http_server.h"
 
 #include <sys/resource.h>
