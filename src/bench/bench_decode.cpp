@@ -1,8 +1,141 @@
+// `megadecode bench decode`, host side: flags, their checks and the memory plan of the run. The
+// run (read ceiling, cuda-mk, cuda-ops, ablations, trace) is defined with the CUDA code in
+// src/cuda/mk/bench_decode_run.cu, as `bench bandwidth` and `bench gemm` are, so this library
+// object never refers to the CUDA library; a build without CUDA gets the Error below.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "bench/bench.h"
+#include "bench/decode_bytes.h"
+#include "bench/decode_options.h"
+#include "bench/decode_report.h"
+#include "cli/args.h"
 #include "core/check.h"
+#include "model/presets.h"
+#include "plan/policy.h"
 
 namespace megadecode {
 
-int bench_decode(int /*argc*/, char** /*argv*/) { throw Error("bench decode: not implemented yet"); }
+const char* const kDecodeBenchUsage =
+    "usage: megadecode bench decode [--preset qwen3-30b-a3b] [--context 8192[,L2..]] [--batch 1,2,4,8,16,32,64]\n"
+    "         [--points CTX:B,...] [--steps 100] [--warmup 10] [--backends mk,ops] [--policy default]\n"
+    "         [--ablations] [--ablation-batch 1,8] [--trace FILE] [--trace-batch 1] [--json FILE]\n"
+    "         [--seed S] [--kv-block-size 16] [--ceiling-mib 4096]\n"
+    "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points.\n"
+    "  --ablations: plan policies, weight prefetch off, static queues, cuda-ops, at --ablation-batch and the\n"
+    "  first context. --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n";
+
+namespace {
+
+int64_t blocks_for(int batch, int context, int bs) { return int64_t{batch} * ((context + bs - 1) / bs); }
+
+}  // namespace
+
+int64_t DecodeBenchOptions::block_bytes() const { return kv_bytes_per_token(config) * kv_block_size; }
+
+int64_t DecodeBenchOptions::main_blocks() const {
+  int64_t n = blocks_for(trace_batch, points.front().first, kv_block_size);
+  for (const auto& [ctx, b] : points) n = std::max(n, blocks_for(b, ctx, kv_block_size));
+  return n;
+}
+
+int64_t DecodeBenchOptions::ablation_blocks() const {
+  int64_t n = 0;
+  for (int b : ablation_batches) n = std::max(n, blocks_for(b, points.front().first, kv_block_size));
+  return n;
+}
+
+DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
+  Args args(argc, argv,
+            {"preset", "context", "batch", "points", "steps", "warmup", "backends", "policy", "ablation-batch",
+             "trace", "trace-batch", "json", "seed", "kv-block-size", "ceiling-mib"},
+            {"ablations", "help"});
+  DecodeBenchOptions o;
+  o.help = args.flag("help");
+  o.command = "megadecode bench decode";
+  for (int i = 0; i < argc; ++i) o.command += std::string(" ") + argv[i];
+  o.preset = args.get("preset", o.preset);
+  o.config = preset_config(o.preset);
+  for (int64_t ctx : args.get_int_list("context", {8192}))
+    for (int64_t b : args.get_int_list("batch", {1, 2, 4, 8, 16, 32, 64}))
+      o.points.push_back({static_cast<int>(std::clamp<int64_t>(ctx, -1, 1 << 30)),
+                          static_cast<int>(std::clamp<int64_t>(b, -1, 1 << 30))});
+  for (const auto& pt : parse_points(args.get("points", ""))) o.points.push_back(pt);
+  const int64_t steps = args.get_int("steps", o.steps), warmup = args.get_int("warmup", o.warmup);
+  MD_REQUIRE(steps >= 1 && steps <= 100000, "--steps must be in 1..100000, got ", steps);
+  MD_REQUIRE(warmup >= 0 && warmup <= 10000, "--warmup must be in 0..10000, got ", warmup);
+  o.steps = static_cast<int>(steps);
+  o.warmup = static_cast<int>(warmup);
+  const int64_t bs = args.get_int("kv-block-size", o.kv_block_size);
+  MD_REQUIRE(bs >= 1 && bs <= 1024, "--kv-block-size must be in 1..1024, got ", bs);
+  o.kv_block_size = static_cast<int>(bs);
+  o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
+  o.policy = args.get("policy", o.policy);
+  (void)policy_by_name(o.policy);  // Error naming the known ones
+  o.ablations = args.flag("ablations");
+  o.ablation_batches.clear();
+  for (int64_t b : args.get_int_list("ablation-batch", {1, 8})) {
+    MD_REQUIRE(b >= 1 && b <= 64, "--ablation-batch ", b, " outside 1..64");
+    o.ablation_batches.push_back(static_cast<int>(b));
+  }
+  o.trace_path = args.get("trace", "");
+  const int64_t tb = args.get_int("trace-batch", 1);
+  MD_REQUIRE(tb >= 1 && tb <= 64, "--trace-batch ", tb, " outside 1..64");
+  o.trace_batch = static_cast<int>(tb);
+  o.json_path = args.get("json", "");
+  o.ceiling_mib = args.get_int("ceiling-mib", o.ceiling_mib);
+  MD_REQUIRE(o.ceiling_mib >= 64 && o.ceiling_mib <= 65536, "--ceiling-mib must be in 64..65536, got ", o.ceiling_mib);
+  o.run_mk = o.run_ops = false;
+  const std::string list = args.get("backends", "mk,ops");
+  for (size_t pos = 0; pos <= list.size();) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    const std::string b = list.substr(pos, end - pos);
+    if (b == "mk" || b == "cuda-mk") o.run_mk = true;
+    else if (b == "ops" || b == "cuda-ops") o.run_ops = true;
+    else throw Error(cat("--backends: unknown backend \"", b, "\" (known: mk, ops)"));
+    pos = end + 1;
+  }
+  MD_REQUIRE(!o.points.empty(), "nothing to measure: give --batch/--context or --points");
+  int max_ctx = 0;
+  for (const auto& [ctx, b] : o.points) {
+    MD_REQUIRE(b >= 1 && b <= 64, "batch ", b, ": the CUDA backends run 1..64 sequences");
+    MD_REQUIRE(ctx >= 1 && ctx <= kDecodeBenchMaxContext, "context ", ctx, " outside 1..", kDecodeBenchMaxContext);
+    max_ctx = std::max(max_ctx, ctx);
+  }
+  // Qwen3-30B-A3B declares 40960 positions and reaches 131072 with YaRN rope scaling. The step's
+  // bytes and work do not depend on the rope variant, so longer benchmark contexts raise the
+  // limit and keep plain RoPE (bench_decode_run.cu prints a note).
+  o.config.max_position_embeddings = std::max(o.config.max_position_embeddings, max_ctx);
+  return o;
+}
+
+std::string decode_memory_problem(const DecodeBenchOptions& o, int64_t free_bytes) {
+  const int64_t weights = model_weight_bytes(o.config);
+  const int64_t kv_max = std::max(o.main_blocks(), o.ablations ? o.ablation_blocks() : 0) * o.block_bytes();
+  if (weights + kv_max + kDecodeBenchReserveBytes <= free_bytes) return "";
+  std::string worst;
+  for (const auto& [ctx, b] : o.points) {
+    const int64_t kv = blocks_for(b, ctx, o.kv_block_size) * o.block_bytes();
+    if (weights + kv + kDecodeBenchReserveBytes > free_bytes)
+      worst += cat(" batch ", b, " x context ", ctx, " (KV ", kv >> 20, " MiB);");
+  }
+  return cat("weights ", weights >> 20, " MiB + KV cache ", kv_max >> 20, " MiB + ", kDecodeBenchReserveBytes >> 20,
+             " MiB reserve > ", free_bytes >> 20, " MiB free.", worst.empty() ? "" : " Too large:" + worst,
+             " Drop those points.");
+}
+
+#if !defined(MEGADECODE_HAVE_CUDA)
+int bench_decode(int argc, char** argv) {
+  const DecodeBenchOptions o = parse_decode_bench_args(argc, argv);
+  if (o.help) {
+    std::printf("%s", kDecodeBenchUsage);
+    return 0;
+  }
+  throw Error("bench decode: this build has no CUDA support");
+}
+#endif
 
 }  // namespace megadecode

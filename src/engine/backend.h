@@ -34,6 +34,9 @@ struct DecodeSeq {
   // Token history for presence/frequency/repetition penalties (prompt + generated); may be empty
   // when no penalty is set.
   std::span<const int32_t> history;
+  // history[0, history_prompt_len) is the prompt: the repetition penalty sees all of history, the
+  // presence/frequency penalties only the generated part after it (vLLM).
+  size_t history_prompt_len = 0;
 };
 
 struct DecodeResult {

@@ -3,7 +3,9 @@
 // Format: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets:
 // [begin, end]}, "__metadata__": {...}}, then the data section. Every malformed input is an
 // Error naming the file (and tensor): truncated file, header past the end, bad JSON, unknown
-// dtype, offsets out of range / overlapping / not matching dtype*shape.
+// dtype, offsets out of range / overlapping / not matching dtype*shape. Like Hugging Face's
+// reader, the tensors must tile the data section exactly: gaps and trailing bytes are errors too,
+// and so are repeated tensor names or fields (which HF would resolve silently).
 #pragma once
 
 #include <filesystem>

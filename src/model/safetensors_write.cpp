@@ -32,10 +32,12 @@ bool is_shard_name(const std::string& s) {
          static_cast<size_t>(consumed) == s.size();
 }
 
-// A new checkpoint of another layout must not leave the old one where a reader finds it first.
+// A new checkpoint of another layout must not leave the old one where a reader finds it first
+// (nor the .partial leftovers of an interrupted write).
 void remove_stale_checkpoint(const fs::path& dir) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
+    std::string name = e.path().filename().string();
+    if (name.ends_with(".partial")) name.resize(name.size() - 8);
     if (name == "model.safetensors" || name == "model.safetensors.index.json" || is_shard_name(name)) {
       fs::remove(e.path());
     }
@@ -134,20 +136,26 @@ void write_checkpoint(const fs::path& model_dir, const std::vector<TensorToWrite
     const fs::path final_path = model_dir / name;
     const fs::path partial_path = model_dir / (name + ".partial");  // renamed once complete
     const std::string header = header_text(shards[s]);
-    OutFile out(partial_path);
-    uint8_t length[8];
-    for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
-    out.write(length, 8);
-    out.write(header.data(), header.size());
-    for (const Planned& p : shards[s]) {
-      std::memset(buffer.get(), 0, p.n_bytes);
-      fill(*p.tensor, std::span<std::byte>(buffer.get(), p.n_bytes));
-      out.write(buffer.get(), p.n_bytes);
-      weight_map[p.tensor->name] = name;
-      done += p.n_bytes;
-      if (progress) progress(done, total);
+    try {
+      OutFile out(partial_path);
+      uint8_t length[8];
+      for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
+      out.write(length, 8);
+      out.write(header.data(), header.size());
+      for (const Planned& p : shards[s]) {
+        std::memset(buffer.get(), 0, p.n_bytes);
+        fill(*p.tensor, std::span<std::byte>(buffer.get(), p.n_bytes));
+        out.write(buffer.get(), p.n_bytes);
+        weight_map[p.tensor->name] = name;
+        done += p.n_bytes;
+        if (progress) progress(done, total);
+      }
+      out.close();
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove(partial_path, ignored);  // never leave a file that looks like part of a checkpoint
+      throw;
     }
-    out.close();
     fs::rename(partial_path, final_path);
   }
   if (shards.size() > 1) {

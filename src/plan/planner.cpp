@@ -52,10 +52,9 @@ void layer_waves(const PlanShape& s, const CounterLayout& c, const Policy& p, in
 
   WaveBuild norm{Op::kAttnNorm, L, {}};
   for (int t = 0; t < s.batch; t += s.norm_tokens) {
-    std::vector<Wait> w;
-    if (L > 0) w.push_back({layer_counter(c, L - 1, c.down_done), s.n_experts * s.down_blocks});
     Task task = make_task(Op::kAttnNorm, L, {t, std::min(s.batch, t + s.norm_tokens)}, {}, {{C(c.norm_done), 1}});
-    for (const Wait& x : w) task.wait[task.n_waits++] = x;
+    // Layer 0 reads the embedding; later layers combine the previous layer's experts.
+    if (L > 0) task.wait[task.n_waits++] = {layer_counter(c, L - 1, c.down_done), s.n_experts * s.down_blocks};
     norm.tasks.push_back(task);
   }
   out.push_back(std::move(norm));

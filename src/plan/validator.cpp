@@ -304,6 +304,56 @@ void check_waves(const Plan& plan, const Graph& g) {
                  ", not an earlier one");
 }
 
+// Buffers are reused from layer to layer (and routing tables within a layer), which is safe only if
+// the layer funnels: DISPATCH(L) comes after every earlier task of layer L (it rewrites the routing
+// tables ATTN_NORM(L) read), and the next layer's ATTN_NORM (or FINAL_NORM) after every task of
+// layer L. Checked by a backward search from one task of the funnel wave (all its tasks must wait
+// on the same counters), which stops at earlier layers.
+void check_funnels(const Plan& plan, const Graph& g) {
+  const int n = static_cast<int>(plan.tasks.size());
+  const int n_layers = plan.params.shape.n_layers;
+  auto layer_of = [&](int t) { return plan.tasks[t].layer < 0 ? n_layers : plan.tasks[t].layer; };
+  std::vector<std::vector<int>> wave_tasks(plan.waves.size());
+  for (int i = 0; i < n; ++i) wave_tasks[plan.task_wave[i]].push_back(i);
+  std::vector<int> seen(n, -1);
+  auto check = [&](int funnel_wave, int layer) {
+    const std::vector<int>& tasks = wave_tasks[funnel_wave];
+    if (tasks.empty()) return;
+    const Task& rep = plan.tasks[tasks[0]];
+    for (int t : tasks) {
+      const Task& u = plan.tasks[t];
+      bool same = u.n_waits == rep.n_waits;
+      for (int j = 0; same && j < u.n_waits; ++j)
+        same = u.wait[j].counter == rep.wait[j].counter && u.wait[j].target == rep.wait[j].target;
+      MD_REQUIRE(same, describe_task(plan, t), " does not wait like the rest of its wave, which must funnel layer ", layer);
+    }
+    std::vector<int> stack{tasks[0]};
+    seen[tasks[0]] = funnel_wave;
+    while (!stack.empty()) {
+      const int v = stack.back();
+      stack.pop_back();
+      for (int e = g.begin[v]; e < g.begin[v + 1]; ++e) {
+        const int d = g.deps[e];
+        if (seen[d] == funnel_wave || layer_of(d) < layer) continue;
+        seen[d] = funnel_wave;
+        stack.push_back(d);
+      }
+    }
+    for (int w = 0; w < funnel_wave; ++w) {
+      if (plan.waves[w].layer != layer) continue;
+      for (int t : wave_tasks[w])
+        MD_REQUIRE(seen[t] == funnel_wave, "unsafe buffer reuse: ", describe_task(plan, t),
+                   " is not ordered before ", describe_task(plan, tasks[0]), ", which overwrites what it uses");
+    }
+  };
+  for (int w = 0; w < static_cast<int>(plan.waves.size()); ++w) {
+    const WaveInfo& wave = plan.waves[w];
+    if (wave.op == Op::kDispatch) check(w, wave.layer);
+    if ((wave.op == Op::kAttnNorm && wave.layer > 0) || wave.op == Op::kFinalNorm)
+      check(w, wave.op == Op::kFinalNorm ? n_layers - 1 : wave.layer - 1);
+  }
+}
+
 }  // namespace
 
 void validate_plan(const Plan& plan) {
@@ -322,6 +372,7 @@ void validate_plan(const Plan& plan) {
   if (auto cycle = find_cycle(plan, graph, true); !cycle.empty())
     throw Error(cat("deadlock through list order: ", describe_cycle(plan, producers, queue_of, cycle)));
   check_waves(plan, graph);
+  check_funnels(plan, graph);
 }
 
 }  // namespace megadecode

@@ -10,7 +10,9 @@
 //      dynamic producers are all drain tasks of the queue) is acyclic;
 //   5. no self-deadlock: no task waits on arrivals that only tasks later in its own SM's list make;
 //   6. with list order added (each task after its predecessor on the same SM) still acyclic;
-//   7. lists sorted by wave and every producer waited on is in a strictly earlier wave.
+//   7. lists sorted by wave and every producer waited on is in a strictly earlier wave;
+//   8. every layer funnels: DISPATCH(L) after all earlier tasks of layer L, the next ATTN_NORM (or
+//      FINAL_NORM) after all of layer L, so buffers reused across layers are race-free.
 #pragma once
 
 #include "plan/plan.h"

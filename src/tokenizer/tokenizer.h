@@ -31,6 +31,9 @@ class Tokenizer {
   virtual std::string token_bytes(int32_t id) const = 0;
   // The eos token named by tokenizer_config.json, if any.
   virtual std::optional<int32_t> eos_token_id() const = 0;
+  // Added tokens (special or not, e.g. "<think>") decode as their literal text, separately from
+  // the byte-level stream around them.
+  virtual bool is_added_token(int32_t id) const { return is_special(id); }
 };
 
 // Fed one token at a time, returns the text that became complete: never splits a UTF-8
@@ -44,8 +47,7 @@ class StreamingDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
-  std::vector<int32_t> ids_;
-  size_t emitted_bytes_ = 0;
+  std::string pending_;  // bytes not yet emitted: a truncated UTF-8 character (at most 3 bytes)
 };
 
 struct ChatMessage {

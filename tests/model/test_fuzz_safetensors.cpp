@@ -266,11 +266,11 @@ TEST(FuzzSafetensors, ValidFilesParse) {
   EXPECT_EQ(stats.parsed, 2000u);
 }
 
-// Four shards of the work so ctest can spread them over cores: 4 x 30,000 = 120,000 inputs.
-TEST(FuzzSafetensors, SingleMutations) { run_fuzz(0x1111, 30000, 1, 20); }
-TEST(FuzzSafetensors, StackedMutationsA) { run_fuzz(0x2222, 30000, 3, 5); }
-TEST(FuzzSafetensors, StackedMutationsB) { run_fuzz(0x3333, 30000, 3, 5); }
-TEST(FuzzSafetensors, DeepStacks) { run_fuzz(0x4444, 30000, 6, 2); }
+// Four shards of the work so ctest can spread them over cores: 4 x 50,000 = 200,000 inputs.
+TEST(FuzzSafetensors, SingleMutations) { run_fuzz(0x1111, 50000, 1, 20); }
+TEST(FuzzSafetensors, StackedMutationsA) { run_fuzz(0x2222, 50000, 3, 5); }
+TEST(FuzzSafetensors, StackedMutationsB) { run_fuzz(0x3333, 50000, 3, 5); }
+TEST(FuzzSafetensors, DeepStacks) { run_fuzz(0x4444, 50000, 6, 2); }
 
 }  // namespace
 }  // namespace megadecode

@@ -1,3 +1,4 @@
+// sanitize: address
 // Safetensors reader: every malformed input is an Error naming the file and the tensor; valid
 // files give views of exactly the right bytes.
 #include <gtest/gtest.h>

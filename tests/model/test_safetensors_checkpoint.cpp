@@ -1,3 +1,4 @@
+// sanitize: address
 // Safetensors checkpoints: write_checkpoint round trips (all dtypes, single file and shards, HF's
 // byte layout) and every inconsistency between an index and its shards is an Error naming both.
 #include <gtest/gtest.h>
@@ -140,6 +141,22 @@ TEST(SafetensorsWrite, RejectsBadSpecs) {
   EXPECT_THROW(write_checkpoint(dir.path(), {{"a", Dtype::kF32, {-1}}}, fill, 100), Error);
   EXPECT_THROW(write_checkpoint(dir.path(), {{"__metadata__", Dtype::kF32, {1}}}, fill, 100), Error);
   EXPECT_THROW(write_checkpoint(dir.path(), {{"a", Dtype::kF32, {1}}}, fill, 0), Error);
+}
+
+TEST(SafetensorsWrite, FailedFillLeavesNoPartialFiles) {
+  TempDir dir("st-fail");
+  auto fill = [](const TensorToWrite& t, std::span<std::byte>) {
+    if (t.name == "b") throw Error("fill failed");
+  };
+  for (size_t max_shard : {size_t{8}, size_t{1} << 20}) {
+    EXPECT_THROW(write_checkpoint(dir.path(), {{"a", Dtype::kF32, {2}}, {"b", Dtype::kF32, {2}}}, fill, max_shard),
+                 Error);
+    for (const auto& e : fs::directory_iterator(dir.path())) {
+      EXPECT_NE(e.path().extension(), ".partial") << e.path();
+      EXPECT_NE(e.path().filename(), "model.safetensors.index.json");
+    }
+    EXPECT_THROW(Checkpoint::open(dir.path()), Error);
+  }
 }
 
 // A sharded checkpoint of three one-tensor shards, then one inconsistency at a time.

@@ -1,3 +1,4 @@
+// sanitize: address
 // Synthetic models: `make-model` output loads back (single file and shards) with bytes equal to
 // the in-memory weights; weights are a pure function of the seed with the documented scales;
 // LoadedModel keeps its views valid when moved; make-model and load errors are clear.

@@ -1,6 +1,6 @@
 // Tests for the plan validator: deliberately broken plans (cycle, unreachable target, wait with no
 // producer, self-deadlock, deadlock through list order, same-wave wait, over-full and
-// under-sized queues, malformed records) are rejected with a message naming the task or queue.
+// under-sized queues, unsafe buffer reuse, malformed records) are rejected with a message naming the task or queue.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -161,6 +161,15 @@ TEST(Validator, RejectsOverfullAndUndersizedQueues) {
     std::swap(p.attn_items[0], p.attn_items[1]);
     expect_error(p, "does not continue its sequence's splits", "attn queue of L0");
   }
+}
+
+TEST(Validator, RejectsUnsafeBufferReuse) {
+  Fixture f = make_fixture();
+  Plan& p = f.plan;
+  // Layer 1's norms no longer wait for layer 0's experts: they would overwrite x while layer 0 runs.
+  for (Task& t : p.tasks)
+    if (t.op == static_cast<uint8_t>(Op::kAttnNorm) && t.layer == 1) t.n_waits = 0;
+  expect_error(p, "unsafe buffer reuse", "L1 attn_norm");
 }
 
 TEST(Validator, RejectsQueueWithoutDrain) {

@@ -62,6 +62,9 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Cud
 }
 
 CudaBackend::~CudaBackend() {
+  if (bench_exec_) cudaGraphExecDestroy(bench_exec_);
+  cudaFree(trace_);
+  cudaFree(trace_counts_);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   if (graph_) cudaGraphDestroy(graph_);
   cudaStreamDestroy(stream_);
@@ -235,10 +238,16 @@ void CudaBackend::launch(cudaStream_t stream) {
   p.w = weights_->view();
   p.error = error_;
   p.timeout_ns = options_.wait_timeout_ms * 1000000;
+  p.flags = options_.kernel_flags;
+  p.trace = trace_;
+  p.trace_counts = trace_counts_;
+  p.trace_capacity = trace_capacity_;
+  const size_t trace_count_bytes = static_cast<size_t>(n_sms_) * kTraceRoles * sizeof(int32_t);
   const size_t counter_bytes = static_cast<size_t>(plan_.params.counters.n_counters) * kCounterStrideBytes;
   if (!options_.per_op) {
     CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
     CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
+    if (trace_) CUDA_CHECK(cudaMemsetAsync(trace_counts_, 0, trace_count_bytes, stream));
     p.list_begin = ranges_;
     p.list_end = ranges_ + n_sms_;
     launch_megakernel(p, stream);
@@ -249,6 +258,7 @@ void CudaBackend::launch(cudaStream_t stream) {
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
   CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
+  if (trace_) CUDA_CHECK(cudaMemsetAsync(trace_counts_, 0, trace_count_bytes, stream));
   for (size_t w = 0; w < plan_.waves.size(); ++w) {
     p.list_begin = ranges_ + (w + 1) * 2 * n_sms_;
     p.list_end = p.list_begin + n_sms_;
@@ -331,6 +341,97 @@ std::string CudaBackend::check_counter_totals() const {
       bad += cat(counter_name(plan_, static_cast<int32_t>(i)), " = ", v[i], " (planned ", info.total, "); ");
   }
   return bad;
+}
+
+// ---- benchmark hooks ----
+
+std::vector<float> CudaBackend::time_last_step(int warmup, int reps) {
+  MD_REQUIRE(!plan_.tasks.empty(), name(), ": time_last_step needs a decode step first");
+  MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
+  cudaGraphExec_t exec = graph_exec_;
+  if (!options_.per_op) {
+    // The step's memsets + launch as one graph, captured for the current plan.
+    if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
+    bench_exec_ = nullptr;
+    (void)megakernel_shape(plan_.params.shape.batch);  // kernel configuration outside the capture
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    launch(stream_);
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&bench_exec_, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    exec = bench_exec_;
+  }
+  MD_CHECK(exec != nullptr, "no step graph to replay");
+  cudaEvent_t a = nullptr, b = nullptr;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  ms.reserve(reps);
+  for (int i = 0; i < warmup + reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, stream_));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    CUDA_CHECK(cudaEventRecord(b, stream_));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    check_error();  // throws naming the counter; the events are leaked only on that path
+    float t = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    if (i >= warmup) ms.push_back(t);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  return ms;
+}
+
+std::vector<uint8_t> CudaBackend::read_buffer(const BufferSpan& span) const {
+  MD_REQUIRE(arena_ != nullptr && span.offset + span.bytes <= arena_bytes_, "read_buffer: span outside the arena");
+  std::vector<uint8_t> out(span.bytes);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(out.data(), arena_ + span.offset, span.bytes, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+void CudaBackend::enable_trace(int capacity_per_sm) {
+  MD_REQUIRE(capacity_per_sm >= 0, "trace capacity must be >= 0");
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Captured steps refer to the old trace buffers: drop them (the next decode() captures again).
+  if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
+  if (graph_exec_) CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
+  if (graph_) CUDA_CHECK(cudaGraphDestroy(graph_));
+  bench_exec_ = nullptr;
+  graph_exec_ = nullptr;
+  graph_ = nullptr;
+  plan_ = Plan{};  // time_last_step needs a decode() with the new setting first
+  CUDA_CHECK(cudaFree(trace_));
+  CUDA_CHECK(cudaFree(trace_counts_));
+  trace_ = nullptr;
+  trace_counts_ = nullptr;
+  trace_capacity_ = capacity_per_sm;
+  if (capacity_per_sm == 0) return;
+  const size_t slots = static_cast<size_t>(n_sms_) * kTraceRoles;
+  CUDA_CHECK(cudaMalloc(&trace_, slots * capacity_per_sm * sizeof(TraceRecord)));
+  CUDA_CHECK(cudaMalloc(&trace_counts_, slots * sizeof(int32_t)));
+  CUDA_CHECK(cudaMemset(trace_counts_, 0, slots * sizeof(int32_t)));
+}
+
+std::vector<TraceRecord> CudaBackend::read_trace(int64_t* dropped) const {
+  MD_REQUIRE(trace_ != nullptr, "read_trace: tracing is off (enable_trace first)");
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const size_t slots = static_cast<size_t>(n_sms_) * kTraceRoles;
+  std::vector<int32_t> counts(slots);
+  CUDA_CHECK(cudaMemcpy(counts.data(), trace_counts_, slots * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  std::vector<TraceRecord> all(slots * trace_capacity_);
+  CUDA_CHECK(cudaMemcpy(all.data(), trace_, all.size() * sizeof(TraceRecord), cudaMemcpyDeviceToHost));
+  std::vector<TraceRecord> out;
+  int64_t lost = 0;
+  for (size_t s = 0; s < slots; ++s) {
+    const int n = std::min(counts[s], trace_capacity_);
+    lost += counts[s] - n;
+    out.insert(out.end(), all.begin() + static_cast<int64_t>(s) * trace_capacity_,
+               all.begin() + static_cast<int64_t>(s) * trace_capacity_ + n);
+  }
+  if (dropped) *dropped = lost;
+  return out;
 }
 
 }  // namespace megadecode::cuda

@@ -29,6 +29,7 @@ struct CudaBackendOptions {
   std::string policy = "default";        // plan policy (plan/policy.h)
   int n_sms = 0;                         // 0: every SM of the device
   int64_t wait_timeout_ms = 2000;        // bound on any single counter wait inside a step
+  uint32_t kernel_flags = 0;             // MkFlag bits (mk_types.h): benchmark ablations only
 };
 
 class CudaBackend : public Backend {
@@ -58,6 +59,22 @@ class CudaBackend : public Backend {
   void set_stuck_task(int task) { stuck_task_ = task; }
   // Test only: fills every activation buffer of the step with NaN before the launch.
   void set_poison_activations(bool on) { poison_ = on; }
+
+  // ---- benchmark hooks (bench decode) ----
+  // Replays the last decode step `warmup` + `reps` times as a CUDA graph (cuda-ops: its per-wave
+  // graph; cuda-mk: the counter/error memsets and the one launch, captured once) and returns the
+  // milliseconds of each timed replay (CUDA events around the graph launch). The step is
+  // idempotent (same inputs, same KV slot written), so replays do the same work; the device
+  // error word is checked after every replay.
+  std::vector<float> time_last_step(int warmup, int reps);
+  // Bytes of one buffer of the last step's arena (e.g. moe_n_items), copied to the host.
+  std::vector<uint8_t> read_buffer(const BufferSpan& span) const;
+  // Per-SM trace of the following launches (trace.h): capacity records per SM and role; 0 turns
+  // it off. Either way a decode() must follow before time_last_step. read_trace() returns every
+  // SM's records of the last launch (the last graph replay for cuda-ops: all its waves) and the
+  // number dropped for lack of capacity.
+  void enable_trace(int capacity_per_sm);
+  std::vector<TraceRecord> read_trace(int64_t* dropped = nullptr) const;
 
  private:
   void run_step(const BatchState& batch, std::span<const DecodeSeq> seqs);
@@ -92,6 +109,10 @@ class CudaBackend : public Backend {
   cudaGraphExec_t graph_exec_ = nullptr;
   int stuck_task_ = -1;
   bool poison_ = false;
+  cudaGraphExec_t bench_exec_ = nullptr;  // cuda-mk step graph of time_last_step
+  TraceRecord* trace_ = nullptr;
+  int32_t* trace_counts_ = nullptr;
+  int trace_capacity_ = 0;
 };
 
 }  // namespace megadecode::cuda

@@ -58,6 +58,23 @@ template <int kNT> __device__ bool run_lm_head(ConsumerCtx& c, const Work& w) { 
 template <int kNT> __device__ bool run_expert_up(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, true>(c, w); }
 template <int kNT> __device__ bool run_expert_down(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
 
+// Trace hook (trace.h): one record per Work, written by consumer thread 0 after the arrivals.
+__device__ inline void trace_work(const MkParams& p, const Work& w, int64_t g0, int64_t c0) {
+  TraceRecord r{};
+  r.g_begin = g0;
+  r.c_begin = c0;
+  r.c_end = trace_clock();
+  r.g_end = trace_gtime();
+  r.kind = kTraceWork;
+  r.op = w.op;
+  r.layer = w.layer;
+  r.task = w.task;
+  r.arg0 = w.arg[0];
+  r.arg1 = w.arg[1];
+  r.arg2 = w.arg[2];
+  trace_put(p.trace, p.trace_counts, p.trace_capacity, 0, r);
+}
+
 template <int kNT>
 __device__ void consumer_loop(ConsumerCtx& c, Work* works, uint64_t* wfull, uint64_t* wempty) {
   const int tid = threadIdx.x;
@@ -69,6 +86,8 @@ __device__ void consumer_loop(ConsumerCtx& c, Work* works, uint64_t* wfull, uint
     consumer_sync();  // everyone has its copy: the slot may be refilled
     if (tid == 0) ptx::mbar_arrive(&wempty[slot]);
     if (w.op == kWorkEnd || w.op == kWorkAbort) return;
+    const int64_t trace_c0 = c.p.trace && tid == 0 ? trace_clock() : 0;
+    const int64_t trace_g0 = c.p.trace && tid == 0 ? trace_gtime() : 0;
     bool ok = true;
     if (w.op != kWorkArriveOnly) {
       switch (static_cast<Op>(w.op)) {
@@ -87,6 +106,7 @@ __device__ void consumer_loop(ConsumerCtx& c, Work* works, uint64_t* wfull, uint
       if (tid == 0)
         for (int i = 0; i < w.n_arrives && i < 2; ++i) mk_arrive(c.p, w.arrive_counter[i], w.arrive_amount[i]);
     }
+    if (c.p.trace && tid == 0) trace_work(c.p, w, trace_g0, trace_c0);
   }
 }
 

@@ -126,6 +126,7 @@ struct Producer {
 
   // Issues weight parts of upcoming static GEMM pages while slots are free (never blocks).
   __device__ void prefetch_some() {
+    if (p.flags & kMkNoPrefetch) return;  // ablation: weights only after the activation wait
     while (pf_task < list_end) {
       const Task& t = p.tasks[pf_task];
       const Op op = static_cast<Op>(t.op);
@@ -155,6 +156,8 @@ struct Producer {
       return true;
     }
     const int64_t t0 = globaltimer_ns();
+    const int64_t c0 = p.trace ? trace_clock() : 0;
+    const int32_t first_seen = p.trace ? ld_relaxed_gpu(c) : 0;
     uint32_t sleep_ns = 32;
     for (uint32_t spin = 0;; ++spin) {
       prefetch_some();
@@ -171,7 +174,34 @@ struct Producer {
       }
     }
     fence_acquire_gpu();
+    if (p.trace) trace_wait(counter, target, task, first_seen, t0, c0);
     return true;
+  }
+
+  // Trace hook (trace.h): one record per wait that had to poll.
+  __device__ void trace_wait(int32_t counter, int32_t target, int32_t task, int32_t first_seen, int64_t g0,
+                             int64_t c0) const {
+    TraceRecord r{};
+    r.g_begin = g0;
+    r.c_begin = c0;
+    r.c_end = trace_clock();
+    r.g_end = trace_gtime();
+    r.kind = kTraceWait;
+    r.op = task >= 0 ? p.tasks[task].op : -1;
+    r.layer = task >= 0 ? p.tasks[task].layer : -1;
+    r.task = task;
+    r.arg0 = counter;
+    r.arg1 = target;
+    r.arg2 = first_seen;
+    trace_put(p.trace, p.trace_counts, p.trace_capacity, 1, r);
+  }
+
+  // The next queue index this drain task works on: claimed with one atomic (work stealing), or
+  // under kMkStaticQueues the fixed sequence sm, sm + S, sm + 2S, ... (every SM runs exactly one
+  // drain task per drain wave, so the sequences partition the queue).
+  __device__ int32_t next_item(int32_t* head, int32_t& k) const {
+    if (p.flags & kMkStaticQueues) return static_cast<int32_t>(blockIdx.x) + (k++) * static_cast<int32_t>(gridDim.x);
+    return atom_add_relaxed_gpu(head, 1);
   }
 
   __device__ bool post(const Work& wk) {
@@ -220,8 +250,8 @@ struct Producer {
     const CounterLayout& c = p.plan.counters;
     int32_t* head = counter_ptr(p, layer_counter(c, t.layer, c.attn_head));
     const AttnItem* items = buf<const AttnItem>(p, p.plan.buffers.attn_items);
-    for (;;) {
-      const int32_t i = atom_add_relaxed_gpu(head, 1);
+    for (int32_t k = 0;;) {
+      const int32_t i = next_item(head, k);
       if (i >= s.n_attn_items) return true;
       const AttnItem it = items[i];
       if (it.seq < 0 || it.seq >= s.batch || it.group < 0 || it.group >= s.n_kv_heads) {
@@ -245,8 +275,8 @@ struct Producer {
     const int32_t n_items = __ldcg(buf<int32_t>(p, b.moe_n_items) + t.layer * 2 + (down ? 1 : 0));
     const int32_t* items = buf<int32_t>(p, down ? b.down_items : b.up_items);
     const int blocks = down ? s.down_blocks : s.up_blocks;
-    for (;;) {
-      const int32_t i = atom_add_relaxed_gpu(head, 1);
+    for (int32_t k = 0;;) {
+      const int32_t i = next_item(head, k);
       if (i >= n_items) return true;
       const int32_t item = __ldcg(items + i);
       const int e = moe_item_expert(item), blk = moe_item_block(item);
@@ -304,7 +334,7 @@ struct Producer {
       // Weights first, into slots whose previous page is already fully issued.
       const int n = job_pages<kNT>(j.rb_begin, j.rb_end, j.n_kb);
       int pages_w = 0;
-      while (pages_w < n && (w_seq < static_cast<uint32_t>(n_slots) || w_seq - n_slots < x_seq)) {
+      while (!(p.flags & kMkNoPrefetch) && pages_w < n && (w_seq < static_cast<uint32_t>(n_slots) || w_seq - n_slots < x_seq)) {
         if (!wait_slot(w_seq)) return false;
         issue_w(j, pages_w++);
       }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/mk/trace.h"
 #include "plan/task.h"
 
 namespace megadecode::cuda {
@@ -58,6 +59,12 @@ struct MkError {
 };
 static_assert(sizeof(MkError) == 32);
 
+// Benchmark switches (MkParams::flags; 0 in production). Ablations of `bench decode --ablations`.
+enum MkFlag : uint32_t {
+  kMkNoPrefetch = 1u << 0,     // a GEMM's weight pages are issued only after its activation wait
+  kMkStaticQueues = 1u << 1,   // drain tasks take items sm, sm + S, ... instead of claiming them
+};
+
 // Kernel parameters (passed by value, < 4 KB).
 struct MkParams {
   PlanParams plan;
@@ -72,6 +79,11 @@ struct MkParams {
   MkModelWeights w;
   MkError* error;
   int64_t timeout_ns;             // bound on any single wait
+  // ---- benchmark switches and trace (trace.h); zero/null in production ----
+  uint32_t flags;                 // MkFlag bits
+  int32_t trace_capacity;         // records per SM per role
+  TraceRecord* trace;             // [n_sms][kTraceRoles][trace_capacity], nullptr: no trace
+  int32_t* trace_counts;          // [n_sms][kTraceRoles], zeroed before the launch
 };
 
 }  // namespace megadecode::cuda

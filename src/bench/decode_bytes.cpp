@@ -1,0 +1,88 @@
+// Byte accounting of one decode step (decode_bytes.h).
+#include "bench/decode_bytes.h"
+
+#include "core/check.h"
+
+namespace megadecode {
+namespace {
+
+constexpr int64_t kBf16 = 2;
+
+int64_t attention_layer_bytes(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size();
+  const int64_t proj = (q + 2 * kv) * h + h * q;                  // q, k, v rows of H; o rows of q_size
+  const int64_t norms = 2 * h + (c.qk_norm ? 2 * c.head_dim : 0);  // input/post, q/k norms
+  return (proj + norms) * kBf16;
+}
+
+int64_t dense_ffn_bytes(const ModelConfig& c) { return int64_t{3} * c.intermediate_size * c.hidden_size * kBf16; }
+
+}  // namespace
+
+int64_t kv_bytes_per_token(const ModelConfig& c) {
+  return static_cast<int64_t>(c.n_layers) * 2 * c.n_kv_heads * c.head_dim * kBf16;
+}
+
+int64_t expert_bytes(const ModelConfig& c) {
+  return int64_t{3} * c.moe_intermediate_size * c.hidden_size * kBf16;
+}
+
+int64_t model_weight_bytes(const ModelConfig& c) {
+  int64_t b = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    b += attention_layer_bytes(c);
+    if (c.is_moe_layer(l))
+      b += static_cast<int64_t>(c.n_experts) * (expert_bytes(c) + int64_t{c.hidden_size} * kBf16);
+    else
+      b += dense_ffn_bytes(c);
+  }
+  const int64_t table = static_cast<int64_t>(c.vocab_size) * c.hidden_size * kBf16;
+  return b + table * (c.tie_word_embeddings ? 1 : 2) + int64_t{c.hidden_size} * kBf16;
+}
+
+StepBytes decode_step_bytes(const ModelConfig& c, std::span<const int> context_lens,
+                            std::span<const int> distinct_experts) {
+  MD_REQUIRE(distinct_experts.size() == static_cast<size_t>(c.n_layers), "decode_step_bytes: ",
+             distinct_experts.size(), " distinct-expert counts for ", c.n_layers, " layers");
+  StepBytes s;
+  for (int l = 0; l < c.n_layers; ++l) {
+    s.attention += attention_layer_bytes(c);
+    if (c.is_moe_layer(l)) {
+      const int d = distinct_experts[l];
+      MD_REQUIRE(d >= 0 && d <= c.n_experts, "decode_step_bytes: layer ", l, " has ", d, " distinct experts of ",
+                 c.n_experts);
+      s.router += static_cast<int64_t>(c.n_experts) * c.hidden_size * kBf16;
+      s.experts += d * expert_bytes(c);
+    } else {
+      s.experts += dense_ffn_bytes(c);
+    }
+  }
+  s.lm_head = (static_cast<int64_t>(c.vocab_size) + 1) * c.hidden_size * kBf16;
+  s.embed = static_cast<int64_t>(context_lens.size()) * c.hidden_size * kBf16;
+  int64_t tokens = 0;
+  for (int n : context_lens) {
+    MD_REQUIRE(n >= 1, "decode_step_bytes: context length ", n);
+    tokens += n;
+  }
+  s.kv = tokens * kv_bytes_per_token(c);
+  return s;
+}
+
+std::vector<int> distinct_experts_from_items(std::span<const int32_t> moe_n_items, int n_layers, int up_blocks,
+                                             int down_blocks, int n_experts) {
+  MD_REQUIRE(moe_n_items.size() >= static_cast<size_t>(n_layers) * 2, "moe_n_items holds ", moe_n_items.size(),
+             " counts for ", n_layers, " layers");
+  MD_REQUIRE(up_blocks >= 1 && down_blocks >= 1, "up/down blocks must be >= 1");
+  std::vector<int> out(n_layers);
+  for (int l = 0; l < n_layers; ++l) {
+    const int32_t up = moe_n_items[2 * l], down = moe_n_items[2 * l + 1];
+    MD_REQUIRE(up >= 0 && up % up_blocks == 0 && down % down_blocks == 0 && up / up_blocks == down / down_blocks,
+               "layer ", l, ": ", up, " up items and ", down, " down items are not whole experts of ", up_blocks,
+               " + ", down_blocks, " blocks");
+    out[l] = up / up_blocks;
+    MD_REQUIRE(out[l] <= n_experts, "layer ", l, ": ", out[l], " distinct experts of ", n_experts);
+  }
+  return out;
+}
+
+}  // namespace megadecode

@@ -1,0 +1,44 @@
+// What one decode step must read from HBM at minimum (the "floor" of bench decode): every weight
+// the step touches once — attention projections and norms of every layer, the routers, the
+// DISTINCT experts the step's routing chose in each layer, the final norm and the LM head, the
+// embedding rows of the batch — plus the live KV cache of every sequence. Pure host arithmetic
+// on the model shape (unit-tested); the GPU side supplies the routing it observed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/config.h"
+
+namespace megadecode {
+
+struct StepBytes {
+  int64_t attention = 0;  // q/k/v/o projections + input/post norms + q/k norms, all layers
+  int64_t router = 0;     // routers, all layers
+  int64_t experts = 0;    // distinct routed experts x (gate + up + down), per layer, summed
+  int64_t lm_head = 0;    // LM head + final norm
+  int64_t embed = 0;      // one embedding row per sequence
+  int64_t kv = 0;         // sum of context lengths x kv_bytes_per_token
+  int64_t total() const { return attention + router + experts + lm_head + embed + kv; }
+};
+
+// K and V of one token over all layers: n_layers x 2 x n_kv_heads x head_dim x 2 bytes (bf16).
+int64_t kv_bytes_per_token(const ModelConfig& c);
+// One expert's gate + up + down matrices (bf16).
+int64_t expert_bytes(const ModelConfig& c);
+// Every weight of the model (bf16), untied LM head included: what the GPU must hold.
+int64_t model_weight_bytes(const ModelConfig& c);
+
+// context_lens: each sequence's context including the new token; distinct_experts: per layer
+// (n_layers entries; dense layers ignore theirs).
+StepBytes decode_step_bytes(const ModelConfig& c, std::span<const int> context_lens,
+                            std::span<const int> distinct_experts);
+
+// Distinct experts per layer from DISPATCH's item counts (buffer moe_n_items, [n_layers][2]:
+// up items, down items): an active expert contributes exactly up_blocks up items and
+// down_blocks down items. Error when the counts are not whole multiples or disagree.
+std::vector<int> distinct_experts_from_items(std::span<const int32_t> moe_n_items, int n_layers, int up_blocks,
+                                             int down_blocks, int n_experts);
+
+}  // namespace megadecode

@@ -1,0 +1,73 @@
+// The GPU side of `megadecode bench decode` (implemented in src/cuda/mk/bench_decode_gpu.cu;
+// this header has no CUDA types so the driver in bench_decode.cpp stays plain C++): the pure-read
+// ceiling, the synthetic full-shape weights generated on the device, and one backend at a time
+// (cuda-mk or cuda-ops, a plan policy, kernel ablation flags) over a synthetic KV cache filled
+// with N(0, 0.01), timed by replaying one decode step as a CUDA graph between CUDA events.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda/mk/trace.h"
+#include "model/config.h"
+#include "plan/plan.h"
+
+namespace megadecode {
+
+struct GpuInfo {
+  std::string name;
+  int n_sms = 0;
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
+};
+GpuInfo gpu_info();
+
+// Best pure-read GB/s over a few launch shapes of the bandwidth kernel on a `bytes` buffer
+// (allocated and freed here); one JSON record per shape appended to `records`.
+double measure_read_ceiling(int64_t bytes, int reps, nlohmann::json& records);
+
+struct DecodeBackendSpec {
+  bool per_op = false;             // false: cuda-mk, true: cuda-ops
+  std::string policy = "default";  // plan policy
+  uint32_t kernel_flags = 0;       // MkFlag bits
+  int kv_block_size = 16;
+  int64_t n_kv_blocks = 0;         // KV cache size; the caller checks it fits (bench_decode.cpp)
+};
+
+struct DecodePointResult {
+  std::vector<float> step_ms;          // each timed replay
+  std::vector<int> distinct_experts;   // [n_layers] from DISPATCH's item counts
+  std::vector<int> context_lens;       // [batch]
+  int n_sms = 0;
+  std::vector<TraceRecord> trace;      // when asked for
+  int64_t trace_dropped = 0;
+  Plan plan;                           // the step's plan (trace names), only when tracing
+};
+
+class DecodeGpu {
+ public:
+  // Generates the model's weights on the device (synthetic, `seed`); prints how long it took.
+  DecodeGpu(const ModelConfig& config, uint64_t seed);
+  ~DecodeGpu();
+  DecodeGpu(const DecodeGpu&) = delete;
+  DecodeGpu& operator=(const DecodeGpu&) = delete;
+
+  int64_t weight_bytes() const;
+  // Opens one backend (closing the previous one) and fills its whole KV cache with N(0, 0.01).
+  void open(const DecodeBackendSpec& spec);
+  void close();
+  // One decode step of `batch` sequences at context `context` (the new token at position
+  // context - 1, random token ids, greedy), run once, then replayed warmup + steps times.
+  // trace_capacity > 0: one more replay with the per-SM trace on (records per SM and role).
+  DecodePointResult run(int batch, int context, int warmup, int steps, int trace_capacity);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace megadecode

@@ -1,0 +1,62 @@
+// Per-SM trace of one megakernel launch (bench decode --trace): POD records shared by the kernel
+// and the host, plus the device-side writer. Two writers per SM, each with its own array so no
+// atomics are needed: role 0 = consumer thread 0 (one record per Work: the op's tile, from the
+// moment the consumers hold the Work record until its arrivals are published), role 1 = the
+// producer thread (one record per counter wait that was not already satisfied).
+// Timestamps: both %globaltimer (ns, comparable across SMs, possibly coarse) and clock64 (SM
+// cycles, fine, per-SM origin); the host maps clock64 onto globaltimer per SM by least squares
+// (bench/decode_trace.cpp). Tracing costs nothing when MkParams::trace is null: every hook is one
+// pointer test per Work or per wait, outside the GEMM and attention loops.
+#pragma once
+
+#include <cstdint>
+
+namespace megadecode {
+
+enum TraceKind : int32_t {
+  kTraceWork = 0,  // consumer: one Work (a static task, or one claimed queue item)
+  kTraceWait = 1,  // producer: a counter wait that had to poll
+};
+inline constexpr int kTraceRoles = 2;
+
+// One interval. Buffer layout: records[(sm * kTraceRoles + role) * capacity + i], i < count;
+// counts[sm * kTraceRoles + role] keeps counting past the capacity (the host reports the drops).
+struct TraceRecord {
+  int64_t g_begin, g_end;  // %globaltimer, ns
+  int64_t c_begin, c_end;  // clock64, SM cycles
+  int32_t kind;            // TraceKind
+  int32_t op;              // Op of the task (the work's op; for waits the waiting task's op)
+  int32_t layer;           // -1 after the last layer
+  int32_t task;            // plan task index (-1: none)
+  int32_t arg0;            // work: arg[0] (attention: item index; experts: expert); wait: counter
+  int32_t arg1;            // work: arg[1] (experts: block; tiles: first row);      wait: target
+  int32_t arg2;            // work: arg[2];                                          wait: value seen first
+  int32_t sm;              // the CTA (written by trace_put)
+};
+static_assert(sizeof(TraceRecord) == 64, "TraceRecord must stay one 64-byte record");
+
+}  // namespace megadecode
+
+#if defined(__CUDACC__)
+namespace megadecode::cuda::mk {
+
+__device__ __forceinline__ int64_t trace_clock() { return clock64(); }
+
+__device__ __forceinline__ int64_t trace_gtime() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<int64_t>(t);
+}
+
+// Appends one record for this CTA's `role`. One thread per role calls it.
+__device__ __forceinline__ void trace_put(TraceRecord* records, int32_t* counts, int32_t capacity, int role,
+                                          TraceRecord r) {
+  r.sm = static_cast<int32_t>(blockIdx.x);
+  int32_t* count = counts + blockIdx.x * kTraceRoles + role;
+  const int32_t n = *count;
+  *count = n + 1;
+  if (n < capacity) records[(static_cast<int64_t>(blockIdx.x) * kTraceRoles + role) * capacity + n] = r;
+}
+
+}  // namespace megadecode::cuda::mk
+#endif

@@ -1,0 +1,51 @@
+#include "engine/backend_factory.h"
+
+#include "core/check.h"
+#include "ref/emulator_backend.h"
+#include "ref/ref_backend.h"
+#if defined(MEGADECODE_HAVE_CUDA)
+#include "cuda/mk/cuda_factory.h"
+#endif
+
+namespace megadecode {
+
+std::vector<std::string> backend_names() {
+#if defined(MEGADECODE_HAVE_CUDA)
+  return {"cpu-ref", "cpu-mk", "cuda-mk", "cuda-ops"};
+#else
+  return {"cpu-ref", "cpu-mk"};
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
+                                      std::shared_ptr<const void> weights_owner, const BackendOptions& options) {
+  if (name == "cpu-ref") {
+    return std::make_unique<ref::RefBackend>(
+        config, weights, std::move(weights_owner),
+        ref::RefBackendOptions{options.kv_block_size, options.n_kv_blocks, options.n_threads});
+  }
+  if (name == "cpu-mk") {
+    ref::CpuMkOptions o;  // n_threads: emulated SMs (0: the default 8)
+    o.kv_block_size = options.kv_block_size;
+    o.n_kv_blocks = options.n_kv_blocks;
+    if (options.n_threads > 0) o.n_sms = options.n_threads;
+    return std::make_unique<ref::CpuMkBackend>(config, weights, std::move(weights_owner), o);
+  }
+#if defined(MEGADECODE_HAVE_CUDA)
+  if (name == "cuda-mk" || name == "cuda-ops") {
+    // The weights are uploaded (packed) to the GPU; the host copy is not needed afterwards.
+    CudaBackendRequest request;
+    request.name = name;
+    request.weights = &weights;
+    request.kv_block_size = options.kv_block_size;
+    request.n_kv_blocks = options.n_kv_blocks;
+    request.gpu_memory_utilization = options.gpu_memory_utilization;
+    return make_cuda_backend(config, request);
+  }
+#endif
+  std::string known;
+  for (const std::string& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(cat("unknown backend \"", name, "\" (known: ", known, ")"));
+}
+
+}  // namespace megadecode

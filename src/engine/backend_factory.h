@@ -1,0 +1,28 @@
+// make_backend: the one place that maps a backend name (--backend) to an implementation.
+// cpu-ref, cpu-mk, and (in builds with CUDA) cuda-mk and cuda-ops.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend.h"
+#include "model/weights.h"
+
+namespace megadecode {
+
+struct BackendOptions {
+  int kv_block_size = 16;
+  int n_kv_blocks = 0;  // KV blocks the backend stores (> 0)
+  int n_threads = 0;    // CPU backends: worker threads, 0 = one per hardware thread
+  double gpu_memory_utilization = 0.9;  // CUDA backends: share of GPU memory for weights + KV (n_kv_blocks 0)
+};
+
+// `weights_owner` keeps the bytes behind `weights` alive for the backend's lifetime.
+// Error for an unknown name (listing the known ones) or bad options.
+std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
+                                      std::shared_ptr<const void> weights_owner, const BackendOptions& options);
+
+std::vector<std::string> backend_names();
+
+}  // namespace megadecode

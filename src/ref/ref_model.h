@@ -1,0 +1,66 @@
+// The fp32 reference forward pass (HF qwen3_moe semantics, DESIGN.md §3), one token at a time.
+// Prefill and decode run the very same per-token code (a chunk is its tokens in order, each
+// through every layer before the next starts), so prefill + incremental decode reproduces the
+// logits of a full recomputation bitwise. Structure follows ModelConfig's generality: sequential
+// or parallel blocks, per-layer sliding window / NoPE / dense-or-MoE FFN, softmax or sigmoid
+// router, tied embeddings, NeoX or interleaved RoPE.
+// Threading: one caller at a time; matvecs fan out over the given pool.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/backend.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "ref/kv_store.h"
+#include "ref/parallel.h"
+
+namespace megadecode::ref {
+
+class RefModel {
+ public:
+  // The bytes `weights` views point at and `pool` must outlive the model; pool may be null.
+  RefModel(const ModelConfig& config, const ModelWeights& weights, ThreadPool* pool);
+
+  const ModelConfig& config() const { return config_; }
+
+  // Runs the chunk's tokens at positions start_pos, start_pos+1, ..., writing their K/V into `kv`
+  // through the chunk's block table. `logits` is empty (none), [vocab] (the last token's) or
+  // [n_tokens, vocab] (every position's). Error for bad token ids, positions or block tables.
+  void forward(const SeqChunk& chunk, KvStore& kv, std::span<float> logits);
+
+ private:
+  struct LayerNorms {
+    std::vector<float> input, post_attn, q, k;  // [hidden], [hidden], [head_dim], [head_dim]
+  };
+
+  void forward_token(int32_t token, int pos, std::span<const int32_t> block_table, KvStore& kv, float* logits);
+  void attention(int layer, int pos, std::span<const int32_t> block_table, KvStore& kv);  // xn_ -> attn_out_
+  void ffn(int layer);                                                                   // xn_ -> ffn_out_
+  // out[hidden] = down(silu(gate xn) * (up xn)).
+  void swiglu(const TensorView& gate, const TensorView& up, const TensorView& down, float* out);
+
+  const ModelConfig config_;
+  const ModelWeights weights_;
+  ThreadPool* pool_;
+  std::vector<LayerNorms> norms_;  // small weights widened once
+  std::vector<float> final_norm_;  // [hidden]
+  std::vector<float> inv_freq_;    // [head_dim / 2]
+  float attn_scale_;               // head_dim^-0.5
+
+  // Per-token scratch.
+  std::vector<float> x_;              // [hidden] residual stream
+  std::vector<float> xn_;             // [hidden] normed input of the current sub-block
+  std::vector<float> q_, k_, v_;      // [n_heads*head_dim], [n_kv_heads*head_dim] x2
+  std::vector<float> attn_;           // [n_heads*head_dim] attention output before o_proj
+  std::vector<float> attn_out_;       // [hidden]
+  std::vector<float> ffn_out_;        // [hidden]
+  std::vector<float> expert_out_;     // [hidden]
+  std::vector<float> gate_, up_;      // [max(intermediate, moe_intermediate)]
+  std::vector<float> router_logits_;  // [n_experts]
+  std::vector<const float*> keys_, values_;  // [attended positions] pointers into the KV store
+};
+
+}  // namespace megadecode::ref

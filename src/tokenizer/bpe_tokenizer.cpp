@@ -1,0 +1,126 @@
+// Encode/decode of the byte-level BPE tokenizer (see bpe_tokenizer.h).
+#include "tokenizer/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/utf8.h"
+
+namespace megadecode {
+
+BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec) : model_(std::move(spec.model)), nfc_(spec.nfc) {
+  int32_t n = model_->size();
+  for (const AddedTokenSpec& t : spec.added_tokens) n = std::max(n, t.id + 1);
+  kinds_.assign(static_cast<size_t>(n), Kind::kUnused);
+  added_content_.resize(static_cast<size_t>(n));
+  std::fill(kinds_.begin(), kinds_.begin() + model_->size(), Kind::kBpe);
+  for (const AddedTokenSpec& t : spec.added_tokens) {
+    MD_REQUIRE(!t.content.empty(), "tokenizer.json: added token ", t.id, " is empty");
+    MD_REQUIRE(utf8::find_invalid(t.content) == std::string_view::npos, "tokenizer.json: added token ", t.id,
+               " is not valid UTF-8");
+    const bool special = t.special || std::find(spec.extra_special.begin(), spec.extra_special.end(), t.content) !=
+                                          spec.extra_special.end();
+    kinds_[static_cast<size_t>(t.id)] = special ? Kind::kSpecial : Kind::kAdded;
+    added_content_[static_cast<size_t>(t.id)] = t.content;
+    added_by_first_byte_[static_cast<uint8_t>(t.content[0])].emplace_back(t.content, t.id);
+  }
+  for (auto& list : added_by_first_byte_) {
+    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  }
+  if (spec.eos_token) {
+    eos_id_ = token_id(*spec.eos_token);
+    MD_REQUIRE(eos_id_.has_value(), "tokenizer_config.json: eos_token \"", *spec.eos_token, "\" is not a token");
+  }
+}
+
+BpeTokenizer::Kind BpeTokenizer::kind(int32_t id) const {
+  MD_REQUIRE(id >= 0 && id < vocab_size(), "token id ", id, " is outside the vocabulary [0, ", vocab_size(), ")");
+  const Kind k = kinds_[static_cast<size_t>(id)];
+  MD_REQUIRE(k != Kind::kUnused, "token id ", id, " is not assigned to any token");
+  return k;
+}
+
+const std::string& BpeTokenizer::bytes_of(int32_t id) const {
+  return kind(id) == Kind::kBpe ? model_->token_bytes(id) : added_content_[static_cast<size_t>(id)];
+}
+
+std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
+  if (!token.empty()) {
+    for (const auto& [content, id] : added_by_first_byte_[static_cast<uint8_t>(token[0])]) {
+      if (content == token) return id;
+    }
+  }
+  // Regular tokens are named in the ByteLevel alphabet ("Ġthe"), as in tokenizer.json.
+  std::string bytes;
+  if (!byte_level_decode(token, &bytes)) return std::nullopt;
+  const int32_t id = model_->find(bytes);
+  if (id < 0) return std::nullopt;
+  return id;
+}
+
+size_t BpeTokenizer::added_token_at(std::string_view text, size_t i, int32_t* id) const {
+  for (const auto& [content, token] : added_by_first_byte_[static_cast<uint8_t>(text[i])]) {
+    if (content.size() <= text.size() - i && std::memcmp(text.data() + i, content.data(), content.size()) == 0) {
+      *id = token;
+      return content.size();
+    }
+  }
+  return 0;
+}
+
+void BpeTokenizer::encode_section(std::string_view section, std::vector<int32_t>& ids) const {
+  std::string normalized;
+  if (nfc_ && !unicode::is_nfc_quick(section)) {
+    normalized = unicode::nfc(section);
+    section = normalized;
+  }
+  std::vector<std::string_view> pieces;
+  pretokenize(section, pieces);
+  for (const std::string_view piece : pieces) model_->encode_piece(piece, ids);
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool /*add_special_tokens*/) const {
+  // The ByteLevel post-processor adds no tokens, so add_special_tokens changes nothing.
+  const size_t bad = utf8::find_invalid(text);
+  MD_REQUIRE(bad == std::string_view::npos, "tokenizer: input text is not valid UTF-8 (byte 0x", std::hex,
+             static_cast<int>(static_cast<uint8_t>(text[bad])), std::dec, " at offset ", bad, ")");
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 4);
+  size_t start = 0;  // start of the current text section
+  for (size_t i = 0; i < text.size();) {
+    int32_t id;
+    const size_t len = added_by_first_byte_[static_cast<uint8_t>(text[i])].empty() ? 0 : added_token_at(text, i, &id);
+    if (len == 0) {
+      ++i;
+      continue;
+    }
+    if (i > start) encode_section(text.substr(start, i - start), ids);
+    ids.push_back(id);
+    i += len;
+    start = i;
+  }
+  if (start < text.size()) encode_section(text.substr(start), ids);
+  return ids;
+}
+
+std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  std::string out, bytes;  // bytes: the byte-level run since the last added token
+  for (const int32_t id : ids) {
+    const Kind k = kind(id);
+    if (k == Kind::kBpe) {
+      bytes += model_->token_bytes(id);
+      continue;
+    }
+    if (k == Kind::kSpecial && skip_special_tokens) continue;
+    utf8::append_lossy(out, bytes);
+    bytes.clear();
+    out += added_content_[static_cast<size_t>(id)];
+  }
+  utf8::append_lossy(out, bytes);
+  return out;
+}
+
+}  // namespace megadecode

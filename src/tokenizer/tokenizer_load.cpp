@@ -1,0 +1,147 @@
+// Tokenizer::load: reads tokenizer.json and tokenizer_config.json and checks that every stage is
+// one this implementation reproduces exactly (Qwen2/Qwen3 byte-level BPE); anything else is an
+// Error naming the file and the stage, never a silently different tokenization.
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "tokenizer/bpe_tokenizer.h"
+
+namespace megadecode {
+namespace {
+
+using nlohmann::json;
+
+// The split pattern of the Qwen2 pre-tokenizer, which pretokenize() implements.
+constexpr const char* kQwen2SplitPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MD_REQUIRE(in, "cannot open ", path.string());
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  try {
+    return json::parse(buffer.str());
+  } catch (const json::exception& e) {
+    throw Error(cat(path.string(), ": not valid JSON: ", e.what()));
+  }
+}
+
+bool is_false_or_absent(const json& obj, const char* key) {
+  return !obj.contains(key) || obj[key].is_null() || (obj[key].is_boolean() && !obj[key].get<bool>());
+}
+
+bool is_empty_or_absent(const json& obj, const char* key) {
+  return !obj.contains(key) || obj[key].is_null() || (obj[key].is_string() && obj[key].get<std::string>().empty());
+}
+
+bool is_byte_level(const json& j) {
+  return j.is_object() && j.value("type", "") == "ByteLevel" && is_false_or_absent(j, "add_prefix_space");
+}
+
+// A token name in tokenizer_config.json: a string or an AddedToken object with "content".
+std::optional<std::string> token_name(const json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  return std::nullopt;
+}
+
+void check_stages(const json& tj, const std::string& file) {
+  const json& norm = tj.value("normalizer", json());
+  MD_REQUIRE(norm.is_null() || (norm.is_object() && norm.value("type", "") == "NFC"), file,
+             ": unsupported normalizer (supported: none or NFC): ", norm.dump());
+  const json& pre = tj.value("pre_tokenizer", json());
+  const bool qwen2_split = pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+                           pre["pretokenizers"].size() == 2 && pre["pretokenizers"][0].value("type", "") == "Split" &&
+                           pre["pretokenizers"][0].value("behavior", "") == "Isolated" &&
+                           is_false_or_absent(pre["pretokenizers"][0], "invert") &&
+                           pre["pretokenizers"][0].value("pattern", json()).value("Regex", "") == kQwen2SplitPattern &&
+                           is_byte_level(pre["pretokenizers"][1]) &&
+                           is_false_or_absent(pre["pretokenizers"][1], "use_regex");
+  MD_REQUIRE(qwen2_split, file, ": unsupported pre_tokenizer (supported: the Qwen2 Split regex + ByteLevel)");
+  const json& post = tj.value("post_processor", json());
+  MD_REQUIRE(post.is_null() || is_byte_level(post), file, ": unsupported post_processor (supported: ByteLevel)");
+  MD_REQUIRE(is_byte_level(tj.value("decoder", json())), file, ": unsupported decoder (supported: ByteLevel)");
+  const json& model = tj.value("model", json());
+  MD_REQUIRE(model.is_object() && model.value("type", "") == "BPE", file, ": model.type must be BPE");
+  MD_REQUIRE(is_false_or_absent(model, "byte_fallback") && is_false_or_absent(model, "ignore_merges") &&
+                 is_empty_or_absent(model, "continuing_subword_prefix") &&
+                 is_empty_or_absent(model, "end_of_word_suffix") && is_false_or_absent(model, "dropout"),
+             file, ": unsupported BPE options (byte_fallback, ignore_merges, subword affixes or dropout)");
+}
+
+std::unique_ptr<BpeModel> read_model(const json& model, const std::string& file) {
+  const json& vocab = model.value("vocab", json());
+  MD_REQUIRE(vocab.is_object() && !vocab.empty(), file, ": model.vocab must be a non-empty object");
+  std::vector<std::string> tokens(vocab.size());
+  std::vector<bool> seen(vocab.size(), false);
+  for (const auto& [name, id_json] : vocab.items()) {
+    MD_REQUIRE(id_json.is_number_integer(), file, ": vocab id of \"", name, "\" is not an integer");
+    const auto id = id_json.get<int64_t>();
+    MD_REQUIRE(id >= 0 && id < static_cast<int64_t>(tokens.size()) && !seen[static_cast<size_t>(id)], file,
+               ": vocab ids must be 0..", tokens.size() - 1, " without repeats (\"", name, "\" has ", id, ")");
+    seen[static_cast<size_t>(id)] = true;
+    MD_REQUIRE(byte_level_decode(name, &tokens[static_cast<size_t>(id)]), file, ": vocab token \"", name,
+               "\" has a character outside the ByteLevel alphabet");
+  }
+  const json& merges_json = model.value("merges", json::array());
+  MD_REQUIRE(merges_json.is_array(), file, ": model.merges must be an array");
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(merges_json.size());
+  for (const json& m : merges_json) {
+    std::string left, right;
+    if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["a", "b"]
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else if (m.is_string() && m.get<std::string>().find(' ') != std::string::npos) {  // "a b"
+      const std::string s = m.get<std::string>();
+      left = s.substr(0, s.find(' '));
+      right = s.substr(s.find(' ') + 1);
+    } else {
+      throw Error(cat(file, ": malformed merge #", merges.size(), ": ", m.dump()));
+    }
+    std::string l, r;
+    MD_REQUIRE(byte_level_decode(left, &l) && byte_level_decode(right, &r), file, ": merge #", merges.size(),
+               " has a character outside the ByteLevel alphabet");
+    merges.emplace_back(std::move(l), std::move(r));
+  }
+  return std::make_unique<BpeModel>(std::move(tokens), merges);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& model_dir) {
+  const std::filesystem::path tokenizer_path = model_dir / "tokenizer.json";
+  const std::filesystem::path config_path = model_dir / "tokenizer_config.json";
+  const std::string file = tokenizer_path.string();
+  const json tj = read_json(tokenizer_path);
+  const json config = read_json(config_path);
+  MD_REQUIRE(tj.is_object(), file, ": not a JSON object");
+  MD_REQUIRE(config.is_object(), config_path.string(), ": not a JSON object");
+  check_stages(tj, file);
+
+  BpeTokenizerSpec spec;
+  spec.nfc = tj["normalizer"].is_object();
+  spec.model = read_model(tj["model"], file);
+  for (const json& t : tj.value("added_tokens", json::array())) {
+    MD_REQUIRE(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
+                   t["content"].is_string(),
+               file, ": malformed added token ", t.dump());
+    MD_REQUIRE(is_false_or_absent(t, "lstrip") && is_false_or_absent(t, "rstrip") &&
+                   is_false_or_absent(t, "single_word"),
+               file, ": added token ", t["content"], " uses lstrip/rstrip/single_word, which is not supported");
+    const auto id = t["id"].get<int64_t>();
+    MD_REQUIRE(id >= 0 && id < (int64_t{1} << 24), file, ": added token id ", id, " is out of range");
+    spec.added_tokens.push_back({static_cast<int32_t>(id), t["content"].get<std::string>(), t.value("special", false)});
+  }
+  for (const json& t : config.value("additional_special_tokens", json::array())) {
+    if (auto name = token_name(t)) spec.extra_special.push_back(*name);
+  }
+  if (config.contains("eos_token")) spec.eos_token = token_name(config["eos_token"]);
+  return std::make_unique<BpeTokenizer>(std::move(spec));
+}
+
+}  // namespace megadecode

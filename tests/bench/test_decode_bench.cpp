@@ -1,0 +1,281 @@
+// CPU tests of the decode benchmark's host side: byte accounting of a step, distinct experts from
+// DISPATCH's item counts, records and tables, --points parsing, the Chrome trace export (clock
+// mapping, waits shown in the gaps between work), and the SVG renderer on a synthetic trace.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "bench/decode_bytes.h"
+#include "bench/decode_options.h"
+#include "bench/decode_report.h"
+#include "bench/decode_trace.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "model/presets.h"
+#include "model/weights.h"
+#include "plan/planner.h"
+
+namespace megadecode {
+namespace {
+
+TEST(DecodeBytes, FullShapeNumbers) {
+  const ModelConfig c = preset_config("qwen3-30b-a3b");
+  EXPECT_EQ(kv_bytes_per_token(c), 48 * 2 * 4 * 128 * 2);  // 96 KiB
+  EXPECT_EQ(expert_bytes(c), 3 * 768 * 2048 * 2);
+  // Every tensor of a checkpoint, counted from the loader's list: the same total.
+  int64_t elems = 0;
+  for (const TensorSpec& t : expected_tensors(c))
+    elems += std::accumulate(t.shape.begin(), t.shape.end(), int64_t{1}, std::multiplies<>());
+  EXPECT_EQ(model_weight_bytes(c), elems * 2);
+  EXPECT_NEAR(static_cast<double>(model_weight_bytes(c)), 61.06e9, 0.1e9);
+
+  std::vector<int> ctx = {8192};
+  std::vector<int> distinct(c.n_layers, 8);
+  const StepBytes b = decode_step_bytes(c, ctx, distinct);
+  const int64_t attn_layer = ((4096 + 2 * 512) * 2048 + 2048 * 4096) * 2 + (2 * 2048 + 2 * 128) * 2;
+  EXPECT_EQ(b.attention, 48 * attn_layer);
+  EXPECT_EQ(b.router, int64_t{48} * 128 * 2048 * 2);
+  EXPECT_EQ(b.experts, int64_t{48} * 8 * expert_bytes(c));
+  EXPECT_EQ(b.lm_head, int64_t{151937} * 2048 * 2);
+  EXPECT_EQ(b.embed, 2048 * 2);
+  EXPECT_EQ(b.kv, int64_t{8192} * 98304);
+  // DESIGN.md: ~6.1 GB of weights at batch 1, plus 768 MiB of KV at 8K.
+  EXPECT_NEAR(static_cast<double>(b.total() - b.kv), 6.1e9, 0.15e9);
+}
+
+TEST(DecodeBytes, ScalesWithDistinctExpertsAndContexts) {
+  SplitMix64 rng(test_seed());
+  const ModelConfig c = preset_config("small");
+  std::vector<int> d(c.n_layers), ctx(1 + rng.below(64));
+  for (int& x : d) x = static_cast<int>(rng.below(c.n_experts + 1));
+  int64_t tokens = 0;
+  for (int& n : ctx) tokens += (n = 1 + static_cast<int>(rng.below(100000)));
+  const StepBytes b = decode_step_bytes(c, ctx, d);
+  EXPECT_EQ(b.experts, std::accumulate(d.begin(), d.end(), int64_t{0}) * expert_bytes(c));
+  EXPECT_EQ(b.kv, tokens * kv_bytes_per_token(c));
+  EXPECT_EQ(b.embed, static_cast<int64_t>(ctx.size()) * c.hidden_size * 2);
+  d[0] = c.n_experts + 1;
+  EXPECT_THROW(decode_step_bytes(c, ctx, d), Error);
+  d.pop_back();
+  EXPECT_THROW(decode_step_bytes(c, ctx, d), Error);
+  std::vector<int> zero = {0};
+  d.assign(c.n_layers, 1);
+  EXPECT_THROW(decode_step_bytes(c, zero, d), Error);
+}
+
+TEST(DecodeBytes, DistinctExpertsFromItems) {
+  const std::vector<int32_t> items = {8 * 12, 8 * 6, 64 * 12, 64 * 6, 0, 0};
+  EXPECT_EQ(distinct_experts_from_items(items, 3, 12, 6, 128), (std::vector<int>{8, 64, 0}));
+  EXPECT_THROW(distinct_experts_from_items(std::vector<int32_t>{13, 6}, 1, 12, 6, 128), Error);  // not whole
+  EXPECT_THROW(distinct_experts_from_items(std::vector<int32_t>{24, 6}, 1, 12, 6, 128), Error);  // disagree
+  EXPECT_THROW(distinct_experts_from_items(std::vector<int32_t>{12 * 200, 6 * 200}, 1, 12, 6, 128), Error);
+  EXPECT_THROW(distinct_experts_from_items(std::vector<int32_t>{12}, 1, 12, 6, 128), Error);  // too short
+}
+
+TEST(DecodeReport, RecordArithmetic) {
+  DecodePoint p;
+  p.backend = "cuda-mk";
+  p.policy = "default";
+  p.batch = 8;
+  p.context = 8192;
+  p.n_sms = 132;
+  p.ceiling_gbps = 4000;
+  p.step_ms = {3.0f, 1.0f, 2.0f, 100.0f, 2.0f};  // median 2 ms despite the outlier
+  p.distinct_experts = {8, 10};
+  p.bytes.attention = 4'000'000'000;  // 4 GB
+  const nlohmann::json r = decode_record(p);
+  for (const char* key : {"backend", "batch", "context", "step_ms", "tok_s", "bytes_per_step", "ceiling_gbps",
+                          "pct_of_floor", "policy", "n_sms", "distinct_experts"})
+    EXPECT_TRUE(r.contains(key)) << key;
+  EXPECT_DOUBLE_EQ(r["step_ms"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(r["tok_s"].get<double>(), 4000.0);
+  EXPECT_DOUBLE_EQ(r["achieved_gbps"].get<double>(), 2000.0);
+  EXPECT_DOUBLE_EQ(r["pct_of_floor"].get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(r["floor_ms"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(r["distinct_experts"].get<double>(), 9.0);
+  const std::vector<nlohmann::json> rows = {r};
+  const std::string table = format_decode_table("t", rows);
+  EXPECT_NE(table.find("50.0%"), std::string::npos) << table;
+  EXPECT_NE(table.find("4000.0"), std::string::npos) << table;
+  p.step_ms.clear();
+  EXPECT_THROW(decode_record(p), Error);
+}
+
+TEST(DecodeReport, ParsePoints) {
+  EXPECT_EQ(parse_points(""), (std::vector<std::pair<int, int>>{}));
+  EXPECT_EQ(parse_points("1024:1,131072:2"), (std::vector<std::pair<int, int>>{{1024, 1}, {131072, 2}}));
+  for (const char* bad : {"1024", "1024:", ":1", "a:1", "1:-1", "1:2,", "1:2:3", "99999999999:1"})
+    EXPECT_THROW(parse_points(bad), Error) << bad;
+}
+
+DecodeBenchOptions parse(std::vector<std::string> words) {
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  return parse_decode_bench_args(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(DecodeOptions, DefaultsAndMemoryPlan) {
+  const DecodeBenchOptions d = parse({});
+  EXPECT_EQ(d.points.size(), 7u);
+  EXPECT_EQ(d.points.back(), (std::pair<int, int>{8192, 64}));
+  EXPECT_TRUE(d.run_mk && d.run_ops && !d.ablations && d.trace_path.empty());
+  EXPECT_EQ(d.steps, 100);
+  EXPECT_EQ(d.block_bytes(), 16 * 98304);
+  EXPECT_EQ(d.main_blocks(), 64 * 512);  // batch 64 x 8192 / 16: 48 GiB of KV
+  // What scripts/gpu runs fits on an H200 (141 GB, ~140 GB free) and not on an 80 GB card.
+  const DecodeBenchOptions g = parse({"--points", "1024:1,32768:1,131072:1", "--ablations", "--trace", "t.json",
+                                      "--backends", "mk"});
+  EXPECT_EQ(g.points.size(), 10u);
+  EXPECT_EQ(g.config.max_position_embeddings, 131072);  // raised past the preset's 40960
+  EXPECT_FALSE(g.run_ops);
+  EXPECT_EQ(g.main_blocks(), 64 * 512);
+  EXPECT_EQ(g.ablation_blocks(), 8 * 512);
+  EXPECT_EQ(decode_memory_problem(g, int64_t{140} << 30), "");
+  const std::string p80 = decode_memory_problem(g, int64_t{80} << 30);
+  EXPECT_NE(p80.find("batch 64 x context 8192"), std::string::npos) << p80;
+  EXPECT_EQ(p80.find("batch 1 x context 1024"), std::string::npos) << p80;
+  // Batch 64 at 128K needs 768 GiB of KV: refused, named.
+  const std::string huge = decode_memory_problem(parse({"--context", "131072", "--batch", "64"}), int64_t{140} << 30);
+  EXPECT_NE(huge.find("batch 64 x context 131072"), std::string::npos) << huge;
+}
+
+TEST(DecodeOptions, BadFlagsAreErrors) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--batch", "0"}, {"--batch", "65"}, {"--context", "0"}, {"--context", "2000000"}, {"--steps", "0"},
+      {"--warmup", "-1"}, {"--backends", "mk,gpu"}, {"--policy", "nope"}, {"--ablation-batch", "99"},
+      {"--trace-batch", "0"}, {"--kv-block-size", "0"}, {"--ceiling-mib", "1"}, {"--preset", "nope"},
+      {"--points", "1:"}, {"--bogus"}};
+  for (const auto& words : bad) EXPECT_THROW(parse(words), Error) << words[0];
+}
+
+// A plan to name things by, and hand-made records on two SMs. clock64 = 2 * ns + per-SM offset,
+// globaltimer quantised to 1 us: the export must recover the fine times from the clock.
+struct TraceCase {
+  Plan plan;
+  std::vector<TraceRecord> recs;
+};
+
+TraceRecord rec(int sm, TraceKind kind, int op, int64_t t0_ns, int64_t t1_ns, int counter = 0) {
+  TraceRecord r{};
+  const int64_t base = 1'000'000'000, off = 12345 + 1000 * sm;
+  r.g_begin = (base + t0_ns) / 1000 * 1000;
+  r.g_end = (base + t1_ns) / 1000 * 1000;
+  r.c_begin = 2 * (base + t0_ns) + off;
+  r.c_end = 2 * (base + t1_ns) + off;
+  r.kind = kind;
+  r.op = op;
+  r.layer = 0;
+  r.task = 0;
+  r.arg0 = counter;
+  r.arg1 = 1;
+  r.sm = sm;
+  return r;
+}
+
+TraceCase trace_case() {
+  const ModelConfig c = preset_config("tiny");
+  std::vector<int32_t> table = {0};
+  BatchState batch;
+  batch.seqs.push_back(SeqState{5, table});
+  PlanOptions o;
+  o.n_sms = 2;
+  TraceCase t{make_plan(c, batch, policy_by_name("default"), o), {}};
+  const int qkv = static_cast<int>(Op::kQkv), oproj = static_cast<int>(Op::kOProj);
+  for (int sm = 0; sm < 2; ++sm) {
+    // work 0..4000 ns, wait 3000..7000 (1000 ns hidden behind work, 3000 in the gap), work 7000..10000
+    for (int i = 0; i < 20; ++i) {
+      const int64_t at = i * 10000;
+      t.recs.push_back(rec(sm, kTraceWork, qkv, at, at + 4000));
+      t.recs.push_back(rec(sm, kTraceWait, oproj, at + 3000, at + 7000, 1));
+      t.recs.push_back(rec(sm, kTraceWork, oproj, at + 7000, at + 10000));
+    }
+  }
+  return t;
+}
+
+TEST(DecodeTrace, ChromeJsonShowsWaitsApartFromWork) {
+  TraceCase t = trace_case();
+  TraceSummary s;
+  const nlohmann::json j = trace_to_chrome(t.recs, t.plan, 3, {{"backend", "cuda-mk"}}, &s);
+  ASSERT_TRUE(j.contains("traceEvents"));
+  int work = 0, gap_waits = 0, all_waits = 0, meta = 0;
+  for (const nlohmann::json& e : j["traceEvents"]) {
+    ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("name"));
+    if (e["ph"] == "M") {
+      ++meta;
+      continue;
+    }
+    ASSERT_EQ(e["ph"], "X");
+    ASSERT_TRUE(e.contains("ts") && e.contains("dur") && e.contains("tid"));
+    const double dur = e["dur"].get<double>(), ts = e["ts"].get<double>();
+    EXPECT_GE(ts, 0.0);
+    if (e["pid"] == 1) {
+      ++all_waits;
+      EXPECT_NEAR(dur, 4.0, 1e-6);  // the whole wait, in us
+    } else if (e["cat"] == "wait") {
+      ++gap_waits;
+      EXPECT_NEAR(dur, 3.0, 1e-6);  // only the part where the SM had no work
+      EXPECT_NEAR(std::fmod(ts, 10.0), 4.0, 1e-6);
+    } else {
+      ++work;
+      EXPECT_TRUE(e["cat"] == "qkv" || e["cat"] == "o_proj");
+      EXPECT_NEAR(dur, e["cat"] == "qkv" ? 4.0 : 3.0, 1e-6);
+    }
+  }
+  EXPECT_EQ(work, 80);
+  EXPECT_EQ(gap_waits, 40);
+  EXPECT_EQ(all_waits, 40);
+  EXPECT_EQ(meta, 2 + 2 * 2 * 2);
+  EXPECT_NEAR(s.step_us, 200.0, 1e-6);
+  EXPECT_NEAR(s.busy_frac, 0.7, 1e-9);
+  EXPECT_NEAR(s.wait_frac, 0.3, 1e-9);
+  EXPECT_NEAR(s.idle_frac, 0.0, 1e-9);
+  EXPECT_EQ(s.dropped, 3);
+  EXPECT_EQ(j["otherData"]["backend"], "cuda-mk");
+  EXPECT_NE(format_trace_summary(s).find("o_proj"), std::string::npos);
+  t.recs[0].sm = 7;
+  EXPECT_THROW(trace_to_chrome(t.recs, t.plan, 0, {}), Error);
+}
+
+TEST(DecodeTrace, SvgScriptRendersASyntheticTrace) {
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  TraceCase t = trace_case();
+  const auto dir = std::filesystem::temp_directory_path() / ("md_trace_" + std::to_string(test_seed()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream f(dir / "t.json");
+    f << trace_to_chrome(t.recs, t.plan, 0, {{"backend", "cuda-mk"}, {"batch", 1}}).dump();
+  }
+  const std::string script = std::string(MEGADECODE_SOURCE_DIR) + "/scripts/trace_to_svg.py";
+  const std::string cmd = "python3 " + script + " " + (dir / "t.json").string() + " " + (dir / "t.svg").string() +
+                          " --width 800 --row 8 > " + (dir / "log").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::ifstream f(dir / "t.svg");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string svg = ss.str();
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  size_t bars = 0;
+  for (size_t p = svg.find("<rect x="); p != std::string::npos; p = svg.find("<rect x=", p + 1)) ++bars;
+  EXPECT_GE(bars, 2u * 3 * 20 / 2);  // adjacent bars of one op may merge, but most stay apart
+  EXPECT_NE(svg.find("#d62728"), std::string::npos);  // the wait colour
+  EXPECT_NE(svg.find("SM 1"), std::string::npos);
+  // A trace without complete events is refused.
+  {
+    std::ofstream e(dir / "empty.json");
+    e << "{\"traceEvents\": []}";
+  }
+  const std::string bad = "python3 " + script + " " + (dir / "empty.json").string() + " " +
+                          (dir / "e.svg").string() + " >/dev/null 2>&1";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace megadecode

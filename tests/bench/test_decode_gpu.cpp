@@ -1,0 +1,114 @@
+// GPU checks of the benchmark's kernel switches and trace (skipped without a GPU; scripts/gpu runs
+// them by name since ctest's gpu label covers tests/cuda only): on the `small` preset, weight
+// prefetch off and static queues give bitwise the logits of the default kernel (they change only
+// when and where work runs), and a traced step records exactly one work record per static task,
+// one per attention item, and exports to a Chrome trace.
+#include <gtest/gtest.h>
+
+#if defined(MEGADECODE_HAVE_CUDA)
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "bench/decode_trace.h"
+#include "core/rng.h"
+#include "cuda/device_info.h"
+#include "cuda/mk/cuda_backend.h"
+#include "model/presets.h"
+
+namespace megadecode {
+namespace {
+
+struct Batch {
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<int32_t> tokens;
+  std::vector<DecodeSeq> seqs;
+};
+
+Batch make_batch(SplitMix64& rng, const ModelConfig& c, int batch, int bs) {
+  Batch b;
+  b.tables.resize(batch);
+  b.tokens.resize(batch);
+  b.seqs.resize(batch);
+  int next = 0;
+  for (int i = 0; i < batch; ++i) {
+    const int ctx = 1 + static_cast<int>(rng.below(3000));
+    for (int j = 0; j < (ctx + bs - 1) / bs; ++j) b.tables[i].push_back(next++);
+    b.tokens[i] = static_cast<int32_t>(rng.below(c.vocab_size));
+    b.seqs[i].chunk.tokens = std::span<const int32_t>(&b.tokens[i], 1);
+    b.seqs[i].chunk.start_pos = ctx - 1;
+    b.seqs[i].chunk.block_table = b.tables[i];
+    b.seqs[i].sampling.temperature = 0.0f;
+  }
+  return b;
+}
+
+TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
+  if (!cuda::gpu_available()) GTEST_SKIP() << "no GPU";
+  const ModelConfig c = preset_config("small");
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::shared_ptr<cuda::DeviceWeights> w = cuda::DeviceWeights::synthetic(c, seed);
+  SplitMix64 rng(seed);
+  for (int batch : {1, 3, 17}) {
+    const Batch b = make_batch(rng, c, batch, 16);
+    std::vector<float> ref;
+    for (uint32_t flags : {0u, uint32_t{cuda::kMkNoPrefetch}, uint32_t{cuda::kMkStaticQueues},
+                           uint32_t{cuda::kMkNoPrefetch | cuda::kMkStaticQueues}}) {
+      cuda::CudaBackendOptions o;
+      o.n_kv_blocks = 4000;
+      o.kernel_flags = flags;
+      cuda::CudaBackend be(w, o);
+      if (flags == 0) be.enable_trace(8192);
+      DecodeResult r;
+      be.decode(b.seqs, true, r);
+      if (flags == 0) {
+        ref = r.logits;
+        int64_t dropped = -1;
+        const std::vector<TraceRecord> recs = be.read_trace(&dropped);
+        EXPECT_EQ(dropped, 0);
+        const Plan& plan = be.last_plan();
+        std::map<int, int> work_per_task;
+        int attn_items = 0;
+        for (const TraceRecord& t : recs) {
+          ASSERT_TRUE(t.sm >= 0 && t.sm < plan.n_sms());
+          ASSERT_LE(t.c_begin, t.c_end);
+          ASSERT_LE(t.g_begin, t.g_end);
+          if (t.kind != kTraceWork) continue;
+          if (t.op == static_cast<int>(Op::kAttn)) ++attn_items;
+          else if (t.op >= 0 && !op_is_drain(static_cast<Op>(t.op))) ++work_per_task[t.task];
+        }
+        EXPECT_EQ(attn_items, static_cast<int>(plan.attn_items.size()) * c.n_layers);
+        int n_static = 0;
+        for (size_t i = 0; i < plan.tasks.size(); ++i)
+          if (!op_is_drain(static_cast<Op>(plan.tasks[i].op))) {
+            ++n_static;
+            EXPECT_EQ(work_per_task[static_cast<int>(i)], 1) << describe_task(plan, static_cast<int>(i));
+          }
+        EXPECT_EQ(static_cast<int>(work_per_task.size()), n_static);
+        TraceSummary s;
+        const nlohmann::json j = trace_to_chrome(recs, plan, dropped, {{"batch", batch}}, &s);
+        EXPECT_GT(s.step_us, 0.0);
+        EXPECT_GT(s.busy_frac, 0.0);
+        EXPECT_GT(j["traceEvents"].size(), recs.size() / 2);
+        std::printf("batch %d: %s", batch, format_trace_summary(s).c_str());
+        // Replays: timed, the trace still there, the logits unchanged.
+        const std::vector<float> ms = be.time_last_step(1, 3);
+        EXPECT_EQ(ms.size(), 3u);
+        for (float m : ms) EXPECT_GT(m, 0.0f);
+        EXPECT_FALSE(be.read_trace().empty());
+      } else {
+        ASSERT_EQ(r.logits.size(), ref.size());
+        EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0) << "batch " << batch << " flags "
+                                                                                 << flags;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace megadecode
+#endif  // MEGADECODE_HAVE_CUDA

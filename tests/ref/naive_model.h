@@ -1,0 +1,152 @@
+// An independent textbook model for tests: double precision, whole sequences, contiguous buffers
+// (no paging, no per-token path), written straight from the HF semantics. Logits [n_tokens, vocab].
+// min_route_gap receives the smallest gap between the k-th and (k+1)-th routing score seen: a
+// near-tie there may select other experts in fp32, so tests re-draw such inputs.
+#pragma once
+
+#include <algorithm>
+#include <numeric>
+
+#include "ref_test_util.h"
+
+namespace megadecode::test {
+namespace naive {
+
+using Mat = std::vector<std::vector<double>>;  // [rows][cols]
+
+inline std::vector<double> linear(const TensorView& w, const std::vector<double>& x) {
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  std::vector<double> y(rows, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < cols; ++i) y[r] += static_cast<double>(w.at(r * cols + i)) * x[i];
+  }
+  return y;
+}
+
+inline void rms(std::vector<double>& x, size_t off, size_t n, const TensorView& w, double eps) {
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += x[off + i] * x[off + i];
+  const double r = 1.0 / std::sqrt(ss / n + eps);
+  for (size_t i = 0; i < n; ++i) x[off + i] = x[off + i] * r * w.at(i);
+}
+
+inline void rope(std::vector<double>& x, size_t off, int d, int pos, double theta, RopeStyle style) {
+  for (int i = 0; i < d / 2; ++i) {
+    const double angle = pos * std::pow(theta, -2.0 * i / d);
+    const int a = style == RopeStyle::kNeox ? i : 2 * i;
+    const int b = style == RopeStyle::kNeox ? i + d / 2 : 2 * i + 1;
+    const double xa = x[off + a], xb = x[off + b];
+    x[off + a] = xa * std::cos(angle) - xb * std::sin(angle);
+    x[off + b] = xb * std::cos(angle) + xa * std::sin(angle);
+  }
+}
+
+inline std::vector<double> swiglu(const TensorView& g, const TensorView& u, const TensorView& d,
+                                  const std::vector<double>& x) {
+  std::vector<double> a = linear(g, x), b = linear(u, x);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = a[i] / (1.0 + std::exp(-a[i])) * b[i];
+  return linear(d, a);
+}
+
+inline std::vector<double> moe(const ModelConfig& c, const LayerWeights& L, const std::vector<double>& x,
+                               double* min_gap) {
+  std::vector<double> s = linear(L.router, x);
+  if (c.router == RouterKind::kSoftmaxTopK) {
+    const double m = *std::max_element(s.begin(), s.end());
+    double sum = 0;
+    for (double& v : s) sum += (v = std::exp(v - m));
+    for (double& v : s) v /= sum;
+  }
+  std::vector<int> idx(s.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return s[a] > s[b]; });
+  const int k = c.n_experts_per_tok;
+  if (k < static_cast<int>(s.size())) *min_gap = std::min(*min_gap, s[idx[k - 1]] - s[idx[k]]);
+  std::vector<double> wts(k);
+  double total = 0;
+  for (int j = 0; j < k; ++j) {
+    const double v = s[idx[j]];
+    wts[j] = c.router == RouterKind::kSoftmaxTopK ? v : 1.0 / (1.0 + std::exp(-v));
+    total += wts[j];
+  }
+  std::vector<double> out(x.size(), 0.0);
+  for (int j = 0; j < k; ++j) {
+    const ExpertWeights& e = L.experts[idx[j]];
+    const std::vector<double> y = swiglu(e.gate, e.up, e.down, x);
+    const double wj = c.norm_topk_prob ? wts[j] / total : wts[j];
+    for (size_t i = 0; i < x.size(); ++i) out[i] += wj * y[i];
+  }
+  return out;
+}
+
+}  // namespace naive
+
+inline std::vector<double> naive_logits(const ModelConfig& c, const ModelWeights& w,
+                                        const std::vector<int32_t>& tokens, double* min_route_gap) {
+  using naive::Mat;
+  const int n = static_cast<int>(tokens.size()), h = c.hidden_size, d = c.head_dim;
+  const double eps = c.rms_norm_eps;
+  *min_route_gap = INFINITY;
+  Mat x(n, std::vector<double>(h));
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < h; ++i) x[t][i] = w.embed.at(static_cast<int64_t>(tokens[t]) * h + i);
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const LayerSpec& spec = c.layers[l];
+    Mat xn = x, q(n), k(n), v(n);
+    for (int t = 0; t < n; ++t) {
+      naive::rms(xn[t], 0, h, L.input_norm, eps);
+      q[t] = naive::linear(L.q_proj, xn[t]);
+      k[t] = naive::linear(L.k_proj, xn[t]);
+      v[t] = naive::linear(L.v_proj, xn[t]);
+      for (int hd = 0; hd < c.n_heads; ++hd) {
+        if (c.qk_norm) naive::rms(q[t], hd * d, d, L.q_norm, eps);
+        if (spec.use_rope) naive::rope(q[t], hd * d, d, t, c.rope_theta, c.rope_style);
+      }
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        if (c.qk_norm) naive::rms(k[t], g * d, d, L.k_norm, eps);
+        if (spec.use_rope) naive::rope(k[t], g * d, d, t, c.rope_theta, c.rope_style);
+      }
+    }
+    for (int t = 0; t < n; ++t) {
+      std::vector<double> att(c.q_size(), 0.0);
+      for (int hd = 0; hd < c.n_heads; ++hd) {
+        const int g = hd / (c.n_heads / c.n_kv_heads);
+        const int first = spec.sliding_window > 0 ? std::max(0, t - spec.sliding_window + 1) : 0;
+        std::vector<double> s;
+        for (int j = first; j <= t; ++j) {
+          double dot = 0;
+          for (int i = 0; i < d; ++i) dot += q[t][hd * d + i] * k[j][g * d + i];
+          s.push_back(dot / std::sqrt(static_cast<double>(d)));
+        }
+        const double m = *std::max_element(s.begin(), s.end());
+        double sum = 0;
+        for (double& e : s) sum += (e = std::exp(e - m));
+        for (int j = first; j <= t; ++j) {
+          for (int i = 0; i < d; ++i) att[hd * d + i] += s[j - first] / sum * v[j][g * d + i];
+        }
+      }
+      const std::vector<double> o = naive::linear(L.o_proj, att);
+      std::vector<double> ffn_in = xn[t];
+      if (c.block == BlockKind::kSequential) {
+        for (int i = 0; i < h; ++i) x[t][i] += o[i];
+        ffn_in = x[t];
+        naive::rms(ffn_in, 0, h, L.post_attn_norm, eps);
+      }
+      const std::vector<double> f = spec.ffn == FfnKind::kDense
+                                        ? naive::swiglu(L.mlp_gate, L.mlp_up, L.mlp_down, ffn_in)
+                                        : naive::moe(c, L, ffn_in, min_route_gap);
+      for (int i = 0; i < h; ++i) x[t][i] += (c.block == BlockKind::kSequential ? 0.0 : o[i]) + f[i];
+    }
+  }
+  std::vector<double> logits(static_cast<size_t>(n) * c.vocab_size);
+  for (int t = 0; t < n; ++t) {
+    naive::rms(x[t], 0, h, w.final_norm, eps);
+    const std::vector<double> y = naive::linear(w.lm_head, x[t]);
+    std::copy(y.begin(), y.end(), logits.begin() + static_cast<size_t>(t) * c.vocab_size);
+  }
+  return logits;
+}
+
+}  // namespace megadecode::test
