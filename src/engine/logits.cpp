@@ -5,10 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <unordered_map>
 #include <vector>
 
-#include "core/rng.h"
+#include "ref/sampling.h"
 
 namespace megadecode {
 
@@ -49,71 +48,15 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
   return out;
 }
 
-int32_t sample_with_bans(std::span<const float> logits, const SamplingParams& params, int position,
-                         std::span<const int32_t> history, int n_prompt, std::span<const int32_t> banned) {
-  const float kNegInf = -std::numeric_limits<float>::infinity();
-  const int vocab = static_cast<int>(logits.size());
-  std::vector<float> x(logits.begin(), logits.end());
-  for (float& v : x)
-    if (std::isnan(v)) v = kNegInf;
-  // Penalties (vLLM order: repetition, then frequency/presence), before temperature.
-  if (params.repetition_penalty != 1.0f) {
-    std::vector<bool> seen(vocab, false);
-    for (int32_t t : history)
-      if (t >= 0 && t < vocab) seen[t] = true;
-    for (int t = 0; t < vocab; ++t)
-      if (seen[t]) x[t] = x[t] > 0 ? x[t] / params.repetition_penalty : x[t] * params.repetition_penalty;
-  }
-  if (params.frequency_penalty != 0.0f || params.presence_penalty != 0.0f) {
-    std::unordered_map<int32_t, int> count;
-    for (size_t i = std::min<size_t>(n_prompt, history.size()); i < history.size(); ++i) ++count[history[i]];
-    for (auto [t, c] : count)
-      if (t >= 0 && t < vocab) x[t] -= params.frequency_penalty * c + params.presence_penalty;
-  }
+int32_t sample_with_bans(std::span<const float> logits, const SamplingParams& params, int64_t position,
+                         std::span<const int32_t> history, size_t n_prompt, std::span<const int32_t> banned) {
+  std::vector<float> masked(logits.begin(), logits.end());
   for (int32_t t : banned)
-    if (t >= 0 && t < vocab) x[t] = kNegInf;
-
-  std::vector<int32_t> ids;
-  ids.reserve(vocab);
-  for (int t = 0; t < vocab; ++t)
-    if (x[t] != kNegInf) ids.push_back(t);
-  if (ids.empty()) return -1;
-  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return x[a] > x[b]; });
-  if (params.greedy()) return ids.front();
-
-  // Probabilities over the survivors, most likely first.
-  std::vector<double> p(ids.size());
-  double z = 0.0;
-  for (size_t i = 0; i < ids.size(); ++i) z += p[i] = std::exp((x[ids[i]] - x[ids[0]]) / params.temperature);
-  for (double& v : p) v /= z;
-  size_t keep = ids.size();
-  if (params.top_k > 0) keep = std::min<size_t>(keep, params.top_k);
-  if (params.top_p < 1.0f) {
-    double cum = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      cum += p[i];
-      if (cum >= params.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  if (params.min_p > 0.0f)
-    while (keep > 1 && p[keep - 1] < params.min_p * p[0]) --keep;
-  // Exponential race: argmax p_i / E_i with E_i ~ Exp(1) from Philox(seed, position, token).
-  size_t best = 0;
-  double best_score = -1.0;
-  for (size_t i = 0; i < keep; ++i) {
-    Philox4 r = philox4x32(static_cast<uint32_t>(ids[i]), static_cast<uint32_t>(position), 0x5eed, 0,
-                           static_cast<uint32_t>(params.seed), static_cast<uint32_t>(params.seed >> 32));
-    const double e = -std::log(static_cast<double>(u32_to_unit_open0(r.v[0])));
-    const double score = p[i] / e;
-    if (score > best_score) {
-      best_score = score;
-      best = i;
-    }
-  }
-  return ids[best];
+    if (t >= 0 && static_cast<size_t>(t) < masked.size()) masked[t] = -std::numeric_limits<float>::infinity();
+  if (std::none_of(masked.begin(), masked.end(), [](float x) { return x > -std::numeric_limits<float>::infinity(); }))
+    return -1;
+  n_prompt = std::min(n_prompt, history.size());
+  return ref::sample_token(masked, params, position, ref::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)});
 }
 
 }  // namespace megadecode

@@ -189,7 +189,10 @@ void Scheduler::decode() {
     const int pos = static_cast<int>(s.tokens.size()) - 1;
     d.chunk = SeqChunk{s.id, std::span<const int32_t>(s.tokens).subspan(pos, 1), pos, kv_.table(s.id)};
     d.sampling = s.req.sampling;
-    if (s.has_penalties()) d.history = s.tokens;
+    if (s.has_penalties()) {
+      d.history = s.tokens;
+      d.history_prompt_len = static_cast<size_t>(s.n_prompt);
+    }
     want_logits |= s.req.logprobs >= 0 || (s.out.end_tokens_banned() && !s.banned.empty());
     batch.push_back(&s);
     seqs.push_back(d);
@@ -221,8 +224,8 @@ void Scheduler::decode() {
     std::span<const float> row;
     if (want_logits) row = std::span<const float>(result.logits).subspan(b * vocab, vocab);
     if (s.out.end_tokens_banned() && s.out.is_end_token(token)) {
-      const int32_t again = sample_with_bans(row, s.req.sampling, static_cast<int>(s.tokens.size()) - 1, s.tokens,
-                                             s.n_prompt, s.banned);
+      const int32_t again = sample_with_bans(row, s.req.sampling, static_cast<int64_t>(s.tokens.size()), s.tokens,
+                                             static_cast<size_t>(s.n_prompt), s.banned);
       if (again >= 0) token = again;
     }
     s.n_computed = static_cast<int>(s.tokens.size());

@@ -19,6 +19,7 @@
 #include "engine/backend.h"
 #include "engine/logits.h"
 #include "engine/request.h"
+#include "ref/sampling.h"
 
 namespace megadecode::testing {
 
@@ -46,19 +47,22 @@ inline std::vector<float> fake_logits(std::span<const int32_t> history) {
   return logits;
 }
 
+// The fake backend samples like the real ones: the host sampler at the new token's position.
 inline int32_t fake_sample(std::span<const float> logits, const SamplingParams& p, int position,
-                           std::span<const int32_t> history) {
-  return sample_with_bans(logits, p, position, history, 0, {});
+                           std::span<const int32_t> history, size_t n_prompt) {
+  n_prompt = std::min(n_prompt, history.size());
+  return ref::sample_token(logits, p, position, ref::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)});
 }
 
 // What the engine must produce for one sequence without end tokens: the reference next tokens.
 inline std::vector<int32_t> fake_reference(std::vector<int32_t> history, const SamplingParams& p, int n) {
   std::vector<int32_t> out;
+  const size_t n_prompt = history.size();
   for (int i = 0; i < n; ++i) {
     auto logits = fake_logits(history);
     const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-    int32_t t = fake_sample(logits, p, static_cast<int>(history.size()) - 1,
-                            penalties ? std::span<const int32_t>(history) : std::span<const int32_t>());
+    int32_t t = fake_sample(logits, p, static_cast<int>(history.size()),
+                            penalties ? std::span<const int32_t>(history) : std::span<const int32_t>(), n_prompt);
     out.push_back(t);
     history.push_back(t);
   }
@@ -108,7 +112,7 @@ class FakeBackend : public Backend {
     for (const DecodeSeq& d : seqs) {
       auto history = read(d.chunk, d.chunk.start_pos + 1);
       auto logits = fake_logits(history);
-      result.tokens.push_back(fake_sample(logits, d.sampling, d.chunk.start_pos, d.history));
+      result.tokens.push_back(fake_sample(logits, d.sampling, d.chunk.start_pos + 1, d.history, d.history_prompt_len));
       if (want_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
     }
   }
