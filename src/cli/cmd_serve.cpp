@@ -1,8 +1,146 @@
+// `megadecode serve MODEL_DIR [flags]` (or `serve --random-weights --preset NAME` on a GPU
+// backend): loads the model, tokenizer and backend, starts the engine and the OpenAI-compatible
+// HTTP server, and runs until SIGINT/SIGTERM (then shuts down in bounded time: HTTP first, then
+// the engine). Flags follow vLLM's names where the meaning is the same.
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "core/log.h"
+#include "engine/backend_factory.h"
+#include "engine/engine.h"
+#include "model/loader.h"
+#include "model/presets.h"
+#include "server/http_server.h"
+#include "server/model_text.h"
+#include "server/openai_service.h"
+#include "tokenizer/tokenizer.h"
+#if defined(MEGADECODE_HAVE_CUDA)
+#include "cuda/mk/cuda_factory.h"
+#endif
 
 namespace megadecode {
+namespace {
 
-int cmd_serve(int /*argc*/, char** /*argv*/) { throw Error("not implemented yet"); }
+constexpr const char* kUsage =
+    "usage: megadecode serve (MODEL_DIR | --random-weights --preset NAME [--weights-seed S])\n"
+    "         [--host H (127.0.0.1)] [--port P (8000)] [--backend cpu-ref|cpu-mk|cuda-mk|cuda-ops]\n"
+    "         [--served-model-name NAME] [--max-num-seqs N (64)] [--max-model-len N]\n"
+    "         [--max-num-batched-tokens N (256)] [--block-size B (16)] [--kv-cache-tokens N]\n"
+    "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
+    "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)]\n"
+    "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
+    "  --random-weights: GPU backends only; the weights make-model --preset NAME --seed S would write,\n"
+    "  generated on the GPU, with the Qwen3 tokenizer of data/tokenizer/qwen3.\n";
+
+int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const int64_t v = args.get_int(name, fallback);
+  MD_REQUIRE(v >= lo && v <= hi, "--", name, " must be in [", lo, ", ", hi, "], got ", v);
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  const Args args(argc, argv,
+                  {"host", "port", "backend", "served-model-name", "max-num-seqs", "max-model-len",
+                   "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
+                   "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed"},
+                  {"no-enable-prefix-caching", "random-weights", "help"});
+  if (args.flag("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const bool random_weights = args.flag("random-weights");
+  MD_REQUIRE(args.positional().size() == (random_weights ? 0u : 1u),
+             random_weights ? "--random-weights takes no MODEL_DIR\n" : "expected one MODEL_DIR\n", kUsage);
+  const std::string backend_name = args.get("backend", random_weights ? "cuda-mk" : "cpu-ref");
+  const bool gpu = backend_name.rfind("cuda", 0) == 0;
+  const int max_num_seqs = int_flag(args, "max-num-seqs", 64, 1, 64);
+  const int block_size = int_flag(args, "block-size", 16, 1, 4096);
+  const int64_t kv_tokens = args.get_int("kv-cache-tokens", gpu ? 0 : 32768);
+  MD_REQUIRE(kv_tokens == 0 || kv_tokens >= block_size, "--kv-cache-tokens must hold at least one block");
+  MD_REQUIRE(kv_tokens > 0 || gpu, "--kv-cache-tokens must be positive on CPU backends");
+
+  // Block SIGINT/SIGTERM before any thread starts, so that only sigwait() below receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  BackendOptions options;
+  options.kv_block_size = block_size;
+  options.n_kv_blocks = static_cast<int>((kv_tokens + block_size - 1) / block_size);
+  options.n_threads = static_cast<int>(args.get_int("threads", 0));
+  options.gpu_memory_utilization = args.get_double("gpu-memory-utilization", 0.9);
+  MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
+             "--gpu-memory-utilization must be in (0, 1]");
+
+  std::filesystem::path model_dir;
+  std::shared_ptr<LoadedModel> model;
+  ModelConfig config;
+  std::unique_ptr<Backend> backend;
+  if (random_weights) {
+    config = preset_config(args.require("preset"));
+    model_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";  // tokenizer files only
+#if defined(MEGADECODE_HAVE_CUDA)
+    MD_REQUIRE(gpu, "--random-weights generates the weights on the GPU: use --backend cuda-mk or cuda-ops");
+    CudaBackendRequest request;
+    request.name = backend_name;
+    request.seed = static_cast<uint64_t>(args.get_int("weights-seed", 0));
+    request.kv_block_size = options.kv_block_size;
+    request.n_kv_blocks = options.n_kv_blocks;
+    request.gpu_memory_utilization = options.gpu_memory_utilization;
+    backend = make_cuda_backend(config, request);
+#else
+    throw Error("--random-weights needs a build with CUDA");
+#endif
+  } else {
+    model_dir = args.positional()[0];
+    log_info("loading ", model_dir.string());
+    model = std::make_shared<LoadedModel>(load_model(model_dir));
+    config = model->config;
+    backend = make_backend(backend_name, config, model->weights, model, options);
+  }
+  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(model_dir);
+
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = max_num_seqs;
+  ec.scheduler.max_prefill_tokens = int_flag(args, "max-num-batched-tokens", 256, 1, 1 << 20);
+  ec.scheduler.prefix_caching = !args.flag("no-enable-prefix-caching");
+  ec.max_model_len = int_flag(args, "max-model-len", 0, 0, 1 << 30);
+  ec.max_waiting = int_flag(args, "max-waiting", 1024, 1, 1 << 20);
+  Engine engine(*backend, ec, streaming_decoders(*tokenizer));
+
+  const std::string name =
+      args.get("served-model-name", random_weights ? args.require("preset") : args.positional()[0]);
+  ServedModel served = served_model(model_dir, name, config, *tokenizer);
+  OpenAiService service(engine, served);
+  HttpServerConfig hc;
+  hc.host = args.get("host", "127.0.0.1");
+  hc.port = int_flag(args, "port", 8000, 0, 65535);
+  hc.n_threads = int_flag(args, "io-threads", 2, 1, 256);
+  hc.max_body_bytes = static_cast<size_t>(args.get_int("max-body-bytes", 8 << 20));
+  raise_open_file_limit();
+  HttpServer http(hc, service.handler());
+  engine.start();
+  http.start();
+  log_info("serving ", name, " (backend ", backend->name(), ", max_model_len ", engine.max_model_len(), ", ",
+           backend->n_kv_blocks(), " KV blocks of ", block_size, ", max_num_seqs ", max_num_seqs, ") on http://",
+           hc.host, ":", http.port());
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log_info("signal ", sig, ": shutting down");
+  http.stop();
+  engine.stop();
+  return 0;
+}
 
 }  // namespace megadecode

@@ -1,0 +1,94 @@
+// Prometheus text exposition of EngineMetrics (names: vLLM's, prefixed megadecode:).
+#include <cstdio>
+#include <string>
+
+#include "engine/metrics.h"
+#include "engine/request.h"
+#include "server/openai_service.h"
+
+namespace megadecode {
+
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string escape_label(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+struct Writer {
+  std::string out;
+  std::string labels;  // model_name="..."
+  void head(const char* name, const char* type, const char* help) {
+    out += std::string("# HELP megadecode:") + name + " " + help + "\n# TYPE megadecode:" + name + " " + type + "\n";
+  }
+  void sample(const std::string& name, double v, const std::string& extra = "") {
+    out += "megadecode:" + name + "{" + labels + extra + "} " + number(v) + "\n";
+  }
+  void gauge(const char* name, const char* help, double v) {
+    head(name, "gauge", help);
+    sample(name, v);
+  }
+  void counter(const char* name, const char* help, double v) {
+    head(name, "counter", help);
+    sample(std::string(name), v);
+  }
+  void histogram(const char* name, const char* help, const Histogram& h) {
+    head(name, "histogram", help);
+    Histogram::Snapshot s = h.snapshot();
+    for (size_t i = 0; i < s.upper_bounds.size(); ++i)
+      sample(std::string(name) + "_bucket", static_cast<double>(s.cumulative[i]), ",le=\"" + number(s.upper_bounds[i]) + "\"");
+    sample(std::string(name) + "_bucket", static_cast<double>(s.cumulative.back()), ",le=\"+Inf\"");
+    sample(std::string(name) + "_sum", s.sum);
+    sample(std::string(name) + "_count", static_cast<double>(s.count));
+  }
+};
+
+}  // namespace
+
+std::string render_metrics(EngineMetrics& m, const std::string& model_name) {
+  Writer w;
+  w.labels = "model_name=\"" + escape_label(model_name) + "\"";
+  w.gauge("num_requests_running", "Sequences in the decode batch.", m.n_running.load());
+  w.gauge("num_requests_waiting", "Sequences waiting for admission.", m.n_waiting.load());
+  const int total = m.kv_blocks_total.load();
+  w.gauge("kv_cache_usage_perc", "Fraction of KV blocks held by sequences (1 = full).",
+          total > 0 ? static_cast<double>(m.kv_blocks_used.load()) / total : 0.0);
+  w.counter("prompt_tokens_total", "Prompt tokens of requests that produced a first token.",
+            static_cast<double>(m.prompt_tokens.load()));
+  w.counter("generation_tokens_total", "Generated tokens.", static_cast<double>(m.generation_tokens.load()));
+  w.counter("num_preemptions_total", "Sequences preempted (recomputed later) for lack of KV blocks.",
+            static_cast<double>(m.preemptions.load()));
+  w.counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+            static_cast<double>(m.prefix_cache_queries.load()));
+  w.counter("prefix_cache_hits_total", "Prompt tokens served from the prefix cache.",
+            static_cast<double>(m.prefix_cache_hits.load()));
+  w.counter("request_rejected_total", "Requests refused with 503 because the waiting queue was full.",
+            static_cast<double>(m.rejected_queue_full.load()));
+  w.head("request_success_total", "counter", "Finished sequences by finish reason.");
+  for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort, FinishReason::kError})
+    w.sample("request_success_total", static_cast<double>(m.finished[static_cast<size_t>(r)].load()),
+             std::string(",finished_reason=\"") + finish_reason_name(r) + "\"");
+  w.histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.", m.time_to_first_token);
+  w.histogram("inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", m.inter_token_latency);
+  w.histogram("e2e_request_latency_seconds", "Time from arrival to the end of a sequence.", m.e2e_request_latency);
+  w.histogram("request_queue_time_seconds", "Time from arrival to admission.", m.request_queue_time);
+  w.histogram("request_prompt_tokens", "Prompt length of finished sequences.", m.request_prompt_tokens);
+  w.histogram("request_generation_tokens", "Generated tokens of finished sequences.", m.request_generation_tokens);
+  return w.out;
+}
+
+}  // namespace megadecode

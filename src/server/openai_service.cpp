@@ -1,0 +1,287 @@
+// OpenAiService: routing, validation against the model, request submission (see openai_service.h).
+#include "server/openai_service.h"
+
+#include <chrono>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "server/api_error.h"
+#include "server/generation_state.h"
+
+namespace megadecode {
+
+using nlohmann::json;
+
+namespace {
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_hex(uint64_t a, uint64_t b) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(a), static_cast<unsigned long long>(b));
+  return buf;
+}
+
+void respond_json(const std::shared_ptr<Exchange>& exchange, int status, const json& body) {
+  exchange->respond(status, "application/json", dump_json(body));
+}
+
+void respond_error(const std::shared_ptr<Exchange>& exchange, const ApiError& e, const HttpHeaders& headers = {}) {
+  exchange->respond(e.status, "application/json", e.body(), headers);
+}
+
+}  // namespace
+
+OpenAiService::OpenAiService(Engine& engine, ServedModel model)
+    : engine_(engine), model_(std::move(model)), started_at_(unix_now()), seed_counter_(std::random_device{}()) {
+  MD_CHECK(model_.tokenizer != nullptr, "the service needs a tokenizer");
+  MD_CHECK(model_.render_chat != nullptr, "the service needs a chat renderer");
+}
+
+uint64_t OpenAiService::fresh_seed() { return mix64(seed_counter_.fetch_add(1) + 0x51ed); }
+
+void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<Exchange> exchange) {
+  const std::string& p = request.path;
+  const std::string& m = request.method;
+  struct Route {
+    const char* path;
+    const char* method;
+  };
+  static constexpr Route kRoutes[] = {{"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+                                      {"/v1/models", "GET"},       {"/health", "GET"},
+                                      {"/metrics", "GET"},         {"/version", "GET"},
+                                      {"/tokenize", "POST"},       {"/detokenize", "POST"}};
+  try {
+    const Route* route = nullptr;
+    for (const Route& r : kRoutes)
+      if (p == r.path) route = &r;
+    if (route == nullptr) throw not_found(cat("Invalid URL (", m, " ", p, ")"), std::nullopt, "unknown_url");
+    if (m != route->method) {
+      respond_error(exchange, ApiError(405, cat("Method ", m, " is not allowed for ", p), "invalid_request_error"),
+                    {{"Allow", route->method}});
+      return;
+    }
+    if (p == "/v1/completions") return generate(request, exchange, Endpoint::kCompletions);
+    if (p == "/v1/chat/completions") return generate(request, exchange, Endpoint::kChat);
+    if (p == "/v1/models") return models(exchange);
+    if (p == "/health") return exchange->respond(engine_.running() ? 200 : 503, "", "");
+    if (p == "/metrics") return metrics(exchange);
+    if (p == "/version") return respond_json(exchange, 200, json{{"version", "megadecode 0.1"}});
+    if (p == "/tokenize") return tokenize(request, exchange);
+    if (p == "/detokenize") return detokenize(request, exchange);
+  } catch (const ApiError& e) {
+    respond_error(exchange, e);
+  } catch (const json::exception& e) {
+    // A body the validation did not foresee (nlohmann type errors): still the client's fault.
+    respond_error(exchange, bad_request(cat("Invalid request: ", e.what())));
+  } catch (const Error& e) {
+    respond_error(exchange, bad_request(e.what()));
+  }
+}
+
+void OpenAiService::check_model(const std::optional<std::string>& model) const {
+  if (model && *model != model_.name)
+    throw not_found(cat("The model `", *model, "` does not exist."), "model", "model_not_found");
+}
+
+std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_special_tokens) const {
+  try {
+    return model_.tokenizer->encode(text, add_special_tokens);
+  } catch (const Error& e) {
+    throw bad_request(cat("The prompt cannot be tokenized: ", e.what()), "prompt");
+  }
+}
+
+void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange, Endpoint endpoint) {
+  const json body = parse_json_body(request.body);
+  OpenAiRequest r = parse_generate_request(body, endpoint);
+  check_model(r.model);
+  const bool chat = endpoint == Endpoint::kChat;
+  const int vocab = engine_.vocab_size();
+  const int max_len = engine_.max_model_len();
+
+  GenerationSetup setup;
+  setup.endpoint = endpoint;
+  setup.model = model_.name;
+  setup.created = unix_now();
+  setup.stream = r.stream;
+  setup.include_usage = r.include_usage;
+  setup.continuous_usage_stats = r.continuous_usage_stats;
+  setup.n = r.n;
+  setup.echo = r.echo;
+  setup.logprobs = r.logprobs;
+  const uint64_t id_bits = fresh_seed();
+  setup.id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(id_bits, mix64(id_bits));
+
+  if (chat) {
+    std::string text;
+    try {
+      text = model_.render_chat(r.messages, r.add_generation_prompt);
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "messages");
+    }
+    setup.prompts.push_back(encode(text, r.add_special_tokens));
+  } else {
+    for (const PromptInput& p : r.prompts) {
+      if (p.text) {
+        setup.prompts.push_back(encode(*p.text, r.add_special_tokens));
+        if (r.echo) setup.echo_text.push_back(*p.text);
+      } else {
+        for (int32_t t : p.tokens)
+          if (t >= vocab) throw bad_request(cat("Token id ", t, " is out of vocabulary (size ", vocab, ")"), "prompt");
+        setup.prompts.push_back(p.tokens);
+        if (r.echo) setup.echo_text.push_back(model_.tokenizer->decode(p.tokens, false));
+      }
+    }
+  }
+  for (int32_t t : r.stop_token_ids)
+    if (t >= vocab) throw bad_request(cat("stop_token_ids: token id ", t, " is out of vocabulary (size ", vocab, ")"), "stop_token_ids");
+
+  // Length checks and max_tokens, per prompt (vLLM's messages and defaults).
+  const char* input_name = chat ? "messages" : "prompt";
+  std::vector<int> max_tokens;
+  for (const auto& prompt : setup.prompts) {
+    const int n = static_cast<int>(prompt.size());
+    if (n == 0) throw bad_request("The prompt cannot be empty", input_name);
+    if (n >= max_len)
+      throw bad_request(cat("This model's maximum context length is ", max_len, " tokens. However, your request has ", n,
+                            " input tokens. Please reduce the length of the input ", chat ? "messages." : "prompt."),
+                        input_name, "context_length_exceeded");
+    const int room = max_len - n;
+    if (r.max_tokens) {
+      if (*r.max_tokens > room)
+        throw bad_request(cat("'max_tokens' or 'max_completion_tokens' is too large: ", *r.max_tokens,
+                              ". This model's maximum context length is ", max_len, " tokens and your request has ", n,
+                              " input tokens (", *r.max_tokens, " > ", max_len, " - ", n, ")."),
+                          "max_tokens", "context_length_exceeded");
+      max_tokens.push_back(*r.max_tokens);
+    } else {
+      // Completions default to 16 tokens, chat to the rest of the context; generation_config's
+      // max_new_tokens replaces either; never more than fits.
+      int d = model_.defaults.max_new_tokens.value_or(chat ? room : 16);
+      max_tokens.push_back(std::max(1, std::min(d, room)));
+    }
+    if (r.min_tokens > max_tokens.back())
+      throw bad_request(cat("'min_tokens' (", r.min_tokens, ") must not exceed 'max_tokens' (", max_tokens.back(), ")"),
+                        "min_tokens");
+  }
+
+  const SamplingParams sampling = resolve_sampling(r.sampling, model_.defaults.sampling);
+  const uint64_t request_id = engine_.new_request_id();
+  auto state = std::make_shared<GenerationState>(setup, *model_.tokenizer, exchange);
+  std::vector<SequenceRequest> seqs;
+  const auto arrival = Clock::now();
+  for (size_t p = 0; p < setup.prompts.size(); ++p) {
+    for (int i = 0; i < r.n; ++i) {
+      SequenceRequest s;
+      s.request_id = request_id;
+      s.index = static_cast<int>(p) * r.n + i;
+      s.prompt = setup.prompts[p];
+      s.sampling = sampling;
+      // vLLM's rule for n > 1: choice i samples with seed + i; without a seed, a fresh one each.
+      s.sampling.seed = r.sampling.seed ? static_cast<uint64_t>(*r.sampling.seed) + i : fresh_seed();
+      s.stop.max_tokens = max_tokens[p];
+      s.stop.min_tokens = r.min_tokens;
+      s.stop.stop = r.stop;
+      s.stop.stop_token_ids = r.stop_token_ids;
+      s.stop.eos_token_ids = model_.eos_token_ids;
+      s.stop.ignore_eos = r.ignore_eos;
+      s.stop.include_stop_str_in_output = r.include_stop_str_in_output;
+      s.stop.skip_special_tokens = r.skip_special_tokens;
+      s.logprobs = r.logprobs.value_or(-1);
+      s.prompt_logprobs = r.echo && r.logprobs.has_value();
+      s.arrival = arrival;
+      s.sink = state;
+      seqs.push_back(std::move(s));
+    }
+  }
+  SubmitStatus status;
+  try {
+    status = engine_.submit(std::move(seqs));
+  } catch (const Error& e) {
+    throw bad_request(e.what());
+  }
+  if (status != SubmitStatus::kOk) {
+    ApiError e(503,
+               status == SubmitStatus::kQueueFull ? "The server is overloaded: the waiting queue is full. Retry later."
+                                                  : "The server is shutting down.",
+               "server_error");
+    respond_error(exchange, e, {{"Retry-After", "1"}});
+    return;
+  }
+  // Events from the engine are posted to this connection's strand, which is running this
+  // handler: none can overtake the stream's headers sent here.
+  state->begin();
+  exchange->on_client_gone([&engine = engine_, request_id] { engine.abort(request_id); });
+}
+
+void OpenAiService::tokenize(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
+  const json body = parse_json_body(request.body);
+  if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) throw bad_request("'model' must be a string", "model");
+    check_model(it->get<std::string>());
+  }
+  auto flag = [&](const char* name, bool fallback) {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) throw bad_request(cat("'", name, "' must be a boolean"), name);
+    return it->get<bool>();
+  };
+  std::vector<int32_t> tokens;
+  if (auto m = body.find("messages"); m != body.end()) {
+    std::string text;
+    try {
+      text = model_.render_chat(parse_messages(*m), flag("add_generation_prompt", true));
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "messages");
+    }
+    tokens = encode(text, flag("add_special_tokens", false));
+  } else if (auto p = body.find("prompt"); p != body.end() && p->is_string()) {
+    tokens = encode(p->get<std::string>(), flag("add_special_tokens", true));
+  } else {
+    throw bad_request("/tokenize needs a string 'prompt' or a list of 'messages'", "prompt");
+  }
+  json out = {{"count", tokens.size()}, {"max_model_len", engine_.max_model_len()}, {"tokens", tokens}};
+  if (flag("return_token_strs", false)) {
+    json strs = json::array();
+    for (int32_t t : tokens) strs.push_back(model_.tokenizer->decode(std::span<const int32_t>(&t, 1), false));
+    out["token_strs"] = std::move(strs);
+  }
+  respond_json(exchange, 200, out);
+}
+
+void OpenAiService::detokenize(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
+  const json body = parse_json_body(request.body);
+  if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) throw bad_request("'model' must be a string", "model");
+    check_model(it->get<std::string>());
+  }
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) throw bad_request("'tokens' must be a list of token ids", "tokens");
+  std::vector<int32_t> tokens;
+  for (const json& t : *it) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine_.vocab_size())
+      throw bad_request(cat("'tokens' must hold token ids in [0, ", engine_.vocab_size(), ")"), "tokens");
+    tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  respond_json(exchange, 200, json{{"prompt", model_.tokenizer->decode(tokens, false)}});
+}
+
+void OpenAiService::models(const std::shared_ptr<Exchange>& exchange) {
+  json card = {{"id", model_.name},          {"object", "model"},   {"created", started_at_},
+               {"owned_by", "megadecode"},   {"root", model_.root}, {"parent", nullptr},
+               {"max_model_len", engine_.max_model_len()}};
+  respond_json(exchange, 200, json{{"object", "list"}, {"data", json::array({card})}});
+}
+
+void OpenAiService::metrics(const std::shared_ptr<Exchange>& exchange) {
+  exchange->respond(200, "text/plain; version=0.0.4; charset=utf-8", render_metrics(engine_.metrics(), model_.name));
+}
+
+}  // namespace megadecode

@@ -1,0 +1,63 @@
+// The OpenAI-compatible API on top of the engine: routes, request validation against the model
+// (tokenization, context length, token ranges), defaults from generation_config.json, and the
+// small endpoints (/v1/models, /health, /metrics, /tokenize, /detokenize).
+//   POST /v1/completions, POST /v1/chat/completions   generation (SSE with "stream": true)
+//   GET  /v1/models, GET /health, GET /metrics, GET /version
+//   POST /tokenize, POST /detokenize
+// Threading: handle() runs on any I/O thread, concurrently; the service itself is immutable after
+// construction (the tokenizer is thread-safe, the engine's submit/abort are).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/exchange.h"
+#include "server/generation_defaults.h"
+#include "tokenizer/tokenizer.h"
+
+namespace megadecode {
+
+using ChatRenderer = std::function<std::string(std::span<const ChatMessage> messages, bool add_generation_prompt)>;
+
+struct ServedModel {
+  std::string name;                    // what clients send as "model"
+  std::string root;                    // the model directory (shown by /v1/models)
+  const Tokenizer* tokenizer = nullptr;  // outlives the service
+  ChatRenderer render_chat;
+  GenerationDefaults defaults;
+  std::vector<int32_t> eos_token_ids;  // every end token (config.json, generation_config.json, tokenizer)
+};
+
+class OpenAiService {
+ public:
+  OpenAiService(Engine& engine, ServedModel model);
+  void handle(HttpRequest&& request, std::shared_ptr<Exchange> exchange);
+  HttpHandler handler() {
+    return [this](HttpRequest&& r, std::shared_ptr<Exchange> e) { handle(std::move(r), std::move(e)); };
+  }
+
+ private:
+  void generate(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange, Endpoint endpoint);
+  void tokenize(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange);
+  void detokenize(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange);
+  void models(const std::shared_ptr<Exchange>& exchange);
+  void metrics(const std::shared_ptr<Exchange>& exchange);
+  void check_model(const std::optional<std::string>& model) const;
+  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) const;
+  uint64_t fresh_seed();
+
+  Engine& engine_;
+  ServedModel model_;
+  int64_t started_at_;
+  std::atomic<uint64_t> seed_counter_;
+};
+
+// Prometheus text exposition (version 0.0.4) of the engine's metrics, labelled with the model.
+std::string render_metrics(EngineMetrics& metrics, const std::string& model_name);
+
+}  // namespace megadecode

@@ -1,0 +1,247 @@
+// Test doubles for the engine and server: a deterministic fake Backend whose "KV cache" stores
+// (position, token) in each slot and whose next token is a function of the history it reads back
+// through the block table (so any block-table or prefix-cache mistake changes the output or
+// throws), and a byte-level fake tokenizer/decoder.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "engine/backend.h"
+#include "engine/logits.h"
+#include "engine/request.h"
+#include "ref/sampling.h"
+
+namespace megadecode::testing {
+
+constexpr int kFakeVocab = 260;  // 0..255 bytes, 256 <|endoftext|>, 257 <|im_start|>, 258 <|im_end|>, 259 <|pad|>
+constexpr int32_t kFakeEos = 256;
+constexpr int32_t kFakeImEnd = 258;
+
+inline std::string fake_special_text(int32_t t) {
+  static const char* names[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"};
+  return names[t - 256];
+}
+
+// The fake model: logits from a hash of the last three tokens and the length. Printable ASCII is
+// likely, the end tokens rare but present.
+inline std::vector<float> fake_logits(std::span<const int32_t> history) {
+  uint64_t h = history.size();
+  for (size_t i = history.size() >= 3 ? history.size() - 3 : 0; i < history.size(); ++i) h = mix64(h ^ history[i]);
+  std::vector<float> logits(kFakeVocab);
+  for (int v = 0; v < kFakeVocab; ++v) {
+    float x = uniform_at(h, 7, v) * 4.0f;
+    if (v < 32 || v >= 127) x -= 6.0f;
+    logits[v] = x;
+  }
+  logits[kFakeEos] = uniform_at(h, 8, 0) * 4.0f + 1.0f;  // wins sometimes, greedy included
+  return logits;
+}
+
+// The fake backend samples like the real ones: the host sampler at the new token's position.
+inline int32_t fake_sample(std::span<const float> logits, const SamplingParams& p, int position,
+                           std::span<const int32_t> history, size_t n_prompt) {
+  n_prompt = std::min(n_prompt, history.size());
+  return ref::sample_token(logits, p, position, ref::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)});
+}
+
+// What the engine must produce for one sequence without end tokens: the reference next tokens.
+inline std::vector<int32_t> fake_reference(std::vector<int32_t> history, const SamplingParams& p, int n) {
+  std::vector<int32_t> out;
+  const size_t n_prompt = history.size();
+  for (int i = 0; i < n; ++i) {
+    auto logits = fake_logits(history);
+    const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+    int32_t t = fake_sample(logits, p, static_cast<int>(history.size()),
+                            penalties ? std::span<const int32_t>(history) : std::span<const int32_t>(), n_prompt);
+    out.push_back(t);
+    history.push_back(t);
+  }
+  return out;
+}
+
+class FakeBackend : public Backend {
+ public:
+  FakeBackend(int n_blocks, int block_size, int max_positions = 4096) : n_blocks_(n_blocks), block_size_(block_size) {
+    config_.model_type = "fake";
+    config_.vocab_size = kFakeVocab;
+    config_.max_position_embeddings = max_positions;
+    config_.eos_token_ids = {kFakeEos};
+    slots_.assign(static_cast<size_t>(n_blocks) * block_size, kPoison);
+  }
+  std::string name() const override { return "fake"; }
+  const ModelConfig& config() const override { return config_; }
+  int kv_block_size() const override { return block_size_; }
+  int n_kv_blocks() const override { return n_blocks_; }
+
+  void prefill(const SeqChunk& chunk, std::span<float> last_logits) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pause();
+    maybe_fail(chunk.tokens);
+    log_.push_back('p');
+    n_prefill_tokens_ += chunk.tokens.size();
+    for (size_t i = 0; i < chunk.tokens.size(); ++i) write(chunk, chunk.start_pos + static_cast<int>(i), chunk.tokens[i]);
+    if (!last_logits.empty()) {
+      auto history = read(chunk, chunk.start_pos + static_cast<int>(chunk.tokens.size()));
+      auto logits = fake_logits(history);
+      std::copy(logits.begin(), logits.end(), last_logits.begin());
+    }
+  }
+
+  void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    log_.push_back('d');
+    pause();
+    max_batch_ = std::max<size_t>(max_batch_, seqs.size());
+    result.tokens.clear();
+    result.logits.clear();
+    for (const DecodeSeq& d : seqs) {
+      maybe_fail(d.chunk.tokens);
+      MD_CHECK(d.chunk.tokens.size() == 1);
+      write(d.chunk, d.chunk.start_pos, d.chunk.tokens[0]);
+    }
+    for (const DecodeSeq& d : seqs) {
+      auto history = read(d.chunk, d.chunk.start_pos + 1);
+      auto logits = fake_logits(history);
+      result.tokens.push_back(fake_sample(logits, d.sampling, d.chunk.start_pos + 1, d.history, d.history_prompt_len));
+      if (want_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
+    }
+  }
+
+  std::string call_log() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return log_;
+  }
+  size_t n_prefill_tokens() const { return n_prefill_tokens_; }
+  size_t max_batch() const { return max_batch_; }
+  // A chunk containing this token makes prefill/decode throw (error-path tests).
+  void fail_on_token(int32_t token) { fail_token_ = token; }
+  // Slows every call down (load tests: keeps many streams open at once).
+  void set_delay_us(int us) { delay_us_ = us; }
+  // While closed, every prefill/decode call waits (nothing finishes).
+  void close_gate() {
+    std::lock_guard<std::mutex> lock(gate_mutex_);
+    gate_closed_ = true;
+  }
+  void open_gate() {
+    {
+      std::lock_guard<std::mutex> lock(gate_mutex_);
+      gate_closed_ = false;
+    }
+    gate_cv_.notify_all();
+  }
+
+ private:
+  static constexpr int64_t kPoison = -1;
+  void pause() {
+    if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
+    std::unique_lock<std::mutex> lock(gate_mutex_);
+    gate_cv_.wait(lock, [&] { return !gate_closed_; });
+  }
+  void maybe_fail(std::span<const int32_t> tokens) {
+    if (std::find(tokens.begin(), tokens.end(), fail_token_.load()) != tokens.end())
+      throw Error("fake backend: injected failure");
+  }
+  size_t slot(const SeqChunk& c, int pos) const {
+    const size_t logical = static_cast<size_t>(pos / block_size_);
+    MD_REQUIRE(logical < c.block_table.size(), "fake backend: position ", pos, " beyond the block table");
+    const int32_t block = c.block_table[logical];
+    MD_REQUIRE(block >= 0 && block < n_blocks_, "fake backend: block id ", block);
+    return static_cast<size_t>(block) * block_size_ + pos % block_size_;
+  }
+  void write(const SeqChunk& c, int pos, int32_t token) { slots_[slot(c, pos)] = (static_cast<int64_t>(pos) << 32) | token; }
+  std::vector<int32_t> read(const SeqChunk& c, int n) const {
+    std::vector<int32_t> h(n);
+    for (int pos = 0; pos < n; ++pos) {
+      const int64_t v = slots_[slot(c, pos)];
+      MD_REQUIRE(v != kPoison && (v >> 32) == pos, "fake backend: sequence ", c.seq_id, " reads position ", pos,
+                 " from a slot holding ", v == kPoison ? std::string("nothing") : std::to_string(v >> 32));
+      h[pos] = static_cast<int32_t>(v & 0xffffffff);
+    }
+    return h;
+  }
+
+  ModelConfig config_;
+  int n_blocks_;
+  int block_size_;
+  std::vector<int64_t> slots_;  // [n_blocks * block_size] (position << 32) | token
+  mutable std::mutex mutex_;
+  std::string log_;  // 'p' per prefill call, 'd' per decode call
+  size_t n_prefill_tokens_ = 0;
+  size_t max_batch_ = 0;
+  std::atomic<int32_t> fail_token_{-1};
+  std::atomic<int> delay_us_{0};
+  std::mutex gate_mutex_;
+  std::condition_variable gate_cv_;
+  bool gate_closed_ = false;
+};
+
+// Bytes 0..255 are themselves; 256.. are specials. Releases text only at UTF-8 boundaries.
+class FakeDecoder : public TextDecoder {
+ public:
+  explicit FakeDecoder(bool skip_special) : skip_special_(skip_special) {}
+  std::string push(int32_t t) override {
+    if (t >= 256) {
+      if (!skip_special_) bytes_ += fake_special_text(t);
+    } else {
+      bytes_ += static_cast<char>(t);
+    }
+    size_t cut = complete_prefix();
+    std::string out = bytes_.substr(0, cut);
+    bytes_.erase(0, cut);
+    return out;
+  }
+  std::string flush() override {
+    std::string out;
+    out.swap(bytes_);
+    return out;
+  }
+
+ private:
+  // Length of the prefix that does not end inside an incomplete UTF-8 sequence.
+  size_t complete_prefix() const {
+    size_t n = bytes_.size();
+    for (size_t back = 1; back <= std::min<size_t>(3, n); ++back) {
+      unsigned char c = static_cast<unsigned char>(bytes_[n - back]);
+      if ((c & 0xC0) == 0x80) continue;  // continuation: keep looking for the lead byte
+      size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+      return len > back ? n - back : n;
+    }
+    return n;
+  }
+  bool skip_special_;
+  std::string bytes_;
+};
+
+inline TextDecoderFactory fake_decoders() {
+  return [](bool skip) { return std::make_unique<FakeDecoder>(skip); };
+}
+
+inline std::string fake_text(std::span<const int32_t> tokens, bool skip_special = true) {
+  FakeDecoder d(skip_special);
+  std::string s;
+  for (int32_t t : tokens) s += d.push(t);
+  return s + d.flush();
+}
+
+// Collects every event, thread-safe.
+class CollectingSink : public OutputSink {
+ public:
+  void on_output(SeqOutput&& o) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.push_back(std::move(o));
+  }
+  std::mutex mutex;
+  std::vector<SeqOutput> events;
+};
+
+}  // namespace megadecode::testing

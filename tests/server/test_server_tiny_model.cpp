@@ -1,0 +1,182 @@
+// The server on the real path: the cpu-ref backend running the synthetic tiny qwen3_moe model that
+// `megadecode make-model --preset tiny` writes, with its Qwen3 tokenizer and chat template.
+// Temperature-0 output equals `megadecode generate` (the CLI, and its loop token for token, also
+// under prefix caching, chunked prefill, preemption and a batch of neighbours), and the official
+// openai npm client passes against it.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "cli/generate_loop.h"
+#include "engine/backend_factory.h"
+#include "model/loader.h"
+#include "server/model_text.h"
+#include "server_fixture.h"
+
+namespace megadecode {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kRoot = MEGADECODE_SOURCE_DIR;
+
+fs::path megadecode_binary() { return fs::read_symlink("/proc/self/exe").parent_path() / "megadecode"; }
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  std::array<char, 4096> buf{};
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), p)) > 0;) out.append(buf.data(), n);
+  const int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << cmd;
+  return out;
+}
+
+// The model directory `make-model --preset tiny --seed 0` writes, made once per process.
+const fs::path& tiny_model_dir() {
+  static const fs::path dir = [] {
+    const fs::path d = fs::temp_directory_path() / ("megadecode_tiny_" + std::to_string(::getpid()));
+    run("'" + megadecode_binary().string() + "' make-model --preset tiny --seed 0 --out '" + d.string() + "' 2>&1");
+    return d;
+  }();
+  return dir;
+}
+
+class TinyModelTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() { fs::remove_all(tiny_model_dir()); }
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(megadecode_binary())) << megadecode_binary() << " is not built";
+    ASSERT_TRUE(fs::exists(tiny_model_dir() / "tokenizer.json")) << "make-model failed (run scripts/setup)";
+  }
+};
+
+struct TinyStack {
+  explicit TinyStack(int kv_blocks = 512, int block_size = 16, int max_num_seqs = 8, int chunk = 32) {
+    model = std::make_shared<LoadedModel>(load_model(tiny_model_dir()));
+    tokenizer = Tokenizer::load(tiny_model_dir());
+    backend = make_backend("cpu-ref", model->config, model->weights, model,
+                           BackendOptions{.kv_block_size = block_size, .n_kv_blocks = kv_blocks, .n_threads = 2});
+    EngineConfig ec;
+    ec.scheduler = SchedulerConfig{.max_num_seqs = max_num_seqs, .max_prefill_tokens = chunk, .check_invariants = true};
+    ec.max_model_len = 1024;
+    engine = std::make_unique<Engine>(*backend, ec, streaming_decoders(*tokenizer));
+  }
+  std::shared_ptr<LoadedModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Engine> engine;
+};
+
+// TinyStack behind the HTTP server, as `megadecode serve` assembles it.
+struct TinyServer {
+  TinyServer() : service(*stack.engine, served_model(tiny_model_dir(), "tiny", stack.model->config, *stack.tokenizer)) {
+    HttpServerConfig hc;
+    hc.port = 0;
+    http = std::make_unique<HttpServer>(hc, service.handler());
+    stack.engine->start();
+    http->start();
+  }
+  ~TinyServer() {
+    http->stop();
+    stack.engine->stop();
+  }
+  TinyStack stack;
+  OpenAiService service;
+  std::unique_ptr<HttpServer> http;
+};
+
+std::vector<int32_t> reference_generate(const LoadedModel& model, const std::vector<int32_t>& prompt, int max_tokens) {
+  auto backend = make_backend("cpu-ref", model.config, model.weights, nullptr,
+                              BackendOptions{.kv_block_size = 16, .n_kv_blocks = 64, .n_threads = 2});
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0.0f;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return generate(*backend, r, nullptr).tokens;
+}
+
+TEST_F(TinyModelTest, GreedyEqualsGenerateLoopUnderBatchingCachingAndPreemption) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  // 12 blocks of 16 for 4 sequences of up to ~95 tokens: preemption is likely.
+  TinyStack stack(/*kv_blocks=*/12, /*block_size=*/16, /*max_num_seqs=*/4, /*chunk=*/24);
+  stack.engine->start();
+  std::vector<int32_t> shared;
+  for (int i = 0; i < 37; ++i) shared.push_back(static_cast<int32_t>(rng.below(151000)));
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p(shared.begin(), shared.begin() + static_cast<long>(rng.below(shared.size())));
+    for (int k = 0, n = 1 + static_cast<int>(rng.below(40)); k < n; ++k) p.push_back(static_cast<int32_t>(rng.below(151000)));
+    prompts.push_back(p);
+  }
+  auto sink = std::make_shared<testing::CollectingSink>();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SequenceRequest s;
+    s.request_id = i + 1;
+    s.prompt = prompts[i];
+    s.sampling.temperature = 0.0f;
+    s.stop.max_tokens = 10 + static_cast<int>(i);
+    s.stop.ignore_eos = true;
+    s.sink = sink;
+    ASSERT_EQ(stack.engine->submit({s}), SubmitStatus::kOk);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (;;) {
+    size_t finished = 0;
+    {
+      std::lock_guard<std::mutex> lock(sink->mutex);
+      for (const SeqOutput& e : sink->events) finished += e.finished;
+    }
+    if (finished == prompts.size()) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "generation did not finish";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::map<uint64_t, std::vector<int32_t>> got;
+  int cached = 0;
+  for (const SeqOutput& e : sink->events) {
+    got[e.request_id].insert(got[e.request_id].end(), e.tokens.begin(), e.tokens.end());
+    if (e.finished) {
+      EXPECT_EQ(e.finish_reason, FinishReason::kLength) << e.error;
+      cached += e.n_cached_tokens;
+    }
+  }
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(got[i + 1], reference_generate(*stack.model, prompts[i], 10 + static_cast<int>(i))) << "prompt " << i;
+  std::printf("prefix cache served %d prompt tokens, %llu preemptions\n", cached,
+              static_cast<unsigned long long>(stack.engine->metrics().preemptions.load()));
+  stack.engine->stop();
+}
+
+TEST_F(TinyModelTest, ServedTextEqualsGenerateCli) {
+  TinyServer server;
+  for (const std::string prompt : {"The capital of France is", "def fibonacci(n):", "Über 9000 ✓"}) {
+    const std::string cli = run("'" + megadecode_binary().string() + "' generate --model '" + tiny_model_dir().string() +
+                                "' --prompt '" + prompt + "' --temperature 0 --max-tokens 16 --ignore-eos 2>/dev/null");
+    testing::HttpClient c(server.http->port());
+    auto r = c.request("POST", "/v1/completions",
+                       nlohmann::json{{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0},
+                                      {"ignore_eos", true}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json()["choices"][0]["text"].get<std::string>() + "\n", cli) << "prompt: " << prompt;
+    EXPECT_EQ(r.json()["usage"]["completion_tokens"], 16);
+  }
+}
+
+TEST_F(TinyModelTest, OpenAiNodeClientPasses) {
+  ASSERT_TRUE(fs::exists(kRoot / "node_modules/openai/package.json")) << "run scripts/setup";
+  TinyServer server;
+  const std::string cmd = "cd '" + kRoot.string() + "' && timeout 240 node tests/server/openai_client_test.mjs " +
+                          "http://127.0.0.1:" + std::to_string(server.http->port()) + "/v1 tiny 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+}  // namespace
+}  // namespace megadecode
