@@ -14,9 +14,6 @@
 #include "engine/backend_factory.h"
 #include "model/loader.h"
 #include "model/presets.h"
-#if defined(MEGADECODE_HAVE_CUDA)
-#include "cuda/mk/cuda_factory.h"
-#endif
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {
@@ -131,17 +128,8 @@ int cmd_generate(int argc, char** argv) {
              "--gpu-memory-utilization must be in (0, 1]");
   std::unique_ptr<Backend> backend;
   if (random_weights) {
-#if defined(MEGADECODE_HAVE_CUDA)
-    CudaBackendRequest cuda_request;
-    cuda_request.name = backend_name;
-    cuda_request.seed = static_cast<uint64_t>(args.get_int("weights-seed", 0));
-    cuda_request.kv_block_size = options.kv_block_size;
-    cuda_request.n_kv_blocks = options.n_kv_blocks;
-    cuda_request.gpu_memory_utilization = options.gpu_memory_utilization;
-    backend = make_cuda_backend(config, cuda_request);
-#else
-    throw Error("--random-weights needs a build with CUDA");
-#endif
+    backend = make_backend_with_random_weights(backend_name, config,
+                                               static_cast<uint64_t>(args.get_int("weights-seed", 0)), options);
   } else {
     backend = make_backend(backend_name, config, model->weights, model, options);
   }

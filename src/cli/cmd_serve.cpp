@@ -20,9 +20,6 @@
 #include "server/model_text.h"
 #include "server/openai_service.h"
 #include "tokenizer/tokenizer.h"
-#if defined(MEGADECODE_HAVE_CUDA)
-#include "cuda/mk/cuda_factory.h"
-#endif
 
 namespace megadecode {
 namespace {
@@ -89,18 +86,9 @@ int cmd_serve(int argc, char** argv) {
   if (random_weights) {
     config = preset_config(args.require("preset"));
     model_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";  // tokenizer files only
-#if defined(MEGADECODE_HAVE_CUDA)
     MD_REQUIRE(gpu, "--random-weights generates the weights on the GPU: use --backend cuda-mk or cuda-ops");
-    CudaBackendRequest request;
-    request.name = backend_name;
-    request.seed = static_cast<uint64_t>(args.get_int("weights-seed", 0));
-    request.kv_block_size = options.kv_block_size;
-    request.n_kv_blocks = options.n_kv_blocks;
-    request.gpu_memory_utilization = options.gpu_memory_utilization;
-    backend = make_cuda_backend(config, request);
-#else
-    throw Error("--random-weights needs a build with CUDA");
-#endif
+    backend = make_backend_with_random_weights(backend_name, config,
+                                               static_cast<uint64_t>(args.get_int("weights-seed", 0)), options);
   } else {
     model_dir = args.positional()[0];
     log_info("loading ", model_dir.string());

@@ -48,4 +48,24 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig
   throw Error(cat("unknown backend \"", name, "\" (known: ", known, ")"));
 }
 
+std::unique_ptr<Backend> make_backend_with_random_weights(const std::string& name, const ModelConfig& config,
+                                                          uint64_t weights_seed, const BackendOptions& options) {
+  MD_REQUIRE(name == "cuda-mk" || name == "cuda-ops",
+             "random weights are generated on the GPU: use backend cuda-mk or cuda-ops, not \"", name, "\"");
+#if defined(MEGADECODE_HAVE_CUDA)
+  CudaBackendRequest request;
+  request.name = name;
+  request.seed = weights_seed;
+  request.kv_block_size = options.kv_block_size;
+  request.n_kv_blocks = options.n_kv_blocks;
+  request.gpu_memory_utilization = options.gpu_memory_utilization;
+  return make_cuda_backend(config, request);
+#else
+  (void)config;
+  (void)weights_seed;
+  (void)options;
+  throw Error("random weights on the GPU need a build with CUDA");
+#endif
+}
+
 }  // namespace megadecode

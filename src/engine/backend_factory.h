@@ -2,6 +2,7 @@
 // cpu-ref, cpu-mk, and (in builds with CUDA) cuda-mk and cuda-ops.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,11 @@ struct BackendOptions {
 // Error for an unknown name (listing the known ones) or bad options.
 std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
                                       std::shared_ptr<const void> weights_owner, const BackendOptions& options);
+
+// A GPU backend (cuda-mk or cuda-ops) with the synthetic weights `make-model --seed weights_seed`
+// would write, generated on the GPU (no files). Error for other names or builds without CUDA.
+std::unique_ptr<Backend> make_backend_with_random_weights(const std::string& name, const ModelConfig& config,
+                                                          uint64_t weights_seed, const BackendOptions& options);
 
 std::vector<std::string> backend_names();
 
