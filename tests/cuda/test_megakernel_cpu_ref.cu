@@ -40,14 +40,7 @@ std::vector<std::vector<float>> cpu_ref_step(const ModelConfig& c, const LoadedM
             }
         }
     }
-  std::vector<DecodeSeq> ds(k.seqs.size());
-  for (size_t i = 0; i < k.seqs.size(); ++i) {
-    ds[i].chunk.seq_id = static_cast<int64_t>(i);
-    ds[i].chunk.tokens = std::span<const int32_t>(&k.seqs[i].token, 1);
-    ds[i].chunk.start_pos = k.seqs[i].n_ctx - 1;
-    ds[i].chunk.block_table = k.seqs[i].table;
-    ds[i].sampling = k.sampling[i];
-  }
+  const std::vector<DecodeSeq> ds = decode_seqs(k);
   DecodeResult r;
   be.decode(ds, true, r);
   std::vector<std::vector<float>> out(k.seqs.size());

@@ -61,9 +61,8 @@ inline Case make_case(const ModelConfig& c, const cuda::CudaBackend& be, SplitMi
   return k;
 }
 
-inline std::vector<float> run_case(cuda::CudaBackend& be, const Case& k, std::vector<int32_t>* tokens = nullptr) {
-  if (cudaMemcpy(be.kv_cache(), k.kv.data(), k.kv.size() * 2, cudaMemcpyHostToDevice) != cudaSuccess)
-    throw std::runtime_error("KV upload failed");
+// The decode step of a case, one DecodeSeq per sequence (views into `k`).
+inline std::vector<DecodeSeq> decode_seqs(const Case& k) {
   std::vector<DecodeSeq> ds(k.seqs.size());
   for (size_t i = 0; i < k.seqs.size(); ++i) {
     ds[i].chunk.seq_id = static_cast<int64_t>(i);
@@ -72,6 +71,13 @@ inline std::vector<float> run_case(cuda::CudaBackend& be, const Case& k, std::ve
     ds[i].chunk.block_table = k.seqs[i].table;
     ds[i].sampling = k.sampling[i];
   }
+  return ds;
+}
+
+inline std::vector<float> run_case(cuda::CudaBackend& be, const Case& k, std::vector<int32_t>* tokens = nullptr) {
+  if (cudaMemcpy(be.kv_cache(), k.kv.data(), k.kv.size() * 2, cudaMemcpyHostToDevice) != cudaSuccess)
+    throw std::runtime_error("KV upload failed");
+  const std::vector<DecodeSeq> ds = decode_seqs(k);
   DecodeResult r;
   be.decode(ds, true, r);
   if (tokens) *tokens = r.tokens;
