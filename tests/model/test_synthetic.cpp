@@ -212,19 +212,13 @@ TEST(Synthetic, ScalesKeepActivationsConditioned) {
     }
     EXPECT_FALSE(all_one);
   }
-  // y = W x for a random +-1 input (rms 1): var(y) ~ 1 for q_proj and the router, ~1/(2L) * gain for o_proj.
-  SplitMix64 rng(seed);
+  // y = W x for a random +-1 input (rms 1): E[y_r^2] = sum_k W_rk^2, so the mean output variance is
+  // |W|_F^2 / rows, exactly, with no noise from drawing x (a single random x made this flaky on the
+  // tiny preset's 64-row o_proj). ~1 for q_proj and the router, ~1/(2L) for o_proj.
   auto output_variance = [&](const TensorView& w) {
-    const int64_t rows = w.shape[0], cols = w.shape[1];
-    std::vector<float> x(cols);
-    for (float& v : x) v = rng.below(2) ? 1.0f : -1.0f;
     double s2 = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      double y = 0;
-      for (int64_t k = 0; k < cols; ++k) y += w.at(r * cols + k) * x[k];
-      s2 += y * y;
-    }
-    return s2 / rows;
+    for (int64_t i = 0; i < w.n_elements(); ++i) s2 += static_cast<double>(w.at(i)) * w.at(i);
+    return s2 / static_cast<double>(w.shape[0]);
   };
   EXPECT_NEAR(output_variance(m.weights.layers[0].q_proj), 1.0, 0.3);
   EXPECT_NEAR(output_variance(m.weights.layers[0].experts[3].gate), 1.0, 0.4);
