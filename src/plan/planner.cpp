@@ -259,7 +259,7 @@ Plan make_plan(const ModelConfig& config, const BatchState& batch, const Policy&
   Plan plan;
   plan.policy = policy.name;
   PlanShape s = plan_shape(config, batch, policy, options);
-  plan.attn_items = plan_attention_items(config, batch, policy, options.n_sms);
+  plan.attn_items = plan_attention_items(config, batch, policy);
   s.attn_capacity = attn_capacity(s, policy);
   s.n_attn_items = static_cast<int32_t>(plan.attn_items.size());
 

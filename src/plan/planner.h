@@ -24,9 +24,16 @@ namespace megadecode {
 Plan make_plan(const ModelConfig& config, const BatchState& batch, const Policy& policy,
                const PlanOptions& options = {});
 
+// How one sequence's context is cut into attention splits: a function of its own length only
+// (never of the batch), so its merge order, and so its logits, do not depend on batch composition.
+struct AttnSplit {
+  int n_splits;
+  int len;  // tokens per split (a multiple of the KV block size); the last split may be shorter
+};
+AttnSplit attn_split_for(int n_ctx, const Policy& policy, int kv_block_size);
+
 // The attention split of one step (exposed for tests and statistics): items in queue order.
-std::vector<AttnItem> plan_attention_items(const ModelConfig& config, const BatchState& batch,
-                                           const Policy& policy, int n_sms);
+std::vector<AttnItem> plan_attention_items(const ModelConfig& config, const BatchState& batch, const Policy& policy);
 
 // Rows per tile so a tile streams about `weight_bytes` of bf16 weights with rows of k elements:
 // a multiple of `align`, at least `align` (or `dim` when smaller), at most `dim`.

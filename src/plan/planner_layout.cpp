@@ -43,8 +43,7 @@ void check_plannable(const ModelConfig& c, const BatchState& batch, const Policy
   MD_REQUIRE(batch.seqs.size() <= 4096, "batch of ", batch.seqs.size(), " sequences is larger than 4096");
   MD_REQUIRE(batch.kv_block_size >= 1, "KV block size must be >= 1");
   MD_REQUIRE(policy.tile_weight_bytes > 0 && policy.lm_tile_weight_bytes > 0 && policy.row_align >= 1 &&
-                 policy.norm_tokens >= 1 && policy.attn_min_split_tokens >= 1 && policy.attn_max_splits >= 1 &&
-                 policy.attn_target_items >= 0,
+                 policy.norm_tokens >= 1 && policy.attn_min_split_tokens >= 1 && policy.attn_max_splits >= 1,
              "policy ", policy.name, " has a non-positive size");
 }
 
@@ -93,35 +92,28 @@ PlanShape plan_shape(const ModelConfig& c, const BatchState& batch, const Policy
   return s;
 }
 
-int attn_target_items(const Policy& p, int n_sms) { return p.attn_target_items > 0 ? p.attn_target_items : 2 * n_sms; }
+// A sequence's split geometry is a function of its own context length only, never of the rest of
+// the batch: the merge's reduction order then does not change with batch composition, which is
+// what makes a sequence's logits bitwise identical alone and inside any batch (batch invariance).
+// Splits of attn_min_split_tokens (256: 128 KiB of K+V per KV head, ~4 us of one SM's share of
+// HBM) give batch 1 at 8K context 32 splits x 4 KV heads = 128 items for 132 SMs; long contexts
+// stop at attn_max_splits and grow the split instead.
+AttnSplit attn_split_for(int n_ctx, const Policy& p, int kv_block_size) {
+  // floor: every split but the last holds at least the minimum; lengths are then balanced.
+  int n = static_cast<int>(std::clamp<int64_t>(n_ctx / p.attn_min_split_tokens, 1, p.attn_max_splits));
+  const int len = static_cast<int>(round_up(ceil_div(n_ctx, n), kv_block_size));
+  n = ceil_div(n_ctx, len);  // rounding to whole blocks may leave the last split empty: drop it
+  return {n, len};
+}
 
-std::vector<AttnItem> plan_attention_items(const ModelConfig& c, const BatchState& batch, const Policy& p,
-                                           int n_sms) {
+std::vector<AttnItem> plan_attention_items(const ModelConfig& c, const BatchState& batch, const Policy& p) {
   const int n_groups = c.n_kv_heads;
-  const int bs = batch.kv_block_size;
-  int64_t total = 0;
-  for (const SeqState& q : batch.seqs) total += static_cast<int64_t>(q.n_ctx) * n_groups;
-  // Long contexts get longer splits so the item count stays near the target; short ones never go
-  // below the minimum split (a split's fixed cost must stay small against its KV bytes).
-  int64_t split = std::max<int64_t>(p.attn_min_split_tokens, (total + attn_target_items(p, n_sms) - 1) / attn_target_items(p, n_sms));
-  split = round_up(split, bs);
-
-  struct SeqSplit {
-    int n_splits;
-    int len;
-  };
-  std::vector<SeqSplit> per_seq;
-  for (const SeqState& q : batch.seqs) {
-    // floor: every split but the last holds at least `split` tokens; lengths are then balanced.
-    int n = static_cast<int>(std::clamp<int64_t>(q.n_ctx / split, 1, p.attn_max_splits));
-    int len = static_cast<int>(round_up(ceil_div(q.n_ctx, n), bs));
-    n = ceil_div(q.n_ctx, len);  // rounding to whole blocks may leave the last split empty: drop it
-    per_seq.push_back({n, len});
-  }
+  std::vector<AttnSplit> per_seq;
+  for (const SeqState& q : batch.seqs) per_seq.push_back(attn_split_for(q.n_ctx, p, batch.kv_block_size));
 
   std::vector<AttnItem> items;
   auto add = [&](int seq, int g) {
-    const SeqSplit& ss = per_seq[seq];
+    const AttnSplit& ss = per_seq[seq];
     const int base = static_cast<int>(items.size());
     for (int j = 0; j < ss.n_splits; ++j) {
       AttnItem it{};
@@ -147,9 +139,8 @@ std::vector<AttnItem> plan_attention_items(const ModelConfig& c, const BatchStat
 }
 
 int attn_capacity(const PlanShape& s, const Policy& p) {
-  // Σ_seq G·max(1, floor(n_ctx/split)) <= G·Σ n_ctx/split + B·G <= target + B·G, since
-  // split >= G·Σ n_ctx/target.
-  return attn_target_items(p, s.n_sms) + s.batch * s.n_kv_heads;
+  // Worst case: every sequence long enough for the most splits.
+  return s.batch * s.n_kv_heads * p.attn_max_splits;
 }
 
 CounterLayout counter_layout(const PlanShape& s, int n_waves) {

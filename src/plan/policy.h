@@ -34,12 +34,11 @@ struct Policy {
   int row_align = 16;                        // rows per tile a multiple of this (MMA M = 16)
   int norm_tokens = 1;                       // tokens per norm / sample task
 
-  // Attention splits: the total KV tokens are cut into about attn_target_items items (0: two per
-  // SM), no split shorter than attn_min_split_tokens, at most attn_max_splits per sequence;
-  // split lengths are rounded up to whole KV blocks.
+  // Attention splits, per sequence from its own context only (batch invariance): splits of at
+  // least attn_min_split_tokens, at most attn_max_splits per sequence, lengths rounded up to
+  // whole KV blocks.
   int attn_min_split_tokens = 256;
   int attn_max_splits = 64;
-  int attn_target_items = 0;
 };
 
 Policy policy_by_name(const std::string& name);  // Error naming the known ones

@@ -48,7 +48,6 @@ inline Policy random_policy(SplitMix64& rng, const std::string& name) {
   p.norm_tokens = pick(rng, {1, 1, 2, 3});
   p.attn_min_split_tokens = pick(rng, {1, 8, 16, 64});
   p.attn_max_splits = pick(rng, {1, 3, 8, 64});
-  p.attn_target_items = pick(rng, {0, 4, 32});
   return p;
 }
 

@@ -141,6 +141,32 @@ TEST(Planner, AttentionSplitsScaleWithContextAndStayWithinCapacity) {
   EXPECT_EQ(plan.attn_items.size(), 4u);
 }
 
+// A sequence's attention items (split count and token ranges) are the same whatever batch it sits
+// in: the merge order, and so its logits, must not change with the batch (batch invariance).
+TEST(Planner, AttentionSplitOfASequenceIgnoresTheRestOfTheBatch) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  const ModelConfig c = preset_config("qwen3-30b-a3b");
+  auto ranges = [](const Plan& plan, int seq, int group) {
+    std::vector<std::pair<int, int>> r;
+    for (const AttnItem& it : plan.attn_items)
+      if (it.seq == seq && it.group == group) r.emplace_back(it.pos_begin, it.pos_end);
+    return r;
+  };
+  for (int iter = 0; iter < 50; ++iter) {
+    const int batch = 2 + static_cast<int>(rng.below(63));
+    test::RandomBatch rb = random_batch(rng, batch, 1 + static_cast<int>(rng.below(32768)), 16);
+    const Plan whole = make_plan(c, rb.state, policy_by_name("default"), {});
+    const int probe = static_cast<int>(rng.below(batch));
+    BatchState alone{16, {rb.state.seqs[probe]}};
+    const Plan one = make_plan(c, alone, policy_by_name("default"), {});
+    for (int g = 0; g < c.n_kv_heads; ++g)
+      ASSERT_EQ(ranges(one, 0, g), ranges(whole, probe, g))
+          << "seed " << seed << " iter " << iter << ": context " << rb.state.seqs[probe].n_ctx << " in a batch of " << batch;
+  }
+}
+
 TEST(Planner, FullShapeAtBatch1And64) {
   const ModelConfig c = preset_config("qwen3-30b-a3b");
   for (int batch : {1, 64}) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "cli/generate_loop.h"
@@ -125,6 +126,62 @@ TEST(CpuMkBackend, RejectsBadCalls) {
   EXPECT_THROW(mk.decode(std::span<const DecodeSeq>(&d, 1), false, r), Error);  // two tokens
   o.n_sms = 0;
   EXPECT_THROW(ref::CpuMkBackend(config, w.weights, w.store, o), Error);
+}
+
+// Batch invariance: a sequence's logits are bitwise the same alone, in any sub-batch and in the
+// whole batch, at contexts long enough for several attention splits (the split geometry must
+// come from the sequence's own length, not from the batch's total).
+TEST(CpuMkBackend, LogitsDoNotDependOnTheBatch) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  const ModelConfig config = test::small_moe_config();
+  const test::TestWeights w = test::random_weights(config, Dtype::kBF16, rng.next());
+  const int bs = 4, n_seqs = 6, per_seq = 80, V = config.vocab_size;
+  ref::CpuMkOptions o;
+  o.kv_block_size = bs;
+  o.n_kv_blocks = n_seqs * per_seq;
+  o.n_sms = 4;
+  ref::CpuMkBackend mk(config, w.weights, w.store, o);
+  struct Seq {
+    std::vector<int32_t> prompt, table;
+    int32_t next = 0;
+  };
+  std::vector<Seq> seqs(n_seqs);
+  for (int s = 0; s < n_seqs; ++s) {
+    seqs[s].table.resize(per_seq);
+    std::iota(seqs[s].table.begin(), seqs[s].table.end(), s * per_seq);
+    // Contexts from 1 (one split) to ~300 (several 64-token splits): ragged, so the batch's
+    // total differs from every sequence's own.
+    seqs[s].prompt = test::random_tokens(rng, s == 0 ? 1 : 20 + static_cast<int>(rng.below(280)), V);
+    seqs[s].next = static_cast<int32_t>(rng.below(V));
+    mk.prefill(SeqChunk{s, seqs[s].prompt, 0, seqs[s].table}, {});
+  }
+  auto run = [&](const std::vector<int>& members) {
+    std::vector<DecodeSeq> batch;
+    for (int s : members) {
+      DecodeSeq d;
+      d.chunk = SeqChunk{s, std::span<const int32_t>(&seqs[s].next, 1), static_cast<int>(seqs[s].prompt.size()), seqs[s].table};
+      d.sampling.temperature = 0;
+      batch.push_back(d);
+    }
+    DecodeResult r;
+    mk.decode(batch, true, r);
+    return r.logits;
+  };
+  std::vector<int> all(n_seqs);
+  std::iota(all.begin(), all.end(), 0);
+  const std::vector<float> whole = run(all);
+  for (int s = 0; s < n_seqs; ++s) {
+    const std::vector<float> alone = run({s});
+    EXPECT_EQ(std::memcmp(alone.data(), whole.data() + static_cast<size_t>(s) * V, V * sizeof(float)), 0)
+        << "sequence " << s << " (context " << seqs[s].prompt.size() + 1 << ") alone differs from the batch of " << n_seqs;
+  }
+  const std::vector<int> some{4, 1, 5};  // a sub-batch in another order
+  const std::vector<float> part = run(some);
+  for (size_t i = 0; i < some.size(); ++i)
+    EXPECT_EQ(std::memcmp(part.data() + i * V, whole.data() + static_cast<size_t>(some[i]) * V, V * sizeof(float)), 0)
+        << "sequence " << some[i] << " in a sub-batch differs from the batch of " << n_seqs;
 }
 
 // `generate --backend cpu-mk` runs through the factory and the generate loop: the same greedy
