@@ -12,6 +12,7 @@
 #include "cuda/mk/mk_launch.h"
 #include "model/sampling_params.h"
 #include "plan/planner.h"
+#include "ref/sampling.h"
 
 namespace megadecode::cuda {
 namespace {
@@ -115,9 +116,7 @@ void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Deco
     MD_REQUIRE(s.chunk.start_pos >= 0 && s.chunk.start_pos < c.max_position_embeddings, "decode: sequence ", i,
                ": position ", s.chunk.start_pos, " outside [0, ", c.max_position_embeddings, ")");
     const SamplingParams& sp = s.sampling;
-    MD_REQUIRE(sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f && sp.repetition_penalty == 1.0f,
-               "decode: sequence ", i, ": presence/frequency/repetition penalties are not implemented by ", name(),
-               " yet");
+    ref::validate_sampling_params(sp);
     MD_REQUIRE(sp.temperature >= 0.0f && std::isfinite(sp.temperature) && sp.top_p > 0.0f && sp.top_p <= 1.0f &&
                    sp.min_p >= 0.0f && sp.min_p <= 1.0f && sp.top_k >= -1,
                "decode: sequence ", i, ": sampling parameters out of range");
@@ -141,6 +140,31 @@ void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Deco
                           result.logits.size() * 4, cudaMemcpyDeviceToHost));
   } else {
     result.logits.clear();
+  }
+  resample_penalised(seqs, result);
+}
+
+// Presence/frequency/repetition penalties need each sequence's token history, which the device
+// sampler does not have: such sequences (rare in serving) read their logits row back and are
+// sampled by the host sampler (ref/sampling.h, the cpu backends' own, vLLM's order), replacing
+// the device's token. Costs one 4*vocab-byte copy per penalised sequence.
+void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result) {
+  const size_t V = static_cast<size_t>(config().vocab_size);
+  std::vector<float> row;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DecodeSeq& s = seqs[i];
+    if (!s.sampling.has_penalties()) continue;
+    if (!result.logits.empty()) {
+      row.assign(result.logits.begin() + i * V, result.logits.begin() + (i + 1) * V);
+    } else {
+      row.resize(V);
+      CUDA_CHECK(cudaMemcpy(row.data(), arena_ + plan_.params.buffers.logits.offset + i * V * sizeof(float),
+                            V * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", i, ": history_prompt_len ",
+               s.history_prompt_len, " beyond its history of ", s.history.size());
+    const ref::TokenHistory h{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
+    result.tokens[i] = ref::sample_token(row, s.sampling, s.chunk.start_pos + 1, h);
   }
 }
 

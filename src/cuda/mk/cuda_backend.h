@@ -4,8 +4,8 @@
 // Plan from src/plan (the same tasks and counters cpu-mk runs).
 // Prefill, for now, runs the decode path one token at a time (real prefill kernels: issue 8).
 // Sampling runs on the device (greedy, temperature, top-k, top-p, min-p; seeded by (seed,
-// position)); presence/frequency/repetition penalties are not implemented on the device yet and
-// are rejected with an Error.
+// position)); a sequence with presence/frequency/repetition penalties (they need its token
+// history) reads its logits row back and is sampled by the host sampler, the same Gumbel draw.
 // Threading: one caller at a time (Backend's contract).
 #pragma once
 
@@ -78,6 +78,7 @@ class CudaBackend : public Backend {
 
  private:
   void run_step(const BatchState& batch, std::span<const DecodeSeq> seqs);
+  void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result);
   void ensure_capacity(const Plan& plan);
   void upload_inputs(std::span<const DecodeSeq> seqs);
   void launch(cudaStream_t stream);
