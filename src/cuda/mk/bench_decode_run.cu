@@ -120,7 +120,8 @@ int bench_decode(int argc, char** argv) {
                   o.trace_path.c_str());
       trace_summary = {{"batch", o.trace_batch}, {"context", ctx}, {"step_us", sum.step_us},
                        {"busy_frac", sum.busy_frac}, {"wait_frac", sum.wait_frac}, {"idle_frac", sum.idle_frac},
-                       {"busy_us_by_op", sum.busy_us}, {"stall_us_by_op", sum.stall_us}};
+                       {"busy_us_by_op", sum.busy_us}, {"stall_us_by_op", sum.stall_us},
+                       {"layer_us", sum.layer_us}, {"layer_timeline", layer_timeline_json(sum)}};
     }
   }
   dev.close();
