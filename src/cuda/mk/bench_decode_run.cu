@@ -39,6 +39,7 @@ std::vector<Variant> ablation_variants() {
   for (const std::string& p : policy_names()) v.push_back({p, false, p, 0});
   v.push_back({"no-prefetch", false, "default", cuda::kMkNoPrefetch});
   v.push_back({"static-queues", false, "default", cuda::kMkStaticQueues});
+  v.push_back({"l2-lookahead", false, "default", cuda::kMkL2Lookahead});
   v.push_back({"cuda-ops", true, "default", 0});
   return v;
 }
