@@ -37,6 +37,10 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Cud
   MD_REQUIRE(options_.gpu_memory_utilization > 0.0 && options_.gpu_memory_utilization <= 1.0,
              "--gpu-memory-utilization must be in (0, 1], got ", options_.gpu_memory_utilization);
   MD_REQUIRE(options_.wait_timeout_ms >= 1, "wait timeout must be >= 1 ms");
+  MD_REQUIRE(options_.prefill_chunk >= 0 && options_.prefill_chunk <= 65536, "--prefill-chunk must be in 0..65536, got ",
+             options_.prefill_chunk);
+  // Before the KV cache is sized, so the prefill workspace counts as used memory.
+  if (options_.prefill_chunk > 0) prefill_ = std::make_unique<prefill::PrefillRunner>(weights_, options_.prefill_chunk);
   const ModelConfig& c = config();
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -88,7 +92,19 @@ void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
   MD_REQUIRE(!chunk.tokens.empty(), "prefill: empty chunk");
   MD_REQUIRE(last_logits.empty() || last_logits.size() == static_cast<size_t>(config().vocab_size),
              "prefill: last_logits has ", last_logits.size(), " floats, vocab is ", config().vocab_size);
-  // The decode path one token at a time (no prefill kernels yet).
+  if (prefill_) {
+    const int n = static_cast<int>(chunk.tokens.size()), piece = options_.prefill_chunk;
+    const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size};
+    (void)prefill_->check(chunk.tokens, chunk.start_pos, chunk.block_table, kv);  // all of it before any piece runs
+    for (int i = 0; i < prefill::prefill_n_pieces(n, piece); ++i) {
+      const int b = prefill::prefill_piece_begin(i, piece), len = prefill::prefill_piece_length(i, n, piece);
+      const bool last = b + len == n;
+      prefill_->run(chunk.tokens.subspan(b, len), chunk.start_pos + b, chunk.block_table, kv,
+                    last ? last_logits : std::span<float>(), stream_);
+    }
+    return;
+  }
+  // The decode path one token at a time (prefill_chunk = 0).
   DecodeResult r;
   for (size_t i = 0; i < chunk.tokens.size(); ++i) {
     DecodeSeq s;
