@@ -17,6 +17,20 @@ std::vector<std::string> backend_names() {
 #endif
 }
 
+#if defined(MEGADECODE_HAVE_CUDA)
+namespace {
+CudaBackendRequest cuda_request(const std::string& name, const BackendOptions& options) {
+  CudaBackendRequest request;
+  request.name = name;
+  request.kv_block_size = options.kv_block_size;
+  request.n_kv_blocks = options.n_kv_blocks;
+  request.gpu_memory_utilization = options.gpu_memory_utilization;
+  request.prefill_chunk = options.prefill_chunk;
+  return request;
+}
+}  // namespace
+#endif
+
 std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
                                       std::shared_ptr<const void> weights_owner, const BackendOptions& options) {
   if (name == "cpu-ref") {
@@ -34,12 +48,8 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig
 #if defined(MEGADECODE_HAVE_CUDA)
   if (name == "cuda-mk" || name == "cuda-ops") {
     // The weights are uploaded (packed) to the GPU; the host copy is not needed afterwards.
-    CudaBackendRequest request;
-    request.name = name;
+    CudaBackendRequest request = cuda_request(name, options);
     request.weights = &weights;
-    request.kv_block_size = options.kv_block_size;
-    request.n_kv_blocks = options.n_kv_blocks;
-    request.gpu_memory_utilization = options.gpu_memory_utilization;
     return make_cuda_backend(config, request);
   }
 #endif
@@ -53,12 +63,8 @@ std::unique_ptr<Backend> make_backend_with_random_weights(const std::string& nam
   MD_REQUIRE(name == "cuda-mk" || name == "cuda-ops",
              "random weights are generated on the GPU: use backend cuda-mk or cuda-ops, not \"", name, "\"");
 #if defined(MEGADECODE_HAVE_CUDA)
-  CudaBackendRequest request;
-  request.name = name;
+  CudaBackendRequest request = cuda_request(name, options);
   request.seed = weights_seed;
-  request.kv_block_size = options.kv_block_size;
-  request.n_kv_blocks = options.n_kv_blocks;
-  request.gpu_memory_utilization = options.gpu_memory_utilization;
   return make_cuda_backend(config, request);
 #else
   (void)config;

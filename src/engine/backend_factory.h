@@ -17,6 +17,8 @@ struct BackendOptions {
   int n_kv_blocks = 0;  // KV blocks the backend stores (> 0)
   int n_threads = 0;    // CPU backends: worker threads, 0 = one per hardware thread
   double gpu_memory_utilization = 0.9;  // CUDA backends: share of GPU memory for weights + KV (n_kv_blocks 0)
+  int prefill_chunk = -1;  // CUDA backends: tokens per prefill kernel pass; 0: the decode path one
+                           // token at a time; -1: the backend's default
 };
 
 // `weights_owner` keeps the bytes behind `weights` alive for the backend's lifetime.
