@@ -121,7 +121,8 @@ StallReport run_stall(const Target& target, const StallOptions& o) {
           },
           [&] {
             if (phase == Phase::kDuring)
-              stop("the long request ended without a token: " + (long_rec.error.empty() ? "no text" : long_rec.error));
+              stop("the long request ended without a token: " + (long_rec.error.empty() ? "no text" : long_rec.error) +
+                   (long_rec.error.rfind("HTTP status", 0) == 0 ? " (is --long-prompt-len + 4 within the server's max_model_len?)" : ""));
           });
       long_req->start();
       report.t_arrival = long_rec.send;
