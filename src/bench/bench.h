@@ -8,5 +8,6 @@ int bench_serve(int argc, char** argv);      // bench_serve.cpp (HTTP load gener
 int bench_tokenizer(int argc, char** argv);  // bench_tokenizer.cpp
 int bench_bandwidth(int argc, char** argv);  // src/cuda/bench_gemm.cu (GPU): pure-read ceiling
 int bench_gemm(int argc, char** argv);       // src/cuda/bench_gemm.cu (GPU): skinny GEMM vs cuBLAS
+int bench_prefill(int argc, char** argv);    // src/cuda/prefill/bench_prefill_run.cu (GPU): prefill kernels
 
 }  // namespace megadecode

@@ -20,6 +20,16 @@
 
 namespace megadecode {
 
+// One op's wave inside a layer, medians over the middle layers (the first and last differ): when
+// its first work starts and its last work ends (us from the layer's first work), the gap after the
+// previous op's last end (the dependency hop; negative when they overlap), and its items' times.
+struct WaveTiming {
+  std::string op;
+  double start_us = 0, end_us = 0, gap_us = 0;
+  double item_p50_us = 0, item_max_us = 0;
+  int items = 0;
+};
+
 struct TraceSummary {
   double step_us = 0;    // earliest begin to latest end over all SMs
   double busy_frac = 0;  // SM-time inside Work slices / (n_sms x step_us)
@@ -30,6 +40,8 @@ struct TraceSummary {
   double timer_granularity_ns = 0;         // smallest nonzero %globaltimer step seen
   std::map<std::string, double> busy_us;   // per op, summed over SMs
   std::map<std::string, double> stall_us;  // wait slices per waiting op, summed over SMs
+  double layer_us = 0;                     // median time from one layer's first work to the next's
+  std::vector<WaveTiming> layer_timeline;  // ops in the order they start
 };
 
 // `meta` is copied into the JSON's "otherData" (backend, batch, context, ...).
@@ -37,5 +49,6 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
                                const nlohmann::json& meta, TraceSummary* summary = nullptr);
 
 std::string format_trace_summary(const TraceSummary& s);
+nlohmann::json layer_timeline_json(const TraceSummary& s);
 
 }  // namespace megadecode

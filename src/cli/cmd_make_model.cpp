@@ -27,7 +27,8 @@ constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.j
 void usage() {
   std::fprintf(stderr,
                "usage: megadecode make-model --preset NAME --out DIR [--seed S] [--max-shard-bytes N]\n"
-               "                             [--tokenizer-dir DIR | --no-tokenizer]\n"
+               "                             [--tokenizer-dir DIR | --no-tokenizer] [--config-only]\n"
+               "  --config-only   write config.json and generation_config.json only (no weights)\n"
                "presets:");
   for (const std::string& p : preset_names()) std::fprintf(stderr, " %s", p.c_str());
   std::fprintf(stderr, "\n");
@@ -70,7 +71,7 @@ class Progress {
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
-  Args args(argc, argv, {"preset", "seed", "out", "max-shard-bytes", "tokenizer-dir"}, {"no-tokenizer", "help"});
+  Args args(argc, argv, {"preset", "seed", "out", "max-shard-bytes", "tokenizer-dir"}, {"no-tokenizer", "config-only", "help"});
   if (args.flag("help")) {
     usage();
     return 0;
@@ -87,7 +88,7 @@ int cmd_make_model(int argc, char** argv) {
   // Check the tokenizer before spending minutes on weights.
   MD_REQUIRE(!args.has("tokenizer-dir") || !args.flag("no-tokenizer"), "--tokenizer-dir and --no-tokenizer conflict");
   fs::path tokenizer_dir;
-  if (!args.flag("no-tokenizer")) {
+  if (!args.flag("no-tokenizer") && !args.flag("config-only")) {
     tokenizer_dir = args.get("tokenizer-dir", MEGADECODE_SOURCE_DIR "/data/tokenizer/qwen3");
     for (const char* f : kTokenizerFiles) {
       MD_REQUIRE(fs::is_regular_file(tokenizer_dir / f), "tokenizer file ", (tokenizer_dir / f).string(),
@@ -99,6 +100,10 @@ int cmd_make_model(int argc, char** argv) {
   fs::create_directories(out);
   write_text(out / "config.json", model_config_to_json(config).dump(2) + "\n");
   write_text(out / "generation_config.json", generation_config().dump(2) + "\n");
+  if (args.flag("config-only")) {
+    std::printf("make-model: wrote the %s config (no weights) to %s\n", args.get("preset", "").c_str(), out.string().c_str());
+    return 0;
+  }
   size_t total = 0, n_params = 0;
   for (const TensorSpec& s : expected_tensors(config)) {
     size_t n = 1;

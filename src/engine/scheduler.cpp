@@ -32,10 +32,7 @@ struct Scheduler::Sequence {
   Clock::time_point last_token_time;
 
   bool ready_to_decode() const { return n_computed == static_cast<int>(tokens.size()) - 1; }
-  bool has_penalties() const {
-    const SamplingParams& p = req.sampling;
-    return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  }
+  bool has_penalties() const { return req.sampling.has_penalties(); }
 };
 
 namespace {

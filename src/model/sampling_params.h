@@ -18,6 +18,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
 
   bool greedy() const { return temperature <= 0.0f; }
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
 };
 
 }  // namespace megadecode

@@ -242,6 +242,46 @@ TEST(DecodeTrace, ChromeJsonShowsWaitsApartFromWork) {
   EXPECT_THROW(trace_to_chrome(t.recs, t.plan, 0, {}), Error);
 }
 
+// The per-layer timeline: three layers of (norm, qkv, o_proj) waves on two SMs with known times;
+// the middle layer's medians are read back exactly.
+TEST(DecodeTrace, LayerTimelineMeasuresWavesAndHops) {
+  TraceCase t = trace_case();
+  t.recs.clear();
+  const int norm = static_cast<int>(Op::kAttnNorm), qkv = static_cast<int>(Op::kQkv), oproj = static_cast<int>(Op::kOProj);
+  for (int layer = 0; layer < 3; ++layer) {
+    const int64_t l0 = layer * 100000;  // 100 us per layer
+    auto add = [&](int sm, int op, int64_t a, int64_t b) {
+      TraceRecord r = rec(sm, kTraceWork, op, l0 + a, l0 + b);
+      r.layer = layer;
+      t.recs.push_back(r);
+    };
+    add(0, norm, 0, 2000);                                     // norm 0..2 us on SM 0
+    add(0, qkv, 5000, 9000);                                   // qkv: hop of 3 us after the norm
+    add(1, qkv, 6000, 16000);                                  //   items of 4 and 10 us
+    add(0, oproj, 20000 + 1000 * layer, 23000 + 1000 * layer); // o_proj: hop 4 us (layer 1: 5 us)
+    add(1, oproj, 21000, 22000);
+  }
+  TraceSummary s;
+  trace_to_chrome(t.recs, t.plan, 0, {}, &s);
+  EXPECT_NEAR(s.layer_us, 100.0, 1e-6);
+  ASSERT_EQ(s.layer_timeline.size(), 3u);
+  const WaveTiming &n = s.layer_timeline[0], &q = s.layer_timeline[1], &o = s.layer_timeline[2];
+  EXPECT_EQ(n.op, "attn_norm");
+  EXPECT_EQ(q.op, "qkv");
+  EXPECT_EQ(o.op, "o_proj");
+  EXPECT_NEAR(q.start_us, 5.0, 1e-6);
+  EXPECT_NEAR(q.end_us, 16.0, 1e-6);
+  EXPECT_NEAR(q.gap_us, 3.0, 1e-6);
+  EXPECT_NEAR(q.item_p50_us, 7.0, 1e-6);
+  EXPECT_NEAR(q.item_max_us, 10.0, 1e-6);
+  EXPECT_EQ(q.items, 2);
+  EXPECT_NEAR(o.start_us, 21.0, 1e-6);  // layer 1 only (the middle layer)
+  EXPECT_NEAR(o.gap_us, 5.0, 1e-6);
+  EXPECT_NEAR(o.end_us, 24.0, 1e-6);
+  const std::string text = format_trace_summary(s);
+  EXPECT_NE(text.find("one layer"), std::string::npos) << text;
+}
+
 TEST(DecodeTrace, SvgScriptRendersASyntheticTrace) {
   if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
   TraceCase t = trace_case();

@@ -57,7 +57,7 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
     const Batch b = make_batch(rng, c, batch, 16);
     std::vector<float> ref;
     for (uint32_t flags : {0u, uint32_t{cuda::kMkNoPrefetch}, uint32_t{cuda::kMkStaticQueues},
-                           uint32_t{cuda::kMkNoPrefetch | cuda::kMkStaticQueues}}) {
+                           uint32_t{cuda::kMkNoPrefetch | cuda::kMkStaticQueues}, uint32_t{cuda::kMkL2Lookahead}}) {
       cuda::CudaBackendOptions o;
       o.n_kv_blocks = 4000;
       o.kernel_flags = flags;

@@ -11,6 +11,7 @@
 #include "model/presets.h"
 #include "plan/planner.h"
 #include "plan/policy.h"
+#include "ref/sampling.h"
 #include "test_megakernel_util.h"
 
 namespace megadecode::test {
@@ -171,6 +172,49 @@ TEST(Megakernel, SeededSamplingIsReproducible) {
   std::vector<int32_t> t3;
   run_case(*be, one, &t3);
   EXPECT_EQ(t3[0], t1[2]);
+}
+
+// Penalties need the token history, so penalised sequences are sampled by the host sampler from
+// the device's logits; the others keep the device's token; the logits are the raw ones.
+TEST(Megakernel, PenalisedSequencesAreSampledFromTheirHistory) {
+  Small& s = small();
+  auto be = backend(false);
+  SplitMix64 rng(test_seed());
+  const int V = s.config.vocab_size;
+  Case k = make_case(s.config, *be, rng, 5, 300);
+  std::vector<int32_t> plain;
+  const std::vector<float> raw = run_case(*be, k, &plain);
+  std::vector<DecodeSeq> ds = decode_seqs(k);
+  // Sequence 1: the greedy token sits in the prompt, repetition penalty 5. Sequence 3: it was
+  // generated twice, presence 2 + frequency 1, sampled at temperature 0.8 with a seed.
+  const std::vector<int32_t> h1{static_cast<int32_t>(rng.below(V)), plain[1]};
+  const std::vector<int32_t> h3{static_cast<int32_t>(rng.below(V)), plain[3], plain[3]};
+  ds[1].sampling.repetition_penalty = 5.0f;
+  ds[1].history = h1;
+  ds[1].history_prompt_len = 2;
+  ds[3].sampling.presence_penalty = 2.0f;
+  ds[3].sampling.frequency_penalty = 1.0f;
+  ds[3].sampling.temperature = 0.8f;
+  ds[3].sampling.seed = 99;
+  ds[3].history = h3;
+  ds[3].history_prompt_len = 1;
+  ASSERT_EQ(cudaMemcpy(be->kv_cache(), k.kv.data(), k.kv.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  DecodeResult r;
+  be->decode(ds, true, r);
+  ASSERT_EQ(r.logits.size(), raw.size());
+  EXPECT_EQ(std::memcmp(r.logits.data(), raw.data(), raw.size() * 4), 0) << "penalties must not change the raw logits";
+  for (int i : {0, 2, 4}) EXPECT_EQ(r.tokens[i], plain[i]) << "unpenalised sequence " << i;
+  for (int i : {1, 3}) {
+    const std::span<const float> row(raw.data() + static_cast<size_t>(i) * V, V);
+    const ref::TokenHistory h{ds[i].history.first(ds[i].history_prompt_len), ds[i].history.subspan(ds[i].history_prompt_len)};
+    const int32_t want = ref::sample_token(row, ds[i].sampling, ds[i].chunk.start_pos + 1, h);
+    EXPECT_EQ(r.tokens[i], want) << "penalised sequence " << i;
+    if (i == 1) EXPECT_NE(want, plain[1]) << "the test's repetition penalty did not move the greedy token";
+  }
+  // Without logits asked for, the row is read back all the same.
+  DecodeResult r2;
+  be->decode(ds, false, r2);
+  EXPECT_EQ(r2.tokens, r.tokens);
 }
 
 TEST(Megakernel, StuckCounterEndsTheStepWithItsName) {

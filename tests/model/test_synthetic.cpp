@@ -96,6 +96,22 @@ TEST(MakeModel, ShardedTinyLoadsBackTheSame) {
   expect_same_tensors(loaded.tensors(), synthetic_model("tiny", seed).tensors());
 }
 
+// --config-only: the full shape's config in milliseconds (what the transformers peer is built from).
+TEST(MakeModel, ConfigOnlyWritesTheConfigAndNoWeights) {
+  TempDir dir("mm-config");
+  ASSERT_EQ(make_model({"--preset", "qwen3-30b-a3b", "--out", dir.path().string(), "--config-only"}), 0);
+  EXPECT_TRUE(fs::exists(dir.path() / "generation_config.json"));
+  EXPECT_FALSE(fs::exists(dir.path() / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir.path() / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(dir.path() / "tokenizer.json"));
+  const ModelConfig c = load_model_config(dir.path());
+  const ModelConfig want = preset_config("qwen3-30b-a3b");
+  EXPECT_EQ(c.n_layers, want.n_layers);
+  EXPECT_EQ(c.hidden_size, want.hidden_size);
+  EXPECT_EQ(c.n_experts, want.n_experts);
+  EXPECT_EQ(c.moe_intermediate_size, want.moe_intermediate_size);
+}
+
 TEST(MakeModel, ClearErrors) {
   TempDir dir("mm-errors"), empty("mm-notok");
   std::string err = make_model_error({"--preset", "tiny", "--out", dir.path().string(), "--tokenizer-dir",

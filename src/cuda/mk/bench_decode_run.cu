@@ -39,6 +39,7 @@ std::vector<Variant> ablation_variants() {
   for (const std::string& p : policy_names()) v.push_back({p, false, p, 0});
   v.push_back({"no-prefetch", false, "default", cuda::kMkNoPrefetch});
   v.push_back({"static-queues", false, "default", cuda::kMkStaticQueues});
+  v.push_back({"l2-lookahead", false, "default", cuda::kMkL2Lookahead});
   v.push_back({"cuda-ops", true, "default", 0});
   return v;
 }
@@ -120,7 +121,8 @@ int bench_decode(int argc, char** argv) {
                   o.trace_path.c_str());
       trace_summary = {{"batch", o.trace_batch}, {"context", ctx}, {"step_us", sum.step_us},
                        {"busy_frac", sum.busy_frac}, {"wait_frac", sum.wait_frac}, {"idle_frac", sum.idle_frac},
-                       {"busy_us_by_op", sum.busy_us}, {"stall_us_by_op", sum.stall_us}};
+                       {"busy_us_by_op", sum.busy_us}, {"stall_us_by_op", sum.stall_us},
+                       {"layer_us", sum.layer_us}, {"layer_timeline", layer_timeline_json(sum)}};
     }
   }
   dev.close();

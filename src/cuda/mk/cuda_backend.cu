@@ -12,6 +12,7 @@
 #include "cuda/mk/mk_launch.h"
 #include "model/sampling_params.h"
 #include "plan/planner.h"
+#include "ref/sampling.h"
 
 namespace megadecode::cuda {
 namespace {
@@ -36,6 +37,10 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Cud
   MD_REQUIRE(options_.gpu_memory_utilization > 0.0 && options_.gpu_memory_utilization <= 1.0,
              "--gpu-memory-utilization must be in (0, 1], got ", options_.gpu_memory_utilization);
   MD_REQUIRE(options_.wait_timeout_ms >= 1, "wait timeout must be >= 1 ms");
+  MD_REQUIRE(options_.prefill_chunk >= 0 && options_.prefill_chunk <= 65536, "--prefill-chunk must be in 0..65536, got ",
+             options_.prefill_chunk);
+  // Before the KV cache is sized, so the prefill workspace counts as used memory.
+  if (options_.prefill_chunk > 0) prefill_ = std::make_unique<prefill::PrefillRunner>(weights_, options_.prefill_chunk);
   const ModelConfig& c = config();
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -87,7 +92,19 @@ void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
   MD_REQUIRE(!chunk.tokens.empty(), "prefill: empty chunk");
   MD_REQUIRE(last_logits.empty() || last_logits.size() == static_cast<size_t>(config().vocab_size),
              "prefill: last_logits has ", last_logits.size(), " floats, vocab is ", config().vocab_size);
-  // The decode path one token at a time (no prefill kernels yet).
+  if (prefill_) {
+    const int n = static_cast<int>(chunk.tokens.size()), piece = options_.prefill_chunk;
+    const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size};
+    (void)prefill_->check(chunk.tokens, chunk.start_pos, chunk.block_table, kv);  // all of it before any piece runs
+    for (int i = 0; i < prefill::prefill_n_pieces(n, piece); ++i) {
+      const int b = prefill::prefill_piece_begin(i, piece), len = prefill::prefill_piece_length(i, n, piece);
+      const bool last = b + len == n;
+      prefill_->run(chunk.tokens.subspan(b, len), chunk.start_pos + b, chunk.block_table, kv,
+                    last ? last_logits : std::span<float>(), stream_);
+    }
+    return;
+  }
+  // The decode path one token at a time (prefill_chunk = 0).
   DecodeResult r;
   for (size_t i = 0; i < chunk.tokens.size(); ++i) {
     DecodeSeq s;
@@ -115,9 +132,7 @@ void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Deco
     MD_REQUIRE(s.chunk.start_pos >= 0 && s.chunk.start_pos < c.max_position_embeddings, "decode: sequence ", i,
                ": position ", s.chunk.start_pos, " outside [0, ", c.max_position_embeddings, ")");
     const SamplingParams& sp = s.sampling;
-    MD_REQUIRE(sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f && sp.repetition_penalty == 1.0f,
-               "decode: sequence ", i, ": presence/frequency/repetition penalties are not implemented by ", name(),
-               " yet");
+    ref::validate_sampling_params(sp);
     MD_REQUIRE(sp.temperature >= 0.0f && std::isfinite(sp.temperature) && sp.top_p > 0.0f && sp.top_p <= 1.0f &&
                    sp.min_p >= 0.0f && sp.min_p <= 1.0f && sp.top_k >= -1,
                "decode: sequence ", i, ": sampling parameters out of range");
@@ -141,6 +156,31 @@ void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Deco
                           result.logits.size() * 4, cudaMemcpyDeviceToHost));
   } else {
     result.logits.clear();
+  }
+  resample_penalised(seqs, result);
+}
+
+// Presence/frequency/repetition penalties need each sequence's token history, which the device
+// sampler does not have: such sequences (rare in serving) read their logits row back and are
+// sampled by the host sampler (ref/sampling.h, the cpu backends' own, vLLM's order), replacing
+// the device's token. Costs one 4*vocab-byte copy per penalised sequence.
+void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result) {
+  const size_t V = static_cast<size_t>(config().vocab_size);
+  std::vector<float> row;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DecodeSeq& s = seqs[i];
+    if (!s.sampling.has_penalties()) continue;
+    if (!result.logits.empty()) {
+      row.assign(result.logits.begin() + i * V, result.logits.begin() + (i + 1) * V);
+    } else {
+      row.resize(V);
+      CUDA_CHECK(cudaMemcpy(row.data(), arena_ + plan_.params.buffers.logits.offset + i * V * sizeof(float),
+                            V * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", i, ": history_prompt_len ",
+               s.history_prompt_len, " beyond its history of ", s.history.size());
+    const ref::TokenHistory h{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
+    result.tokens[i] = ref::sample_token(row, s.sampling, s.chunk.start_pos + 1, h);
   }
 }
 

@@ -2,10 +2,11 @@
 // `cuda-ops` runs the same device tile code one launch per operation wave (per op, per layer),
 // captured in a CUDA graph — the baseline the megakernel is measured against. Both execute the
 // Plan from src/plan (the same tasks and counters cpu-mk runs).
-// Prefill, for now, runs the decode path one token at a time (real prefill kernels: issue 8).
+// Prefill: with prefill_chunk > 0, ordinary kernels over pieces of at most prefill_chunk tokens
+// (src/cuda/prefill); with 0, the decode path one token at a time (the comparison baseline).
 // Sampling runs on the device (greedy, temperature, top-k, top-p, min-p; seeded by (seed,
-// position)); presence/frequency/repetition penalties are not implemented on the device yet and
-// are rejected with an Error.
+// position)); a sequence with presence/frequency/repetition penalties (they need its token
+// history) reads its logits row back and is sampled by the host sampler, the same Gumbel draw.
 // Threading: one caller at a time (Backend's contract).
 #pragma once
 
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cuda/mk/device_weights.h"
+#include "cuda/prefill/prefill_runner.h"
 #include "engine/backend.h"
 #include "plan/plan.h"
 #include "plan/policy.h"
@@ -30,7 +32,13 @@ struct CudaBackendOptions {
   int n_sms = 0;                         // 0: every SM of the device
   int64_t wait_timeout_ms = 2000;        // bound on any single counter wait inside a step
   uint32_t kernel_flags = 0;             // MkFlag bits (mk_types.h): benchmark ablations only
+  // Prefill piece size in tokens for the prefill kernels (kPrefillChunkDefault is the intended
+  // default); 0 runs prefill through the decode path one token per step. 0 stays the default until
+  // the prefill kernels have passed tests/cuda/test_prefill on a GPU.
+  int prefill_chunk = 0;
 };
+
+constexpr int kPrefillChunkDefault = 2048;
 
 class CudaBackend : public Backend {
  public:
@@ -78,6 +86,7 @@ class CudaBackend : public Backend {
 
  private:
   void run_step(const BatchState& batch, std::span<const DecodeSeq> seqs);
+  void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result);
   void ensure_capacity(const Plan& plan);
   void upload_inputs(std::span<const DecodeSeq> seqs);
   void launch(cudaStream_t stream);
@@ -113,6 +122,7 @@ class CudaBackend : public Backend {
   TraceRecord* trace_ = nullptr;
   int32_t* trace_counts_ = nullptr;
   int trace_capacity_ = 0;
+  std::unique_ptr<prefill::PrefillRunner> prefill_;  // prefill_chunk > 0
 };
 
 }  // namespace megadecode::cuda

@@ -20,6 +20,9 @@
 namespace megadecode::cuda::mk {
 
 constexpr int kMaxPages = 16;
+// How far the L2 look-ahead (kMkL2Lookahead) runs ahead of the current task, in weight bytes per
+// SM: 132 SMs x 256 KiB = 33 MiB, two thirds of the H200's 50 MiB L2.
+constexpr int64_t kL2LookaheadBytes = 256 << 10;
 constexpr int kWorkSlots = 4;
 constexpr int kWorkArriveOnly = -3;  // a drain task's own arrivals, after all its items
 
@@ -38,6 +41,9 @@ struct Producer {
   int list_end;
   uint32_t w_seq = 0, x_seq = 0, work_seq = 0;
   int pf_task = 0, pf_page = 0;
+  int cur_task = 0;        // the task run() is on
+  int l2_task = 0;         // the next task the L2 look-ahead considers
+  int64_t l2_ahead = 0;    // weight bytes it prefetched for tasks after cur_task
 
   __device__ Producer(const MkParams& params, uint8_t* pg, int slots, uint64_t* f, uint64_t* e, Work* w,
                       uint64_t* wf, uint64_t* we)
@@ -148,6 +154,46 @@ struct Producer {
     }
   }
 
+  // Weight bytes of a static GEMM task (0 for any other), and with `issue` their L2 prefetch: one
+  // bulk prefetch per row block run (a row block's k tiles are contiguous; whole-K jobs are one run).
+  __device__ int64_t l2_prefetch_task(const Task& t, bool issue) const {
+    GemmJob j;
+    Work wk;
+    if (!static_job(t, j, wk)) return 0;
+    const int64_t tile_elems = kPackRows * kPackK;
+    const int64_t run_bytes = static_cast<int64_t>(j.n_kb) * kPackTileBytes;
+    if (issue) {
+      if (j.n_kb == j.n_kb_total) {
+        const uint16_t* a = j.w + static_cast<int64_t>(j.rb_begin) * j.n_kb_total * tile_elems;
+        for (int64_t off = 0, all = run_bytes * (j.rb_end - j.rb_begin); off < all; off += 1 << 20)
+          ptx::bulk_prefetch_l2(reinterpret_cast<const uint8_t*>(a) + off, static_cast<uint32_t>(min(all - off, int64_t(1) << 20)));
+      } else {
+        for (int rb = j.rb_begin; rb < j.rb_end; ++rb)
+          ptx::bulk_prefetch_l2(j.w + (static_cast<int64_t>(rb) * j.n_kb_total + j.kb_off) * tile_elems,
+                                static_cast<uint32_t>(run_bytes));
+      }
+    }
+    return run_bytes * (j.rb_end - j.rb_begin);
+  }
+
+  // Runs the L2 cursor ahead of the shared-memory prefetch, past expert and attention drains,
+  // until kL2LookaheadBytes of later static tasks' weights are on their way into L2 (a hint: the
+  // page loads that follow hit L2 instead of HBM; nothing depends on it for correctness).
+  __device__ void l2_lookahead() {
+    if (!(p.flags & kMkL2Lookahead)) return;
+    if (l2_task <= pf_task) {  // the shared-memory prefetch caught up: start after it
+      l2_task = pf_task + 1;
+      l2_ahead = 0;
+    }
+    while (l2_task < list_end && l2_ahead < kL2LookaheadBytes) l2_ahead += l2_prefetch_task(p.tasks[l2_task++], true);
+  }
+
+  // run() moved on to task `cur`: what the look-ahead counted for it is no longer ahead.
+  __device__ void l2_advance(int cur) {
+    cur_task = cur;
+    if ((p.flags & kMkL2Lookahead) && cur < l2_task) l2_ahead = max(int64_t(0), l2_ahead - l2_prefetch_task(p.tasks[cur], false));
+  }
+
   // Polls counter >= target, prefetching weights meanwhile. Bounded; acquire on success.
   __device__ bool wait_counter(int32_t counter, int32_t target, int32_t task) {
     const int32_t* c = counter_ptr(p, counter);
@@ -161,6 +207,7 @@ struct Producer {
     uint32_t sleep_ns = 32;
     for (uint32_t spin = 0;; ++spin) {
       prefetch_some();
+      if (spin == 0) l2_lookahead();
       const int32_t v = ld_relaxed_gpu(c);
       if (v >= target) break;
       __nanosleep(sleep_ns);
@@ -348,7 +395,9 @@ struct Producer {
     pf_task = list_begin;
     pf_page = 0;
     bool ok = true;
+    l2_task = list_begin;
     for (int cur = list_begin; ok && cur < end; ++cur) {
+      l2_advance(cur);
       if (pf_task < cur) {
         pf_task = cur;
         pf_page = 0;

@@ -63,6 +63,8 @@ static_assert(sizeof(MkError) == 32);
 enum MkFlag : uint32_t {
   kMkNoPrefetch = 1u << 0,     // a GEMM's weight pages are issued only after its activation wait
   kMkStaticQueues = 1u << 1,   // drain tasks take items sm, sm + S, ... instead of claiming them
+  kMkL2Lookahead = 1u << 2,    // while polling, prefetch later static tasks' weights into L2 (past
+                               // the expert drains the shared-memory prefetch stops at)
 };
 
 // Kernel parameters (passed by value, < 4 KB).

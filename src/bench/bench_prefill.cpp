@@ -1,0 +1,79 @@
+// `megadecode bench prefill`, host side: flags and their checks, and the flop count of a piece.
+// The run is defined with the CUDA code (src/cuda/prefill/bench_prefill_run.cu); a build
+// without CUDA gets the Error below.
+#include <algorithm>
+#include <cstdio>
+
+#include "bench/bench.h"
+#include "bench/prefill_options.h"
+#include "cli/args.h"
+#include "core/check.h"
+#include "model/presets.h"
+
+namespace megadecode {
+
+const char* const kPrefillBenchUsage =
+    "usage: megadecode bench prefill [--preset qwen3-30b-a3b] [--lengths 1024,8192,16384] [--chunk 2048]\n"
+    "         [--reps 3] [--warmup 1] [--seed S] [--kv-block-size 16] [--one-token] [--json FILE]\n"
+    "  Prefills one prompt of random tokens per length with the GPU prefill kernels (random weights\n"
+    "  generated on the device), in pieces of --chunk tokens; reports ms per piece, tokens/s and\n"
+    "  TFLOP/s. --one-token also times the one-token decode path on the first length.\n";
+
+PrefillBenchOptions parse_prefill_bench_args(int argc, char** argv) {
+  Args args(argc, argv, {"preset", "lengths", "chunk", "reps", "warmup", "seed", "kv-block-size", "json"},
+            {"one-token", "help"});
+  PrefillBenchOptions o;
+  o.help = args.flag("help");
+  o.command = "megadecode bench prefill";
+  for (int i = 0; i < argc; ++i) o.command += std::string(" ") + argv[i];
+  o.preset = args.get("preset", o.preset);
+  o.config = preset_config(o.preset);
+  o.lengths.clear();
+  for (int64_t n : args.get_int_list("lengths", {1024, 8192, 16384})) {
+    MD_REQUIRE(n >= 1 && n <= (1 << 20), "--lengths: ", n, " outside 1..", 1 << 20);
+    o.lengths.push_back(static_cast<int>(n));
+  }
+  MD_REQUIRE(!o.lengths.empty(), "--lengths: give at least one prompt length");
+  const int64_t chunk = args.get_int("chunk", o.chunk);
+  MD_REQUIRE(chunk >= 1 && chunk <= 65536, "--chunk must be in 1..65536, got ", chunk);
+  o.chunk = static_cast<int>(chunk);
+  const int64_t reps = args.get_int("reps", o.reps), warmup = args.get_int("warmup", o.warmup);
+  MD_REQUIRE(reps >= 1 && reps <= 1000, "--reps must be in 1..1000, got ", reps);
+  MD_REQUIRE(warmup >= 0 && warmup <= 100, "--warmup must be in 0..100, got ", warmup);
+  o.reps = static_cast<int>(reps);
+  o.warmup = static_cast<int>(warmup);
+  const int64_t bs = args.get_int("kv-block-size", o.kv_block_size);
+  MD_REQUIRE(bs >= 1 && bs <= 1024, "--kv-block-size must be in 1..1024, got ", bs);
+  o.kv_block_size = static_cast<int>(bs);
+  o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
+  o.one_token = args.flag("one-token");
+  o.json_path = args.get("json", "");
+  // Longer prompts than the checkpoint declares only raise the limit: the work per token does not
+  // depend on the RoPE variant (as in bench decode).
+  const int longest = *std::max_element(o.lengths.begin(), o.lengths.end());
+  o.config.max_position_embeddings = std::max(o.config.max_position_embeddings, longest + 1);
+  return o;
+}
+
+double prefill_flops(const ModelConfig& c, int64_t start, int64_t n) {
+  const double H = c.hidden_size, D = c.head_dim, nq = c.q_size(), nkv = c.kv_size();
+  const double per_token_layer = 2.0 * (H * (nq + 2 * nkv) + nq * H + H * c.n_experts +
+                                        c.n_experts_per_tok * 3.0 * H * c.moe_intermediate_size);
+  // Keys attended by positions start..start+n-1: sum of (pos + 1).
+  const double keys = static_cast<double>(n) * (2.0 * start + n + 1) / 2.0;
+  const double attn_layer = 2.0 * 2.0 * c.n_heads * D * keys;
+  return c.n_layers * (per_token_layer * static_cast<double>(n) + attn_layer) + 2.0 * H * c.vocab_size;
+}
+
+#if !defined(MEGADECODE_HAVE_CUDA)
+int bench_prefill(int argc, char** argv) {
+  const PrefillBenchOptions o = parse_prefill_bench_args(argc, argv);
+  if (o.help) {
+    std::printf("%s", kPrefillBenchUsage);
+    return 0;
+  }
+  throw Error("bench prefill: this build has no CUDA support");
+}
+#endif
+
+}  // namespace megadecode

@@ -1,0 +1,38 @@
+// Options of `megadecode bench prefill` (parsed and checked on the host, unit-tested without a
+// GPU) and the arithmetic the report uses: flops of a prefill piece on a model shape. The run
+// itself is src/cuda/prefill/bench_prefill_run.cu.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace megadecode {
+
+extern const char* const kPrefillBenchUsage;
+
+struct PrefillBenchOptions {
+  bool help = false;
+  std::string preset = "qwen3-30b-a3b";
+  ModelConfig config;          // the preset; max_position_embeddings raised to the longest prompt
+  std::vector<int> lengths = {1024, 8192, 16384};
+  int chunk = 2048;            // prefill piece size (CudaBackendOptions::prefill_chunk)
+  int reps = 3;
+  int warmup = 1;
+  int kv_block_size = 16;
+  uint64_t seed = 1;
+  bool one_token = false;      // also time the one-token decode path (prefill_chunk = 0) at the first length
+  std::string json_path;
+  std::string command;
+};
+
+PrefillBenchOptions parse_prefill_bench_args(int argc, char** argv);
+
+// Multiply-add flops (2 per MAC) of tokens at positions [start, start + n): the projections each
+// token runs (QKV, O, router, top-k experts' gate/up/down) and causal attention (QK^T and PV over
+// keys [0, pos]) in every layer; the LM head of the last token.
+double prefill_flops(const ModelConfig& c, int64_t start, int64_t n);
+
+}  // namespace megadecode

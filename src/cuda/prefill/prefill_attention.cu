@@ -1,0 +1,219 @@
+// Causal prefill attention on tensor cores over the paged KV cache (flash-attention style).
+// CTA = (query tile, KV group): 128 MMA rows = the tile's tokens x the group's heads (row r is
+// token r / gs, head r % gs: the 8 query heads of a group share every K/V tile), 8 warps x 16 rows.
+// Keys stream in tiles of 64 from the cache ([block][group][slot][D] pages through the block table)
+// with cp.async, double-buffered; S = Q K^T and O += P V are mma.sync m16n8k16 (bf16 in, fp32
+// accumulate), the softmax is online in base 2 with fp32 running max/sum per row. Keys of a row are
+// [0, its position]: earlier chunks' and this chunk's K/V (written by qk_norm_rope_store first).
+// Rounding: q, K, V and P are bf16 MMA inputs; the output is bf16 like the decode path's.
+#include <cmath>
+#include <mutex>
+
+#include "core/check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/ops/ptx.cuh"
+#include "cuda/prefill/prefill_ops.h"
+
+namespace megadecode::cuda::prefill {
+namespace {
+
+template <int kD>
+struct AttnShape {
+  static constexpr int kPitch = kD * 2 + 16;  // bytes per smem row: ldmatrix rows hit distinct banks
+  static constexpr int kQBytes = kAttnRows * kPitch;
+  static constexpr int kKvBytes = kAttnKeyTile * kPitch;  // one K or V tile
+  static constexpr int kSmemBytes = kQBytes + 4 * kKvBytes;  // Q, K[2], V[2]
+};
+
+// Issues K and V of key tile `kt` into buffer `buf`: 64 keys x kD/8 chunks each, zero past key_end.
+template <int kD>
+__device__ __forceinline__ void load_kv(uint8_t* smem, int buf, int kt, const AttnArgs& a, int g, int key_end) {
+  using S = AttnShape<kD>;
+  constexpr int kChunks = kD / 8;
+  uint8_t* ks = smem + S::kQBytes + buf * S::kKvBytes;
+  uint8_t* vs = smem + S::kQBytes + (2 + buf) * S::kKvBytes;
+  for (int c = threadIdx.x; c < kAttnKeyTile * kChunks; c += kAttnThreads) {
+    const int kl = c / kChunks, part = c % kChunks;
+    const int key = kt * kAttnKeyTile + kl;
+    const bool ok = key < key_end;
+    int64_t off = 0;
+    if (ok) off = kv_offset(a.block_table[key / a.block_size], g, key % a.block_size, part * 8, a.n_kv_heads,
+                            a.block_size, kD);
+    ptx::cp_async_16(ks + kl * S::kPitch + part * 16, a.k_cache + off, ok ? 16 : 0);
+    ptx::cp_async_16(vs + kl * S::kPitch + part * 16, a.v_cache + off, ok ? 16 : 0);
+  }
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs a) {
+  using S = AttnShape<kD>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
+  const int gs = a.group_size, g = blockIdx.y, n_heads = a.n_kv_heads * gs;
+  const int qt = gridDim.x - 1 - blockIdx.x;  // longest tiles first
+  const int tq = attn_tile_tokens(gs), tok0 = qt * tq;
+  const int key_end = attn_key_end(a.start_pos, a.n_tokens, qt, gs);
+  const int n_kt = ceil_div(key_end, kAttnKeyTile);
+
+  // Q rows (token, head) of the tile; padding rows are zero.
+  for (int c = tid; c < kAttnRows * (kD / 8); c += kAttnThreads) {
+    const int r = c / (kD / 8), part = c % (kD / 8);
+    const int tl = attn_row_token(r, gs);
+    const bool ok = r < tq * gs && tok0 + tl < a.n_tokens;
+    const uint16_t* src =
+        ok ? a.q + (static_cast<int64_t>(tok0 + tl) * n_heads + g * gs + attn_row_head(r, gs)) * kD + part * 8 : a.q;
+    ptx::cp_async_16(smem + r * S::kPitch + part * 16, src, ok ? 16 : 0);
+  }
+  load_kv<kD>(smem, 0, 0, a, g, key_end);
+  ptx::cp_async_commit();
+
+  // This lane's two rows (g4, g4 + 8 of the warp's 16) and their query positions (-1: padding).
+  int qpos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + g4 + 8 * h;
+    const int tl = attn_row_token(r, gs);
+    qpos[h] = (r < tq * gs && tok0 + tl < a.n_tokens) ? a.start_pos + tok0 + tl : -1;
+  }
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  float o[kD / 8][4];
+#pragma unroll
+  for (int n = 0; n < kD / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  uint32_t qf[kD / 16][4];
+
+  for (int kt = 0; kt < n_kt; ++kt) {
+    if (kt + 1 < n_kt) {
+      load_kv<kD>(smem, (kt + 1) & 1, kt + 1, a, g, key_end);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    __syncthreads();  // tile kt (and Q) landed for every thread
+    if (kt == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk)
+        ptx::ldmatrix_x4(qf[kk], smem + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S::kPitch + kk * 32 +
+                                     (lane >> 4) * 16);
+    }
+    const uint8_t* ks = smem + S::kQBytes + (kt & 1) * S::kKvBytes;
+    const uint8_t* vs = smem + S::kQBytes + (2 + (kt & 1)) * S::kKvBytes;
+
+    // S = Q K^T for 16 rows x 64 keys.
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        uint32_t r[4];
+        ptx::ldmatrix_x4(r, ks + (jj * 16 + (lane >> 4) * 8 + (lane & 7)) * S::kPitch + kk * 32 + ((lane >> 3) & 1) * 16);
+        ptx::mma_bf16_16816(s[2 * jj], qf[kk], r[0], r[1]);
+        ptx::mma_bf16_16816(s[2 * jj + 1], qf[kk], r[2], r[3]);
+      }
+
+    // Causal mask, online softmax (base 2), P rounded to bf16 (the MMA's input; l sums the same values).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = kt * kAttnKeyTile + n * 8 + 2 * t4 + (e & 1);
+        const float v = key <= qpos[e >> 1] ? s[n][e] * scale_log2 : -INFINITY;
+        s[n][e] = v;
+        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+      }
+    float alpha[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet: keep everything 0, not NaN
+      alpha[h] = exp2f(m[h] - base[h]);
+      m[h] = m_new;
+      l[h] *= alpha[h];
+    }
+    uint32_t pf[4][4];  // P as the A operand of P V: 4 k-steps of 16 keys
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float p0 = round_bf16(exp2f(s[n][0] - base[0])), p1 = round_bf16(exp2f(s[n][1] - base[0]));
+      const float p2 = round_bf16(exp2f(s[n][2] - base[1])), p3 = round_bf16(exp2f(s[n][3] - base[1]));
+      l[0] += p0 + p1;
+      l[1] += p2 + p3;
+      pf[n >> 1][(n & 1) * 2] = ptx::pack_bf16x2(p0, p1);
+      pf[n >> 1][(n & 1) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
+    }
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+    // O += P V; V tile [key][d] read transposed as the col-major B operand.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int nd = 0; nd < kD / 16; ++nd) {
+        uint32_t r[4];
+        ptx::ldmatrix_x4_trans(r, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * S::kPitch + nd * 32 +
+                                      (lane >> 4) * 16);
+        ptx::mma_bf16_16816(o[2 * nd], pf[kk], r[0], r[1]);
+        ptx::mma_bf16_16816(o[2 * nd + 1], pf[kk], r[2], r[3]);
+      }
+    __syncthreads();  // buffer kt & 1 is refilled by the next iteration's load
+  }
+
+  // Normalise and store bf16 rows [token][head * D + d].
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    if (qpos[h] < 0) continue;
+    const int r = warp * 16 + g4 + 8 * h;
+    const float inv = 1.0f / l[h];
+    uint16_t* out = a.out + static_cast<int64_t>(tok0 + attn_row_token(r, gs)) * n_heads * kD +
+                    static_cast<int64_t>(g * gs + attn_row_head(r, gs)) * kD;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n)
+      *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) = ptx::pack_bf16x2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+  }
+}
+
+template <int kD>
+void launch(const AttnArgs& a, cudaStream_t stream) {
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    AttnShape<kD>::kSmemBytes));
+  });
+  const dim3 grid(attn_q_tiles(a.n_tokens, a.group_size), a.n_kv_heads);
+  attention_kernel<kD><<<grid, kAttnThreads, AttnShape<kD>::kSmemBytes, stream>>>(a);
+  CUDA_CHECK_LAST();
+}
+
+}  // namespace
+
+void attention(const AttnArgs& a, cudaStream_t stream) {
+  MD_REQUIRE(a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128, "prefill attention: head_dim ", a.head_dim,
+             " not 32, 64 or 128");
+  MD_REQUIRE(a.group_size >= 1 && a.group_size <= 8 && a.n_kv_heads >= 1 && a.n_kv_heads <= 65535,
+             "prefill attention: ", a.group_size, " heads per group, ", a.n_kv_heads, " groups");
+  MD_REQUIRE(a.block_size >= 1 && a.start_pos >= 0 && a.scale > 0.0f, "prefill attention: bad block size or position");
+  MD_REQUIRE(a.q && a.k_cache && a.v_cache && a.block_table && a.out, "prefill attention: null pointer");
+  if (a.n_tokens <= 0) return;
+  switch (a.head_dim) {
+    case 32: return launch<32>(a, stream);
+    case 64: return launch<64>(a, stream);
+    default: return launch<128>(a, stream);
+  }
+}
+
+}  // namespace megadecode::cuda::prefill

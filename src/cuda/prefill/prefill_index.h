@@ -1,0 +1,108 @@
+// Index math of the GPU prefill path (src/cuda/prefill), shared by the kernels and the host so the
+// CPU tests (tests/cuda_host/test_prefill_index.cpp) check what the device computes: tile shapes
+// and counts, the paged KV address of a position, the fused QKV and gate/up row orders of
+// DeviceWeights, the attention tile's (token, head) rows, the per-expert tile list of the grouped
+// expert GEMMs and how a long chunk is cut. Plain C++ (MD_HOST_DEVICE), no CUDA types.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace megadecode::cuda::prefill {
+
+// ---- GEMM tiles (prefill_gemm.cuh) ----
+constexpr int kGemmTileRows = 128;    // weight rows per CTA tile (8 packed row blocks, the MMA M side)
+constexpr int kGemmTileTokens = 128;  // tokens per CTA tile (the MMA N side)
+constexpr int kGemmStageK = 64;       // k per pipeline stage (4 packed k blocks)
+constexpr int kGemmStages = 3;        // cp.async ring depth
+constexpr int kGemmThreads = 256;     // 8 warps: 2 (rows) x 4 (tokens), each 64 rows x 32 tokens
+
+MD_HOST_DEVICE constexpr int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+MD_HOST_DEVICE constexpr int gemm_row_tiles(int n_rows) { return ceil_div(n_rows, kGemmTileRows); }
+MD_HOST_DEVICE constexpr int gemm_token_tiles(int n_tokens) { return ceil_div(n_tokens, kGemmTileTokens); }
+MD_HOST_DEVICE constexpr int gemm_k_stages(int k) { return ceil_div(k, kGemmStageK); }
+
+// Fused gate/up matrix of one expert (DeviceWeights): packed row block j holds gate rows 8j..8j+7
+// (block rows 0..7) then up rows 8j..8j+7 (block rows 8..15). Fused row -> intermediate column.
+MD_HOST_DEVICE constexpr int swiglu_col(int fused_row) { return (fused_row / 16) * 8 + fused_row % 8; }
+MD_HOST_DEVICE constexpr bool swiglu_is_up(int fused_row) { return fused_row % 16 >= 8; }
+
+// Fused QKV output column (DeviceWeights, group-major): group g = [q heads g*gs.. | k head g | v head g].
+// j < gs: q head g*gs + j; j == gs: k head g; j == gs + 1: v head g.
+MD_HOST_DEVICE constexpr int qkv_col(int group, int j, int d, int group_size, int head_dim) {
+  return (group * (group_size + 2) + j) * head_dim + d;
+}
+
+// Element offset of (block, kv head, slot, d) in one layer's K (or V) cache
+// [n_blocks][n_kv_heads][block_size][head_dim].
+MD_HOST_DEVICE constexpr int64_t kv_offset(int64_t block, int kv_head, int slot, int d, int n_kv_heads,
+                                           int block_size, int head_dim) {
+  return ((block * n_kv_heads + kv_head) * block_size + slot) * static_cast<int64_t>(head_dim) + d;
+}
+
+// ---- attention tiles (prefill_attention.cu) ----
+constexpr int kAttnRows = 128;     // (token, head) rows per CTA: 8 warps x 16 MMA rows
+constexpr int kAttnKeyTile = 64;   // keys per K/V tile
+constexpr int kAttnThreads = 256;
+
+// Query tokens per CTA: the group's heads of each token share the CTA, so rows = tokens x heads.
+MD_HOST_DEVICE constexpr int attn_tile_tokens(int group_size) { return kAttnRows / group_size; }
+MD_HOST_DEVICE constexpr int attn_q_tiles(int n_tokens, int group_size) {
+  return ceil_div(n_tokens, attn_tile_tokens(group_size));
+}
+// Row r of a tile is (token tile_token0 + r / gs, head r % gs of the group); rows past
+// tokens x gs are padding (never stored).
+MD_HOST_DEVICE constexpr int attn_row_token(int row, int group_size) { return row / group_size; }
+MD_HOST_DEVICE constexpr int attn_row_head(int row, int group_size) { return row % group_size; }
+// Keys a query tile reads: positions [0, key_end), key_end = 1 + the tile's last query position.
+MD_HOST_DEVICE constexpr int attn_key_end(int start_pos, int n_tokens, int tile, int group_size) {
+  const int t_end = (tile + 1) * attn_tile_tokens(group_size);
+  return start_pos + (t_end < n_tokens ? t_end : n_tokens);
+}
+
+// ---- MoE tile list (prefill_moe.cu) ----
+// One tile of a grouped expert GEMM: expert `expert`'s slots [slot0, slot0 + n), n <= tile tokens.
+struct MoeTile {
+  int32_t expert;
+  int32_t slot0;
+  int32_t n;
+  int32_t pad;
+};
+static_assert(sizeof(MoeTile) == 16);
+
+// Tiles the grouped GEMMs can need for n_entries = tokens x top_k routed rows over n_experts:
+// sum_e ceil(c_e / T) <= sum_e floor(c_e / T) + #nonzero <= n / T + min(E, n).
+MD_HOST_DEVICE constexpr int moe_tile_capacity(int n_entries, int n_experts) {
+  return n_entries / kGemmTileTokens + (n_experts < n_entries ? n_experts : n_entries);
+}
+
+// From per-expert counts: offsets[0..E] (exclusive prefix, offsets[E] = total) and the tile list in
+// expert order; returns the number of tiles, or -1 if it would exceed `capacity` (an invariant
+// violation the caller reports). One thread runs this (the device scan kernel, or the host test).
+MD_HOST_DEVICE inline int build_moe_tiles(const int32_t* counts, int n_experts, int32_t* offsets, MoeTile* tiles,
+                                          int capacity) {
+  int off = 0, n_tiles = 0;
+  for (int e = 0; e < n_experts; ++e) {
+    offsets[e] = off;
+    for (int s = 0; s < counts[e]; s += kGemmTileTokens) {
+      if (n_tiles >= capacity) return -1;
+      const int left = counts[e] - s;
+      tiles[n_tiles++] = MoeTile{e, off + s, left < kGemmTileTokens ? left : kGemmTileTokens, 0};
+    }
+    off += counts[e];
+  }
+  offsets[n_experts] = off;
+  return n_tiles;
+}
+
+// ---- chunking (CudaBackend::prefill) ----
+// Piece i of a chunk of n_tokens cut into pieces of at most max_chunk: [begin, begin + length).
+MD_HOST_DEVICE constexpr int prefill_n_pieces(int n_tokens, int max_chunk) { return ceil_div(n_tokens, max_chunk); }
+MD_HOST_DEVICE constexpr int prefill_piece_begin(int piece, int max_chunk) { return piece * max_chunk; }
+MD_HOST_DEVICE constexpr int prefill_piece_length(int piece, int n_tokens, int max_chunk) {
+  const int left = n_tokens - piece * max_chunk;
+  return left < max_chunk ? left : max_chunk;
+}
+
+}  // namespace megadecode::cuda::prefill

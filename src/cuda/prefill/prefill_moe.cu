@@ -1,0 +1,80 @@
+// Per-expert token lists of a prefill chunk, built on the device (no host sync): (1) one CTA per
+// expert ranks the routed entries (token, k) that chose it, in entry order, by warp ballots and a
+// fixed-order CTA prefix; (2) one CTA turns the counts into offsets and the grouped GEMMs' tile list
+// (build_moe_tiles, prefill_index.h) and scatters every entry to its slot. Slots are in (expert,
+// token, k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same
+// rows in the same order. Integer work only; the result does not depend on scheduling.
+#include "core/check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/ops/moe.cuh"
+#include "cuda/prefill/prefill_ops.h"
+
+namespace megadecode::cuda::prefill {
+namespace {
+
+constexpr int kRankThreads = 256;
+constexpr int kScatterThreads = 1024;
+
+__global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a) {
+  __shared__ int32_t warp_total[kRankThreads / 32];
+  const int e = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int n = a.n_tokens * a.top_k;
+  int running = 0;
+  for (int base = 0; base < n; base += kRankThreads) {
+    const int i = base + tid;
+    const int32_t id = i < n ? a.topk_ids[i] : -1;
+    if (e == 0 && i < n && (id < 0 || id >= a.n_experts)) atomicCAS(a.error, 0, 1);
+    const bool match = id == e;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, match);
+    if (lane == 0) warp_total[warp] = __popc(ballot);
+    __syncthreads();
+    int before = running;
+    for (int w = 0; w < warp; ++w) before += warp_total[w];
+    if (match) a.rank[i] = before + __popc(ballot & ((1u << lane) - 1u));
+    for (int w = 0; w < kRankThreads / 32; ++w) running += warp_total[w];
+    __syncthreads();  // warp_total is rewritten next round
+  }
+  if (tid == 0) a.counts[e] = running;
+}
+
+__global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const MoeListArgs a) {
+  __shared__ int32_t offsets[kRouterMaxExperts + 1];
+  if (threadIdx.x == 0) {
+    const int n_tiles = build_moe_tiles(a.counts, a.n_experts, offsets, a.tiles, a.tile_capacity);
+    if (n_tiles < 0) atomicCAS(a.error, 0, 2);
+    *a.n_tiles = n_tiles < 0 ? 0 : n_tiles;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= a.n_experts; e += kScatterThreads) a.offsets[e] = offsets[e];
+  const int n = a.n_tokens * a.top_k;
+  for (int i = threadIdx.x; i < n; i += kScatterThreads) {
+    const int32_t id = a.topk_ids[i];
+    if (id < 0 || id >= a.n_experts) {  // reported by rank_kernel; keep the combine's reads in bounds
+      a.token_slot[i] = 0;
+      continue;
+    }
+    const int slot = offsets[id] + a.rank[i];
+    a.token_slot[i] = slot;
+    a.slot_token[slot] = i / a.top_k;
+  }
+}
+
+}  // namespace
+
+void moe_lists(const MoeListArgs& a, cudaStream_t stream) {
+  MD_REQUIRE(a.n_experts >= 1 && a.n_experts <= kRouterMaxExperts, "prefill moe: ", a.n_experts, " experts outside 1..",
+             kRouterMaxExperts);
+  MD_REQUIRE(a.top_k >= 1 && a.top_k <= a.n_experts, "prefill moe: top_k ", a.top_k);
+  MD_REQUIRE(a.topk_ids && a.rank && a.counts && a.offsets && a.token_slot && a.slot_token && a.tiles && a.n_tiles &&
+                 a.error,
+             "prefill moe: null pointer");
+  MD_REQUIRE(a.tile_capacity >= moe_tile_capacity(a.n_tokens * a.top_k, a.n_experts),
+             "prefill moe: tile capacity ", a.tile_capacity, " below the bound");
+  if (a.n_tokens <= 0) return;
+  rank_kernel<<<a.n_experts, kRankThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAST();
+  scatter_kernel<<<1, kScatterThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAST();
+}
+
+}  // namespace megadecode::cuda::prefill

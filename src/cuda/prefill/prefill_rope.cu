@@ -1,0 +1,83 @@
+// Prefill q/k per-head RMSNorm + RoPE + the paged KV write: one CTA per token, one warp per head
+// of the fused QKV row (group-major, prefill_index.h qkv_col). The arithmetic is the decode
+// megakernel's (mk_ops.cuh op_attn) step for step: normed = (x * rsqrt(mean x^2 + eps)) * w in
+// fp32 (lane + 32j element order, butterfly sum), RoPE (NeoX halves) with the host's inv_freq table
+// and cosf/sinf of float(pos) * inv_freq, then K = bf16(rope(k)), V = bf16(v). q is rounded to bf16
+// here because the attention MMAs take bf16 (decode keeps q in fp32).
+#include "core/check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/ops/rms_norm.cuh"
+#include "cuda/prefill/prefill_ops.h"
+
+namespace megadecode::cuda::prefill {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxDim = 128;
+
+__global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
+  __shared__ float normed[kWarps][kMaxDim];
+  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int D = a.head_dim, gs = a.group_size, G = a.n_kv_heads, half = D / 2;
+  const int pos = a.start_pos + t;
+  const int64_t block = a.block_table[pos / a.block_size];
+  const int slot = pos % a.block_size;
+  const float* row = a.qkv + static_cast<int64_t>(t) * G * (gs + 2) * D;
+  for (int job = warp; job < G * (gs + 2); job += kWarps) {
+    const int g = job / (gs + 2), j = job % (gs + 2);
+    const float* src = row + qkv_col(g, j, 0, gs, D);
+    float v[kMaxDim / 32];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxDim / 32; ++i) {
+      const int d = lane + 32 * i;
+      v[i] = d < D ? src[d] : 0.0f;
+      ss += v[i] * v[i];
+    }
+    if (j == gs + 1) {  // V: stored as projected
+      uint16_t* dst = a.v_cache + kv_offset(block, g, slot, 0, G, a.block_size, D);
+#pragma unroll
+      for (int i = 0; i < kMaxDim / 32; ++i)
+        if (lane + 32 * i < D) dst[lane + 32 * i] = float_to_bf16_bits(v[i]);
+      continue;
+    }
+    const float r = rsqrtf(warp_sum(ss) / static_cast<float>(D) + a.eps);
+    const uint16_t* nw = j < gs ? a.q_norm : a.k_norm;
+#pragma unroll
+    for (int i = 0; i < kMaxDim / 32; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) normed[warp][d] = (v[i] * r) * bf16_bits_to_float(nw[d]);
+    }
+    __syncwarp();
+    uint16_t* dst = j < gs ? a.q + (static_cast<int64_t>(t) * G * gs + g * gs + j) * D
+                           : a.k_cache + kv_offset(block, g, slot, 0, G, a.block_size, D);
+#pragma unroll
+    for (int i = 0; i < kMaxDim / 32; ++i) {
+      const int d = lane + 32 * i;
+      if (d >= D) continue;
+      const float ang = static_cast<float>(pos) * a.inv_freq[d % half];
+      const float c = cosf(ang), s = sinf(ang);
+      const float x = normed[warp][d];
+      const float y = d < half ? x * c - normed[warp][d + half] * s : x * c + normed[warp][d - half] * s;
+      dst[d] = float_to_bf16_bits(y);
+    }
+    __syncwarp();  // `normed` is rewritten by this warp's next job
+  }
+}
+
+}  // namespace
+
+void qk_norm_rope_store(const QkRopeArgs& a, cudaStream_t stream) {
+  MD_REQUIRE(a.head_dim == 32 || a.head_dim == 64 || a.head_dim == 128, "prefill qk_norm_rope: head_dim ",
+             a.head_dim, " not 32, 64 or 128");
+  MD_REQUIRE(a.n_kv_heads > 0 && a.group_size > 0 && a.block_size > 0 && a.start_pos >= 0,
+             "prefill qk_norm_rope: bad sizes");
+  MD_REQUIRE(a.qkv && a.q_norm && a.k_norm && a.inv_freq && a.block_table && a.q && a.k_cache && a.v_cache,
+             "prefill qk_norm_rope: null pointer");
+  if (a.n_tokens <= 0) return;
+  qk_rope_kernel<<<a.n_tokens, kThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAST();
+}
+
+}  // namespace megadecode::cuda::prefill

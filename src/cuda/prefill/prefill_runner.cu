@@ -1,0 +1,358 @@
+// PrefillRunner: workspace layout, host-side checks of a piece, and the per-layer launch sequence
+// (prefill_ops.h). One host sync per piece, at the end (logits and the device error word).
+#include "cuda/prefill/prefill_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "cuda/cuda_check.h"
+#include "cuda/ops.h"
+#include "cuda/prefill/prefill_ops.h"
+
+namespace megadecode::cuda::prefill {
+namespace {
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Walks the workspace layout; with base == nullptr it only measures.
+class Carver {
+ public:
+  explicit Carver(uint8_t* base) : base_(base) {}
+  template <typename T>
+  T* take(int64_t n) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + off_) : nullptr;
+    off_ += align256(static_cast<size_t>(n) * sizeof(T));
+    return p;
+  }
+  size_t bytes() const { return off_; }
+
+ private:
+  uint8_t* base_;
+  size_t off_ = 0;
+};
+
+struct Shape {
+  int64_t C, H, qkv_rows, nq, E, K, I, V;
+  explicit Shape(const ModelConfig& c, int max_chunk)
+      : C(max_chunk), H(c.hidden_size), qkv_rows(int64_t{c.n_kv_heads} * (c.group_size() + 2) * c.head_dim),
+        nq(c.q_size()), E(c.n_experts), K(c.n_experts_per_tok), I(c.moe_intermediate_size), V(c.vocab_size) {}
+};
+
+}  // namespace
+
+size_t PrefillRunner::workspace_bytes(const ModelConfig& config, int max_chunk) {
+  const Shape s(config, max_chunk);
+  Carver c(nullptr);
+  c.take<int32_t>(s.C);
+  c.take<int32_t>(4);
+  c.take<float>(s.C * s.H);
+  c.take<float>(s.C * s.H);
+  c.take<uint16_t>(s.C * s.H);
+  c.take<float>(s.C * s.qkv_rows);
+  c.take<uint16_t>(s.C * s.nq);
+  c.take<uint16_t>(s.C * s.nq);
+  c.take<float>(s.C * s.E);
+  c.take<int32_t>(s.C * s.K);
+  c.take<float>(s.C * s.K);
+  c.take<int32_t>(s.C * s.K);
+  c.take<int32_t>(s.C * s.K);
+  c.take<int32_t>(s.C * s.K);
+  c.take<int32_t>(s.E);
+  c.take<int32_t>(s.E + 1);
+  c.take<int32_t>(1);
+  c.take<MoeTile>(moe_tile_capacity(static_cast<int>(s.C * s.K), static_cast<int>(s.E)));
+  c.take<uint16_t>(s.C * s.K * s.I);
+  c.take<float>(s.C * s.K * s.H);
+  c.take<uint16_t>(s.H);
+  c.take<float>(s.V);
+  return c.bytes();
+}
+
+PrefillRunner::PrefillRunner(std::shared_ptr<const DeviceWeights> weights, int max_chunk)
+    : weights_(std::move(weights)), max_chunk_(max_chunk) {
+  MD_REQUIRE(weights_ != nullptr, "PrefillRunner needs weights");
+  const ModelConfig& cfg = weights_->config();
+  check_supported(cfg);
+  MD_REQUIRE(max_chunk >= 1 && max_chunk <= 65536, "prefill chunk size ", max_chunk, " outside 1..65536");
+  MD_REQUIRE(int64_t{max_chunk} * cfg.n_experts_per_tok <= (int64_t{1} << 24),
+             "prefill chunk size ", max_chunk, " x top-k is too large");
+  MD_REQUIRE(cfg.hidden_size % 16 == 0 && cfg.q_size() % 16 == 0, "prefill: hidden and q widths must be multiples of 16");
+  const Shape s(cfg, max_chunk);
+  tile_capacity_ = moe_tile_capacity(static_cast<int>(s.C * s.K), static_cast<int>(s.E));
+  arena_bytes_ = workspace_bytes(cfg, max_chunk);
+  CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
+  Carver c(arena_);
+  tokens_ = c.take<int32_t>(s.C);
+  error_ = c.take<int32_t>(4);
+  x_ = c.take<float>(s.C * s.H);
+  h_ = c.take<float>(s.C * s.H);
+  xn_ = c.take<uint16_t>(s.C * s.H);
+  qkv_ = c.take<float>(s.C * s.qkv_rows);
+  q_ = c.take<uint16_t>(s.C * s.nq);
+  attn_ = c.take<uint16_t>(s.C * s.nq);
+  router_ = c.take<float>(s.C * s.E);
+  topk_ids_ = c.take<int32_t>(s.C * s.K);
+  topk_w_ = c.take<float>(s.C * s.K);
+  rank_ = c.take<int32_t>(s.C * s.K);
+  token_slot_ = c.take<int32_t>(s.C * s.K);
+  slot_token_ = c.take<int32_t>(s.C * s.K);
+  counts_ = c.take<int32_t>(s.E);
+  offsets_ = c.take<int32_t>(s.E + 1);
+  n_tiles_ = c.take<int32_t>(1);
+  tiles_ = c.take<MoeTile>(tile_capacity_);
+  hidden_ = c.take<uint16_t>(s.C * s.K * s.I);
+  down_ = c.take<float>(s.C * s.K * s.H);
+  xf_ = c.take<uint16_t>(s.H);
+  logits_ = c.take<float>(s.V);
+  MD_CHECK(c.bytes() == arena_bytes_, "prefill workspace layout drifted from workspace_bytes");
+  CUDA_CHECK(cudaMallocHost(&error_host_, sizeof(int32_t)));
+}
+
+PrefillRunner::~PrefillRunner() {
+  cudaFree(arena_);
+  cudaFree(block_table_);
+  cudaFreeHost(staging_);
+  cudaFreeHost(error_host_);
+}
+
+size_t PrefillRunner::check(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
+                            const KvCacheView& kv) const {
+  const ModelConfig& c = weights_->config();
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  MD_REQUIRE(T >= 1, "prefill: empty chunk");
+  MD_REQUIRE(kv.data != nullptr && kv.block_size >= 1 && kv.n_blocks >= 1, "prefill: no KV cache");
+  MD_REQUIRE(start_pos >= 0 && start_pos + T <= c.max_position_embeddings, "prefill: positions [", start_pos, ", ",
+             start_pos + T, ") outside [0, ", c.max_position_embeddings, ")");
+  for (int64_t i = 0; i < T; ++i)
+    MD_REQUIRE(tokens[i] >= 0 && tokens[i] < c.vocab_size, "prefill: token ", tokens[i], " at position ",
+               start_pos + i, " outside the vocabulary [0, ", c.vocab_size, ")");
+  const size_t need = static_cast<size_t>((start_pos + T + kv.block_size - 1) / kv.block_size);
+  MD_REQUIRE(block_table.size() >= need, "prefill: block table covers ", block_table.size(), " blocks, positions up to ",
+             start_pos + T - 1, " need ", need);
+  for (size_t b = 0; b < need; ++b)
+    MD_REQUIRE(block_table[b] >= 0 && block_table[b] < kv.n_blocks, "prefill: block ", block_table[b],
+               " outside the cache's ", kv.n_blocks, " blocks");
+  return need;
+}
+
+void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
+                        const KvCacheView& kv, std::span<float> last_logits, cudaStream_t stream) {
+  const ModelConfig& c = weights_->config();
+  const int T = static_cast<int>(tokens.size());
+  MD_REQUIRE(T >= 1 && T <= max_chunk_, "prefill: piece of ", tokens.size(), " tokens outside 1..", max_chunk_);
+  MD_REQUIRE(last_logits.empty() || last_logits.size() == static_cast<size_t>(c.vocab_size), "prefill: last_logits has ",
+             last_logits.size(), " floats, vocab is ", c.vocab_size);
+  const size_t need = check(tokens, start_pos, block_table, kv);
+
+  // Inputs: tokens and the block table through one pinned buffer.
+  const size_t staging_need = (static_cast<size_t>(T) + need) * sizeof(int32_t);
+  if (staging_need > staging_bytes_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // the old buffer may still feed a copy
+    CUDA_CHECK(cudaFreeHost(staging_));
+    staging_ = nullptr;
+    CUDA_CHECK(cudaMallocHost(&staging_, staging_need));
+    staging_bytes_ = staging_need;
+  }
+  if (need > block_table_capacity_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaFree(block_table_));
+    block_table_ = nullptr;
+    CUDA_CHECK(cudaMalloc(&block_table_, need * sizeof(int32_t)));
+    block_table_capacity_ = need;
+  }
+  std::memcpy(staging_, tokens.data(), T * sizeof(int32_t));
+  std::memcpy(staging_ + T * sizeof(int32_t), block_table.data(), need * sizeof(int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(tokens_, staging_, T * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(block_table_, staging_ + T * sizeof(int32_t), need * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(int32_t), stream));
+
+  for (int l = 0; l < c.n_layers; ++l) enqueue_layer(l, T, start_pos, kv, stream);
+
+  // The last layer's MoE residual of the last token, final norm, LM head.
+  const MkModelWeights& w = weights_->view();
+  ResidualNormArgs fn;
+  fn.h = h_;
+  fn.down = down_;
+  fn.token_slot = token_slot_;
+  fn.topk_w = topk_w_;
+  fn.top_k = c.n_experts_per_tok;
+  fn.token_begin = T - 1;
+  fn.n_tokens = T;
+  fn.hidden = c.hidden_size;
+  fn.norm_w = w.final_norm;
+  fn.eps = w.rms_eps;
+  fn.out = xf_;
+  residual_norm(fn, stream);
+  if (!last_logits.empty()) {
+    SkinnyGemmArgs g{};
+    g.w_packed = w.lm_head;
+    g.x = xf_;
+    g.y = logits_;
+    g.n_rows = c.vocab_size;
+    g.k = c.hidden_size;
+    g.n_tokens = 1;
+    g.x_stride = c.hidden_size;
+    g.y_stride = c.vocab_size;
+    skinny_gemm(g, stream);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(error_host_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  if (!last_logits.empty())
+    CUDA_CHECK(cudaMemcpyAsync(last_logits.data(), logits_, last_logits.size() * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  MD_REQUIRE(*error_host_ == 0, "prefill: the device reported error ", *error_host_,
+             " (1: an expert id out of range, e.g. NaN router logits; 2: MoE tile list over capacity)");
+}
+
+void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView& kv, cudaStream_t stream) {
+  const ModelConfig& c = weights_->config();
+  const MkModelWeights& w = weights_->view();
+  const MkLayerWeights& lw = weights_->layer(l);
+  const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, E = c.n_experts,
+            K = c.n_experts_per_tok, I = c.moe_intermediate_size, nq = c.q_size(), qkv_rows = G * (gs + 2) * D;
+  const int64_t layer_elems = int64_t{2} * kv.n_blocks * G * kv.block_size * D;
+  uint16_t* k_cache = kv.data + l * layer_elems;
+  uint16_t* v_cache = k_cache + layer_elems / 2;
+
+  // x = embedding (layer 0) or the previous layer's MoE residual; xn = input norm.
+  ResidualNormArgs rn;
+  if (l == 0) {
+    rn.tokens = tokens_;
+    rn.embed = w.embed;
+    rn.vocab = c.vocab_size;
+  } else {
+    rn.h = h_;
+    rn.down = down_;
+    rn.token_slot = token_slot_;
+    rn.topk_w = topk_w_;
+    rn.top_k = K;
+  }
+  rn.n_tokens = T;
+  rn.hidden = H;
+  rn.norm_w = lw.input_norm;
+  rn.eps = w.rms_eps;
+  rn.x = x_;
+  rn.out = xn_;
+  rn.error = error_;
+  residual_norm(rn, stream);
+
+  GemmArgs qkv;
+  qkv.w = lw.qkv;
+  qkv.n_rows = qkv_rows;
+  qkv.k = H;
+  qkv.x = xn_;
+  qkv.x_stride = H;
+  qkv.n_tokens = T;
+  qkv.y = qkv_;
+  qkv.y_stride = qkv_rows;
+  gemm(qkv, GemmEpilogue::kStore, stream);
+
+  QkRopeArgs qr;
+  qr.qkv = qkv_;
+  qr.q_norm = lw.q_norm;
+  qr.k_norm = lw.k_norm;
+  qr.inv_freq = w.rope_inv_freq;
+  qr.block_table = block_table_;
+  qr.start_pos = start_pos;
+  qr.n_tokens = T;
+  qr.n_kv_heads = G;
+  qr.group_size = gs;
+  qr.head_dim = D;
+  qr.block_size = kv.block_size;
+  qr.eps = w.rms_eps;
+  qr.q = q_;
+  qr.k_cache = k_cache;
+  qr.v_cache = v_cache;
+  qk_norm_rope_store(qr, stream);
+
+  AttnArgs at;
+  at.q = q_;
+  at.k_cache = k_cache;
+  at.v_cache = v_cache;
+  at.block_table = block_table_;
+  at.start_pos = start_pos;
+  at.n_tokens = T;
+  at.n_kv_heads = G;
+  at.group_size = gs;
+  at.head_dim = D;
+  at.block_size = kv.block_size;
+  at.scale = w.attn_scale;
+  at.out = attn_;
+  attention(at, stream);
+
+  GemmArgs o;  // h = x + O-proj(attn)
+  o.w = lw.o_proj;
+  o.n_rows = H;
+  o.k = nq;
+  o.x = attn_;
+  o.x_stride = nq;
+  o.n_tokens = T;
+  o.y = h_;
+  o.y_stride = H;
+  o.residual = x_;
+  o.residual_stride = H;
+  gemm(o, GemmEpilogue::kResidual, stream);
+
+  rms_norm(h_, H, lw.post_norm, xn_, H, T, H, w.rms_eps, stream);
+
+  GemmArgs router;
+  router.w = lw.router;
+  router.n_rows = E;
+  router.k = H;
+  router.x = xn_;
+  router.x_stride = H;
+  router.n_tokens = T;
+  router.y = router_;
+  router.y_stride = E;
+  gemm(router, GemmEpilogue::kStore, stream);
+  router_topk(router_, E, T, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
+
+  MoeListArgs ml;
+  ml.topk_ids = topk_ids_;
+  ml.n_tokens = T;
+  ml.top_k = K;
+  ml.n_experts = E;
+  ml.rank = rank_;
+  ml.counts = counts_;
+  ml.offsets = offsets_;
+  ml.token_slot = token_slot_;
+  ml.slot_token = slot_token_;
+  ml.tiles = tiles_;
+  ml.n_tiles = n_tiles_;
+  ml.tile_capacity = tile_capacity_;
+  ml.error = error_;
+  moe_lists(ml, stream);
+
+  GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's token, per expert tile
+  up.w = lw.experts_up;
+  up.w_expert_stride = lw.expert_up_elems;
+  up.n_rows = 2 * I;
+  up.k = H;
+  up.x = xn_;
+  up.x_stride = H;
+  up.gather = slot_token_;
+  up.tiles = tiles_;
+  up.n_tiles = n_tiles_;
+  up.tile_capacity = tile_capacity_;
+  up.y = hidden_;
+  up.y_stride = I;
+  gemm(up, GemmEpilogue::kSwiGlu, stream);
+
+  GemmArgs down;  // down[slot] = W_down(expert) hidden[slot]
+  down.w = lw.experts_down;
+  down.w_expert_stride = lw.expert_down_elems;
+  down.n_rows = H;
+  down.k = I;
+  down.x = hidden_;
+  down.x_stride = I;
+  down.tiles = tiles_;
+  down.n_tiles = n_tiles_;
+  down.tile_capacity = tile_capacity_;
+  down.y = down_;
+  down.y_stride = H;
+  gemm(down, GemmEpilogue::kStore, stream);
+}
+
+}  // namespace megadecode::cuda::prefill

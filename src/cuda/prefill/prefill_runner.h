@@ -1,0 +1,92 @@
+// PrefillRunner: one prompt piece (1..max_chunk tokens at positions start_pos..) through the whole
+// model as ordinary kernels on one stream — embedding, per layer norm / QKV GEMM / q,k norm + RoPE
+// + paged KV write / causal attention / O-proj + residual / norm / router / top-k / device-built
+// expert lists / grouped gate-up and down GEMMs / combine (fused into the next norm) — then the
+// final norm and LM head of the last token. Owns its activation workspace (sized for max_chunk
+// at construction); the KV cache belongs to the caller (CudaBackend).
+// Threading: one caller at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/mk/device_weights.h"
+#include "cuda/prefill/prefill_index.h"
+
+namespace megadecode::cuda::prefill {
+
+// The caller's paged KV cache: [n_layers][2 (K, V)][n_blocks][n_kv_heads][block_size][head_dim] bf16.
+struct KvCacheView {
+  uint16_t* data = nullptr;
+  int n_blocks = 0;
+  int block_size = 0;
+};
+
+class PrefillRunner {
+ public:
+  PrefillRunner(std::shared_ptr<const DeviceWeights> weights, int max_chunk);
+  ~PrefillRunner();
+  PrefillRunner(const PrefillRunner&) = delete;
+  PrefillRunner& operator=(const PrefillRunner&) = delete;
+
+  // Bytes of device workspace a runner of this shape allocates.
+  static size_t workspace_bytes(const ModelConfig& config, int max_chunk);
+  int max_chunk() const { return max_chunk_; }
+
+  // Error unless tokens (any number >= 1) at positions start_pos.. can run on this model and cache:
+  // token ids in the vocabulary, positions below max_position_embeddings, the block table
+  // covering them with blocks of the cache. Returns the number of table entries they use.
+  size_t check(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
+               const KvCacheView& kv) const;
+
+  // Runs tokens (1..max_chunk) at positions start_pos.., writing their K/V through block_table,
+  // then, when last_logits is non-empty ([vocab]), the last token's logits. Synchronous: returns
+  // after the stream has finished. Error for bad tokens, positions or block tables (checked before
+  // anything runs) and for a failure the device reports.
+  void run(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
+           const KvCacheView& kv, std::span<float> last_logits, cudaStream_t stream);
+
+ private:
+  void enqueue_layer(int layer, int n_tokens, int start_pos, const KvCacheView& kv, cudaStream_t stream);
+
+  std::shared_ptr<const DeviceWeights> weights_;
+  int max_chunk_ = 0;
+  uint8_t* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  int32_t* block_table_ = nullptr;  // device, grown on demand
+  size_t block_table_capacity_ = 0;
+  uint8_t* staging_ = nullptr;      // pinned: tokens then the block table
+  size_t staging_bytes_ = 0;
+  int32_t* error_host_ = nullptr;   // pinned
+  int tile_capacity_ = 0;
+
+  // Views into arena_ (shapes for C = max_chunk rows).
+  int32_t* tokens_ = nullptr;       // [C]
+  int32_t* error_ = nullptr;        // [1] device error word
+  float* x_ = nullptr;              // [C][H] fp32 residual stream, layer input
+  float* h_ = nullptr;              // [C][H] fp32 after attention
+  uint16_t* xn_ = nullptr;          // [C][H] bf16 normed input of the current sub-block
+  float* qkv_ = nullptr;            // [C][G*(gs+2)*D] fp32, fused group-major
+  uint16_t* q_ = nullptr;           // [C][n_heads][D] bf16
+  uint16_t* attn_ = nullptr;        // [C][n_heads*D] bf16
+  float* router_ = nullptr;         // [C][E] fp32
+  int32_t* topk_ids_ = nullptr;     // [C][K]
+  float* topk_w_ = nullptr;         // [C][K]
+  int32_t* rank_ = nullptr;         // [C*K]
+  int32_t* token_slot_ = nullptr;   // [C*K]
+  int32_t* slot_token_ = nullptr;   // [C*K]
+  int32_t* counts_ = nullptr;       // [E]
+  int32_t* offsets_ = nullptr;      // [E+1]
+  int32_t* n_tiles_ = nullptr;      // [1]
+  MoeTile* tiles_ = nullptr;        // [tile_capacity]
+  uint16_t* hidden_ = nullptr;      // [C*K][I] bf16 SiLU(gate)*up per slot
+  float* down_ = nullptr;           // [C*K][H] fp32 expert outputs per slot
+  uint16_t* xf_ = nullptr;          // [H] bf16 final-normed last token
+  float* logits_ = nullptr;         // [V] fp32
+};
+
+}  // namespace megadecode::cuda::prefill

@@ -1,0 +1,58 @@
+// `megadecode bench prefill` host side: flag parsing and checks, and the flop count the report
+// divides by (checked against a direct sum over tokens and layers).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "bench/prefill_options.h"
+#include "core/check.h"
+#include "model/presets.h"
+
+namespace megadecode {
+namespace {
+
+PrefillBenchOptions parse(std::vector<std::string> words) {
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  return parse_prefill_bench_args(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(PrefillBenchOptions, DefaultsAndFlags) {
+  const PrefillBenchOptions d = parse({});
+  EXPECT_EQ(d.lengths, (std::vector<int>{1024, 8192, 16384}));
+  EXPECT_EQ(d.chunk, 2048);
+  EXPECT_EQ(d.config.n_layers, 48);
+  EXPECT_FALSE(d.one_token);
+  const PrefillBenchOptions o =
+      parse({"--preset", "small", "--lengths", "50000", "--chunk", "512", "--one-token", "--json", "x.json"});
+  EXPECT_EQ(o.lengths, (std::vector<int>{50000}));
+  EXPECT_EQ(o.chunk, 512);
+  EXPECT_TRUE(o.one_token);
+  EXPECT_EQ(o.json_path, "x.json");
+  EXPECT_GE(o.config.max_position_embeddings, 50001);  // raised for the long prompt
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--chunk", "0"}, {"--chunk", "70000"}, {"--lengths", "0"}, {"--reps", "0"},
+        {"--preset", "nope"}, {"--kv-block-size", "0"}, {"--bogus", "1"}})
+    EXPECT_THROW(parse(bad), Error) << bad[0] << " " << bad[1];
+}
+
+TEST(PrefillBenchOptions, FlopsMatchADirectSum) {
+  const ModelConfig c = preset_config("small");
+  for (auto [start, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {100, 33}}) {
+    double direct = 0;
+    for (int64_t p = start; p < start + n; ++p)
+      for (int l = 0; l < c.n_layers; ++l) {
+        direct += 2.0 * c.hidden_size * (c.q_size() + 2.0 * c.kv_size());  // QKV
+        direct += 2.0 * c.q_size() * c.hidden_size;                         // O
+        direct += 2.0 * c.hidden_size * c.n_experts;                        // router
+        direct += 2.0 * c.n_experts_per_tok * 3.0 * c.hidden_size * c.moe_intermediate_size;
+        direct += 2.0 * 2.0 * c.n_heads * c.head_dim * static_cast<double>(p + 1);  // QK^T and PV
+      }
+    direct += 2.0 * c.hidden_size * c.vocab_size;  // LM head, last token
+    EXPECT_NEAR(prefill_flops(c, start, n), direct, 1e-9 * direct) << start << " " << n;
+  }
+}
+
+}  // namespace
+}  // namespace megadecode
