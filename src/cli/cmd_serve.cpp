@@ -1,7 +1,7 @@
-// `megadecode serve MODEL_DIR [flags]` (or `serve --random-weights --preset NAME` on a GPU
-// backend): loads the model, tokenizer and backend, starts the engine and the OpenAI-compatible
-// HTTP server, and runs until SIGINT/SIGTERM (then shuts down in bounded time: HTTP first, then
-// the engine). Flags follow vLLM's names where the meaning is the same.
+// `megadecode serve MODEL_DIR [flags]` (or `serve --random-weights --preset NAME`): loads the
+// model, tokenizer and backend, starts the engine and the OpenAI-compatible HTTP server, and runs
+// until SIGINT/SIGTERM (then shuts down in bounded time: HTTP first, then the engine). Flags
+// follow vLLM's names where the meaning is the same.
 #include <pthread.h>
 
 #include <csignal>
@@ -32,8 +32,8 @@ constexpr const char* kUsage =
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)]\n"
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
-    "  --random-weights: GPU backends only; the weights make-model --preset NAME --seed S would write,\n"
-    "  generated on the GPU, with the Qwen3 tokenizer of data/tokenizer/qwen3.\n";
+    "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
+    "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n";
 
 int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = args.get_int(name, fallback);
@@ -86,9 +86,13 @@ int cmd_serve(int argc, char** argv) {
   if (random_weights) {
     config = preset_config(args.require("preset"));
     model_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";  // tokenizer files only
-    MD_REQUIRE(gpu, "--random-weights generates the weights on the GPU: use --backend cuda-mk or cuda-ops");
-    backend = make_backend_with_random_weights(backend_name, config,
-                                               static_cast<uint64_t>(args.get_int("weights-seed", 0)), options);
+    const auto weights_seed = static_cast<uint64_t>(args.get_int("weights-seed", 0));
+    if (gpu) {
+      backend = make_backend_with_random_weights(backend_name, config, weights_seed, options);
+    } else {  // CPU backends: the same weights built in host memory (small presets; scripted runs)
+      model = std::make_shared<LoadedModel>(synthetic_model(config, weights_seed));
+      backend = make_backend(backend_name, config, model->weights, model, options);
+    }
   } else {
     model_dir = args.positional()[0];
     log_info("loading ", model_dir.string());
