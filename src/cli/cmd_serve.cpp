@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "cli/args.h"
+#include "cli/backend_flags.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/log.h"
@@ -30,10 +31,12 @@ constexpr const char* kUsage =
     "         [--served-model-name NAME] [--max-num-seqs N (64)] [--max-model-len N]\n"
     "         [--max-num-batched-tokens N (256)] [--block-size B (16)] [--kv-cache-tokens N]\n"
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
-    "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)]\n"
+    "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
-    "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n";
+    "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
+    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0: the decode step one token at a\n"
+    "  time; default: the backend's). The scheduler's chunk is --max-num-batched-tokens.\n";
 
 int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = args.get_int(name, fallback);
@@ -47,7 +50,7 @@ int cmd_serve(int argc, char** argv) {
   const Args args(argc, argv,
                   {"host", "port", "backend", "served-model-name", "max-num-seqs", "max-model-len",
                    "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
-                   "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed"},
+                   "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk"},
                   {"no-enable-prefix-caching", "random-weights", "help"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
@@ -78,6 +81,7 @@ int cmd_serve(int argc, char** argv) {
   options.gpu_memory_utilization = args.get_double("gpu-memory-utilization", 0.9);
   MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
              "--gpu-memory-utilization must be in (0, 1]");
+  options.prefill_chunk = prefill_chunk_flag(args);
 
   std::filesystem::path model_dir;
   std::shared_ptr<LoadedModel> model;
