@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/mk/attention_choice.h"
 #include "cuda/mk/device_weights.h"
 #include "engine/backend.h"
 #include "plan/plan.h"
@@ -30,6 +31,7 @@ struct CudaBackendOptions {
   int n_sms = 0;                         // 0: every SM of the device
   int64_t wait_timeout_ms = 2000;        // bound on any single counter wait inside a step
   uint32_t kernel_flags = 0;             // MkFlag bits (mk_types.h): benchmark ablations only
+  std::string attention = "scalar";      // attention item: scalar | tc | tc2 (attention_choice.h)
 };
 
 class CudaBackend : public Backend {
@@ -85,6 +87,7 @@ class CudaBackend : public Backend {
 
   std::shared_ptr<const DeviceWeights> weights_;
   CudaBackendOptions options_;
+  AttentionChoice attention_;
   Policy policy_;
   int n_sms_ = 0;
   int n_kv_blocks_ = 0;

@@ -65,6 +65,14 @@ enum MkFlag : uint32_t {
   kMkStaticQueues = 1u << 1,   // drain tasks take items sm, sm + S, ... instead of claiming them
 };
 
+// Attention item implementation (MkParams::attn_impl): the scalar item (mk_ops.cuh, the default)
+// or the tensor-core one (mk_attn_item.cuh: consumers wait for QKV themselves, items are claimed
+// one at a time), whose q and P go to the MMAs as MkParams::attn_terms bf16 terms (2 or 3).
+enum MkAttnImpl : int32_t {
+  kMkAttnScalar = 0,
+  kMkAttnTc = 1,
+};
+
 // Kernel parameters (passed by value, < 4 KB).
 struct MkParams {
   PlanParams plan;
@@ -79,6 +87,8 @@ struct MkParams {
   MkModelWeights w;
   MkError* error;
   int64_t timeout_ns;             // bound on any single wait
+  int32_t attn_impl;              // MkAttnImpl
+  int32_t attn_terms;             // bf16 terms of q and P in the tensor-core item (1..3)
   // ---- benchmark switches and trace (trace.h); zero/null in production ----
   uint32_t flags;                 // MkFlag bits
   int32_t trace_capacity;         // records per SM per role
