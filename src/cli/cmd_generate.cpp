@@ -25,7 +25,7 @@ constexpr const char* kUsage =
     "         [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = off)] [--top-p P (1.0)] [--min-p M (0)]\n"
     "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X (1.0)] [--seed S (0)]\n"
     "         [--backend cpu-ref|cpu-mk|cuda-mk|cuda-ops] [--block-size B (16)] [--threads N (all)]\n"
-    "         [--gpu-memory-utilization F (0.9)] [--ignore-eos] [--print-ids]\n"
+    "         [--gpu-memory-utilization F (0.9)] [--attention scalar|tc|tc2] [--ignore-eos] [--print-ids]\n"
     "  --random-weights: GPU backends only; the weights make-model --preset NAME --seed S would write,\n"
     "  generated on the GPU (no files).\n"
     "  --chat renders --prompt as one user message with the model's chat template.\n";
@@ -75,7 +75,7 @@ int cmd_generate(int argc, char** argv) {
   const Args args(argc, argv,
                   {"model", "prompt-ids", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
                    "presence-penalty", "frequency-penalty", "repetition-penalty", "backend", "block-size", "threads",
-                   "preset", "weights-seed", "gpu-memory-utilization"},
+                   "preset", "weights-seed", "gpu-memory-utilization", "attention"},
                   {"ignore-eos", "help", "chat", "print-ids", "random-weights"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
@@ -126,6 +126,7 @@ int cmd_generate(int argc, char** argv) {
   options.gpu_memory_utilization = args.get_double("gpu-memory-utilization", 0.9);
   MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
              "--gpu-memory-utilization must be in (0, 1]");
+  options.attention = args.get("attention", "scalar");
   std::unique_ptr<Backend> backend;
   if (random_weights) {
     backend = make_backend_with_random_weights(backend_name, config,

@@ -19,6 +19,8 @@ std::vector<std::string> backend_names() {
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
                                       std::shared_ptr<const void> weights_owner, const BackendOptions& options) {
+  MD_REQUIRE(options.attention == "scalar" || name == "cuda-mk" || name == "cuda-ops", "--attention ",
+             options.attention, " is a choice of the CUDA backends (cuda-mk, cuda-ops), not of ", name);
   if (name == "cpu-ref") {
     return std::make_unique<ref::RefBackend>(
         config, weights, std::move(weights_owner),
@@ -40,6 +42,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig
     request.kv_block_size = options.kv_block_size;
     request.n_kv_blocks = options.n_kv_blocks;
     request.gpu_memory_utilization = options.gpu_memory_utilization;
+    request.attention = options.attention;
     return make_cuda_backend(config, request);
   }
 #endif
@@ -59,6 +62,7 @@ std::unique_ptr<Backend> make_backend_with_random_weights(const std::string& nam
   request.kv_block_size = options.kv_block_size;
   request.n_kv_blocks = options.n_kv_blocks;
   request.gpu_memory_utilization = options.gpu_memory_utilization;
+  request.attention = options.attention;
   return make_cuda_backend(config, request);
 #else
   (void)config;

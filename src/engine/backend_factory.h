@@ -17,6 +17,7 @@ struct BackendOptions {
   int n_kv_blocks = 0;  // KV blocks the backend stores (> 0)
   int n_threads = 0;    // CPU backends: worker threads, 0 = one per hardware thread
   double gpu_memory_utilization = 0.9;  // CUDA backends: share of GPU memory for weights + KV (n_kv_blocks 0)
+  std::string attention = "scalar";     // CUDA backends: the megakernel's attention item (scalar | tc | tc2)
 };
 
 // `weights_owner` keeps the bytes behind `weights` alive for the backend's lifetime.

@@ -31,6 +31,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Cuda
   o.n_kv_blocks = request.n_kv_blocks;
   o.gpu_memory_utilization = request.gpu_memory_utilization;
   o.policy = request.policy;
+  o.attention = request.attention;
   return std::make_unique<cuda::CudaBackend>(std::move(w), o);
 }
 

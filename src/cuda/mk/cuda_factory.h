@@ -22,6 +22,7 @@ struct CudaBackendRequest {
   int n_kv_blocks = 0;                    // 0: from --gpu-memory-utilization
   double gpu_memory_utilization = 0.9;
   std::string policy = "default";
+  std::string attention = "scalar";       // scalar | tc | tc2 (cuda/mk/attention_choice.h)
 };
 
 // Error for an unknown name, a model the device path cannot run, or no GPU.

@@ -1,6 +1,6 @@
 // Instantiations and launcher of the megakernel (megakernel.cuh): one kernel per token-group
-// count (batch <= 8, 16, 32, 64), configured once per process and per attention implementation
-// (the tensor-core item's scratch is larger: fewer page-ring slots, so its own launch shape).
+// count (batch <= 8, 16, 32, 64) and attention implementation (the tensor-core item's kernel has
+// its own code and a larger scratch: fewer page-ring slots), each configured once per process.
 #include <algorithm>
 #include <mutex>
 
@@ -34,10 +34,9 @@ const Configured& configure() {
     MD_REQUIRE(slots >= 2, "megakernel: ", optin, " bytes of shared memory hold fewer than 2 pages of ",
                S::kPageBytes, " bytes");
     c.shape = MkLaunchShape{kNT, slots, S::kPageBytes, S::kPagesOffset + slots * S::kPageBytes};
-    // The cap is per kernel and both attention variants share it: the device maximum, each launch
-    // then asks for its own shape's bytes.
-    CUDA_CHECK(cudaFuncSetAttribute(mk::megakernel<kNT>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.blocks_per_sm, mk::megakernel<kNT>, mk::kThreads,
+    CUDA_CHECK(cudaFuncSetAttribute(mk::megakernel<kNT, kTcAttn>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    c.shape.smem_bytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.blocks_per_sm, mk::megakernel<kNT, kTcAttn>, mk::kThreads,
                                                              c.shape.smem_bytes));
   });
   return c;
@@ -50,8 +49,7 @@ void launch(const MkParams& params, cudaStream_t stream) {
   MD_REQUIRE(c.blocks_per_sm >= 1 && grid <= c.n_sms * c.blocks_per_sm, "megakernel: a grid of ", grid,
              " persistent CTAs cannot all be resident (", c.n_sms, " SMs x ", c.blocks_per_sm,
              " CTA per SM); refusing to launch a kernel that would deadlock");
-  mk::megakernel<kNT><<<grid, mk::kThreads, c.shape.smem_bytes, stream>>>(params, c.shape.page_slots,
-                                                                          mk::MkSmem<kNT, kTcAttn>::kPagesOffset);
+  mk::megakernel<kNT, kTcAttn><<<grid, mk::kThreads, c.shape.smem_bytes, stream>>>(params, c.shape.page_slots);
   CUDA_CHECK_LAST();
 }
 

@@ -46,24 +46,26 @@ struct ConsumerCtx {
 };
 
 // One function per op, same signature; the dispatch below is generated from MD_OPS.
-template <int kNT> __device__ bool run_attn_norm(ConsumerCtx& c, const Work& w) { return op_attn_norm(c.p, w, reinterpret_cast<float*>(c.scratch)); }
-template <int kNT> __device__ bool run_moe_norm(ConsumerCtx& c, const Work& w) { return op_moe_norm(c.p, w, reinterpret_cast<float*>(c.scratch)); }
-template <int kNT> __device__ bool run_final_norm(ConsumerCtx& c, const Work& w) { return op_final_norm(c.p, w, reinterpret_cast<float*>(c.scratch)); }
-template <int kNT> __device__ bool run_attn(ConsumerCtx& c, const Work& w) {
-  return c.p.attn_impl == kMkAttnTc ? op_attn_tc(c.p, w, *reinterpret_cast<AttnTcScratch*>(c.scratch))
-                                    : op_attn(c.p, w, *reinterpret_cast<AttnScratch*>(c.scratch));
+template <int kNT, bool kTc> __device__ bool run_attn_norm(ConsumerCtx& c, const Work& w) { return op_attn_norm(c.p, w, reinterpret_cast<float*>(c.scratch)); }
+template <int kNT, bool kTc> __device__ bool run_moe_norm(ConsumerCtx& c, const Work& w) { return op_moe_norm(c.p, w, reinterpret_cast<float*>(c.scratch)); }
+template <int kNT, bool kTc> __device__ bool run_final_norm(ConsumerCtx& c, const Work& w) { return op_final_norm(c.p, w, reinterpret_cast<float*>(c.scratch)); }
+// The attention item is chosen at compile time (kTc: the kernel instantiated for
+// MkParams::attn_impl == kMkAttnTc), so the default kernel carries no tensor-core code.
+template <int kNT, bool kTc> __device__ bool run_attn(ConsumerCtx& c, const Work& w) {
+  if constexpr (kTc) return op_attn_tc(c.p, w, *reinterpret_cast<AttnTcScratch*>(c.scratch));
+  else return op_attn(c.p, w, *reinterpret_cast<AttnScratch*>(c.scratch));
 }
-template <int kNT> __device__ bool run_dispatch(ConsumerCtx& c, const Work& w) { return op_dispatch(c.p, w, *reinterpret_cast<DispatchScratch*>(c.scratch)); }
-template <int kNT> __device__ bool run_sample(ConsumerCtx& c, const Work& w) { return op_sample(c.p, w, *reinterpret_cast<SampleScratch*>(c.scratch)); }
+template <int kNT, bool kTc> __device__ bool run_dispatch(ConsumerCtx& c, const Work& w) { return op_dispatch(c.p, w, *reinterpret_cast<DispatchScratch*>(c.scratch)); }
+template <int kNT, bool kTc> __device__ bool run_sample(ConsumerCtx& c, const Work& w) { return op_sample(c.p, w, *reinterpret_cast<SampleScratch*>(c.scratch)); }
 template <int kNT, bool kSwiGlu> __device__ bool run_gemm(ConsumerCtx& c, const Work& w) {
   return consume_gemm<kNT, kSwiGlu>(c.p, w, c.pages, c.n_slots, c.full, c.empty, reinterpret_cast<float*>(c.scratch), c.page_seq);
 }
-template <int kNT> __device__ bool run_qkv(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
-template <int kNT> __device__ bool run_o_proj(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
-template <int kNT> __device__ bool run_router(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
-template <int kNT> __device__ bool run_lm_head(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
-template <int kNT> __device__ bool run_expert_up(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, true>(c, w); }
-template <int kNT> __device__ bool run_expert_down(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
+template <int kNT, bool kTc> __device__ bool run_qkv(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
+template <int kNT, bool kTc> __device__ bool run_o_proj(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
+template <int kNT, bool kTc> __device__ bool run_router(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
+template <int kNT, bool kTc> __device__ bool run_lm_head(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
+template <int kNT, bool kTc> __device__ bool run_expert_up(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, true>(c, w); }
+template <int kNT, bool kTc> __device__ bool run_expert_down(ConsumerCtx& c, const Work& w) { return run_gemm<kNT, false>(c, w); }
 
 // Trace hook (trace.h): one record per Work, written by consumer thread 0 after the arrivals.
 __device__ inline void trace_work(const MkParams& p, const Work& w, int64_t g0, int64_t c0) {
@@ -82,7 +84,7 @@ __device__ inline void trace_work(const MkParams& p, const Work& w, int64_t g0, 
   trace_put(p.trace, p.trace_counts, p.trace_capacity, 0, r);
 }
 
-template <int kNT>
+template <int kNT, bool kTc>
 __device__ void consumer_loop(ConsumerCtx& c, Work* works, uint64_t* wfull, uint64_t* wempty) {
   const int tid = threadIdx.x;
   for (uint32_t seq = 0;; ++seq) {
@@ -93,7 +95,7 @@ __device__ void consumer_loop(ConsumerCtx& c, Work* works, uint64_t* wfull, uint
     consumer_sync();  // everyone has its copy: the slot may be refilled
     // A tensor-core attention item releases its slot only when done: the producer claims the next
     // item then (Producer::drain_attention), so no SM hoards items while others idle.
-    const bool release_late = w.op == static_cast<int32_t>(Op::kAttn) && c.p.attn_impl == kMkAttnTc;
+    const bool release_late = kTc && w.op == static_cast<int32_t>(Op::kAttn);
     if (tid == 0 && !release_late) ptx::mbar_arrive(&wempty[slot]);
     if (w.op == kWorkEnd || w.op == kWorkAbort) return;
     const int64_t trace_c0 = c.p.trace && tid == 0 ? trace_clock() : 0;
@@ -102,7 +104,7 @@ __device__ void consumer_loop(ConsumerCtx& c, Work* works, uint64_t* wfull, uint
     if (w.op != kWorkArriveOnly) {
       switch (static_cast<Op>(w.op)) {
 #define MK_OP_CASE(e, name, drain) \
-  case Op::k##e: ok = run_##name<kNT>(c, w); break;
+  case Op::k##e: ok = run_##name<kNT, kTc>(c, w); break;
         MD_OPS(MK_OP_CASE)
 #undef MK_OP_CASE
         default:
@@ -121,8 +123,8 @@ __device__ void consumer_loop(ConsumerCtx& c, Work* works, uint64_t* wfull, uint
   }
 }
 
-template <int kNT>
-__global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant__ MkParams p, int n_slots, int pages_offset) {
+template <int kNT, bool kTc>
+__global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant__ MkParams p, int n_slots) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kBarOffset);
   uint64_t* full = bars;
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
   uint64_t* wempty = wfull + kWorkSlots;
   Work* works = reinterpret_cast<Work*>(smem + kWorkOffset);
   uint8_t* scratch = smem + kScratchOffset;
-  uint8_t* pages = smem + pages_offset;  // MkSmem<kNT, attn_impl == kMkAttnTc>::kPagesOffset
+  uint8_t* pages = smem + MkSmem<kNT, kTc>::kPagesOffset;
   if (threadIdx.x == 0) {
     for (int i = 0; i < n_slots; ++i) {
       ptx::mbar_init(&full[i], 1);
@@ -154,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
     __syncwarp();
   } else {
     ConsumerCtx c{p, pages, n_slots, full, empty, scratch, 0};
-    consumer_loop<kNT>(c, works, wfull, wempty);
+    consumer_loop<kNT, kTc>(c, works, wfull, wempty);
   }
 }
 

@@ -1,5 +1,5 @@
-// The megakernel's tensor-core attention item (MkParams::attn_impl = kMkAttnTc; the scalar item
-// of mk_ops.cuh is the default): q heads of one KV group of one sequence over key positions
+// The megakernel's tensor-core attention item (the kernel instantiated for MkParams::attn_impl =
+// kMkAttnTc; the scalar item of mk_ops.cuh is the default): q heads of one KV group of one sequence over key positions
 // [pos_begin, pos_end) on m16n8k16 MMAs (q heads = MMA rows). Each consumer warp pipelines its
 // own 16-token chunks c = warp, warp + 8, ... (K of chunk c+8 streams during P.V of chunk c; no
 // CTA barrier per chunk). Its first chunk is requested BEFORE the QKV wait, which the consumers
