@@ -33,6 +33,7 @@ nlohmann::json decode_record(const DecodePoint& p) {
           {"policy", p.policy},
           {"ablation", p.ablation},
           {"kernel_flags", p.kernel_flags},
+          {"attention", p.attention},
           {"batch", p.batch},
           {"context", p.context},
           {"n_sms", p.n_sms},

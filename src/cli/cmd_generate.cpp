@@ -26,7 +26,8 @@ constexpr const char* kUsage =
     "         [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = off)] [--top-p P (1.0)] [--min-p M (0)]\n"
     "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X (1.0)] [--seed S (0)]\n"
     "         [--backend cpu-ref|cpu-mk|cuda-mk|cuda-ops] [--block-size B (16)] [--threads N (all)]\n"
-    "         [--gpu-memory-utilization F (0.9)] [--prefill-chunk N] [--ignore-eos] [--print-ids]\n"
+    "         [--gpu-memory-utilization F (0.9)] [--prefill-chunk N] [--attention scalar|tc|tc2]\n"
+    "         [--ignore-eos] [--print-ids]\n"
     "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0: the decode step one token at a\n"
     "  time; default: the backend's).\n"
     "  --random-weights: GPU backends only; the weights make-model --preset NAME --seed S would write,\n"
@@ -78,7 +79,8 @@ int cmd_generate(int argc, char** argv) {
   const Args args(argc, argv,
                   {"model", "prompt-ids", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
                    "presence-penalty", "frequency-penalty", "repetition-penalty", "backend", "block-size", "threads",
-                   "preset", "weights-seed", "gpu-memory-utilization", "prefill-chunk"},
+                   "preset", "weights-seed", "gpu-memory-utilization", "prefill-chunk",
+                   "attention"},
                   {"ignore-eos", "help", "chat", "print-ids", "random-weights"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
@@ -130,6 +132,7 @@ int cmd_generate(int argc, char** argv) {
   MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
              "--gpu-memory-utilization must be in (0, 1]");
   options.prefill_chunk = prefill_chunk_flag(args);
+  options.attention = args.get("attention", "scalar");
   std::unique_ptr<Backend> backend;
   if (random_weights) {
     backend = make_backend_with_random_weights(backend_name, config,

@@ -32,6 +32,7 @@ constexpr const char* kUsage =
     "         [--max-num-batched-tokens N (256)] [--block-size B (16)] [--kv-cache-tokens N]\n"
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
+    "         [--attention scalar|tc|tc2]\n"
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
     "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
@@ -50,7 +51,8 @@ int cmd_serve(int argc, char** argv) {
   const Args args(argc, argv,
                   {"host", "port", "backend", "served-model-name", "max-num-seqs", "max-model-len",
                    "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
-                   "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk"},
+                   "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk",
+                   "attention"},
                   {"no-enable-prefix-caching", "random-weights", "help"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
@@ -82,6 +84,7 @@ int cmd_serve(int argc, char** argv) {
   MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
              "--gpu-memory-utilization must be in (0, 1]");
   options.prefill_chunk = prefill_chunk_flag(args);
+  options.attention = args.get("attention", "scalar");
 
   std::filesystem::path model_dir;
   std::shared_ptr<LoadedModel> model;

@@ -26,6 +26,7 @@ CudaBackendRequest cuda_request(const std::string& name, const BackendOptions& o
   request.n_kv_blocks = options.n_kv_blocks;
   request.gpu_memory_utilization = options.gpu_memory_utilization;
   request.prefill_chunk = options.prefill_chunk;
+  request.attention = options.attention;
   return request;
 }
 }  // namespace
@@ -33,6 +34,8 @@ CudaBackendRequest cuda_request(const std::string& name, const BackendOptions& o
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
                                       std::shared_ptr<const void> weights_owner, const BackendOptions& options) {
+  MD_REQUIRE(options.attention == "scalar" || name == "cuda-mk" || name == "cuda-ops", "--attention ",
+             options.attention, " is a choice of the CUDA backends (cuda-mk, cuda-ops), not of ", name);
   if (name == "cpu-ref") {
     return std::make_unique<ref::RefBackend>(
         config, weights, std::move(weights_owner),

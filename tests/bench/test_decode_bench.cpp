@@ -125,6 +125,8 @@ TEST(DecodeOptions, DefaultsAndMemoryPlan) {
   EXPECT_EQ(d.points.back(), (std::pair<int, int>{8192, 64}));
   EXPECT_TRUE(d.run_mk && d.run_ops && !d.ablations && d.trace_path.empty());
   EXPECT_EQ(d.steps, 100);
+  EXPECT_EQ(d.attention, "scalar");
+  EXPECT_EQ(parse({"--attention", "tc"}).attention, "tc");
   EXPECT_EQ(d.block_bytes(), 16 * 98304);
   EXPECT_EQ(d.main_blocks(), 64 * 512);  // batch 64 x 8192 / 16: 48 GiB of KV
   // What scripts/gpu runs fits on an H200 (141 GB, ~140 GB free) and not on an 80 GB card.
@@ -149,7 +151,7 @@ TEST(DecodeOptions, BadFlagsAreErrors) {
       {"--batch", "0"}, {"--batch", "65"}, {"--context", "0"}, {"--context", "2000000"}, {"--steps", "0"},
       {"--warmup", "-1"}, {"--backends", "mk,gpu"}, {"--policy", "nope"}, {"--ablation-batch", "99"},
       {"--trace-batch", "0"}, {"--kv-block-size", "0"}, {"--ceiling-mib", "1"}, {"--preset", "nope"},
-      {"--points", "1:"}, {"--bogus"}};
+      {"--points", "1:"}, {"--bogus"}, {"--attention", "flash"}};
   for (const auto& words : bad) EXPECT_THROW(parse(words), Error) << words[0];
 }
 

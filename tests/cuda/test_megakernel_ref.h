@@ -58,8 +58,11 @@ struct RefKv {
   }
 };
 
-// Logits [vocab] of one sequence's decode step.
-inline std::vector<float> ref_decode(const ModelConfig& c, const ModelWeights& w, const RefKv& kv, const RefSeq& s) {
+// Logits [vocab] of one sequence's decode step. route_margin (optional): the smallest gap, over
+// the layers, between the router probabilities of the K-th and (K+1)-th expert: a near-tie there
+// lets rounding noise swap an expert (a large logit change that is not a kernel bug).
+inline std::vector<float> ref_decode(const ModelConfig& c, const ModelWeights& w, const RefKv& kv, const RefSeq& s,
+                                     float* route_margin = nullptr) {
   const int H = c.hidden_size, D = c.head_dim, G = c.n_kv_heads, gs = c.group_size(), nq = c.n_heads * D;
   const int E = c.n_experts, K = c.n_experts_per_tok, I = c.moe_intermediate_size;
   const int pos = s.n_ctx - 1;
@@ -134,6 +137,7 @@ inline std::vector<float> ref_decode(const ModelConfig& c, const ModelWeights& w
     std::vector<int> idx(E);
     for (int e = 0; e < E; ++e) idx[e] = e;
     std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return p[a] > p[b]; });
+    if (route_margin && K < E) *route_margin = std::min(L == 0 ? INFINITY : *route_margin, p[idx[K - 1]] - p[idx[K]]);
     double top = 0.0;
     for (int j = 0; j < K; ++j) top += p[idx[j]];
     std::fill(moe.begin(), moe.end(), 0.0f);
@@ -156,14 +160,17 @@ inline std::vector<float> ref_decode(const ModelConfig& c, const ModelWeights& w
 
 // ref_decode for every sequence, spread over hardware threads.
 inline std::vector<std::vector<float>> ref_decode_all(const ModelConfig& c, const ModelWeights& w, const RefKv& kv,
-                                                      const std::vector<RefSeq>& seqs) {
+                                                      const std::vector<RefSeq>& seqs,
+                                                      std::vector<float>* route_margins = nullptr) {
   std::vector<std::vector<float>> out(seqs.size());
+  if (route_margins) route_margins->assign(seqs.size(), INFINITY);
   const unsigned n_threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
                                                              static_cast<unsigned>(seqs.size())));
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < n_threads; ++t)
     threads.emplace_back([&, t] {
-      for (size_t i = t; i < seqs.size(); i += n_threads) out[i] = ref_decode(c, w, kv, seqs[i]);
+      for (size_t i = t; i < seqs.size(); i += n_threads)
+        out[i] = ref_decode(c, w, kv, seqs[i], route_margins ? &(*route_margins)[i] : nullptr);
     });
   for (auto& th : threads) th.join();
   return out;

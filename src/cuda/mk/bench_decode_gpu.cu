@@ -128,6 +128,7 @@ void DecodeGpu::open(const DecodeBackendSpec& spec) {
   o.per_op = spec.per_op;
   o.policy = spec.policy;
   o.kernel_flags = spec.kernel_flags;
+  o.attention = spec.attention;
   o.kv_block_size = spec.kv_block_size;
   o.n_kv_blocks = static_cast<int>(spec.n_kv_blocks);
   impl_->backend = std::make_unique<cuda::CudaBackend>(impl_->weights, o);

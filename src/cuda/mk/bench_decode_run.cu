@@ -32,6 +32,7 @@ struct Variant {
   bool per_op;
   std::string policy;
   uint32_t flags;
+  std::string attention = "scalar";
 };
 
 std::vector<Variant> ablation_variants() {
@@ -41,6 +42,10 @@ std::vector<Variant> ablation_variants() {
   v.push_back({"static-queues", false, "default", cuda::kMkStaticQueues});
   v.push_back({"l2-lookahead", false, "default", cuda::kMkL2Lookahead});
   v.push_back({"cuda-ops", true, "default", 0});
+  // Tensor-core attention items (mk_attn_item.cuh): 3 bf16 terms (tc), 2 (tc2), and cuda-ops with tc.
+  v.push_back({"tc", false, "default", 0, "tc"});
+  v.push_back({"tc2", false, "default", 0, "tc2"});
+  v.push_back({"cuda-ops-tc", true, "default", 0, "tc"});
   return v;
 }
 
@@ -84,6 +89,7 @@ int bench_decode(int argc, char** argv) {
     p.backend = v.per_op ? "cuda-ops" : "cuda-mk";
     p.policy = v.policy;
     p.kernel_flags = v.flags;
+    p.attention = v.attention;
     p.batch = b;
     p.context = ctx;
     p.n_sms = res.n_sms;
@@ -97,13 +103,14 @@ int bench_decode(int argc, char** argv) {
 
   nlohmann::json records = nlohmann::json::array(), ablations = nlohmann::json::array(), trace_summary;
   std::vector<Variant> mains;
-  if (o.run_mk) mains.push_back({"cuda-mk", false, o.policy, 0});
-  if (o.run_ops) mains.push_back({"cuda-ops", true, o.policy, 0});
+  if (o.run_mk) mains.push_back({"cuda-mk", false, o.policy, 0, o.attention});
+  if (o.run_ops) mains.push_back({"cuda-ops", true, o.policy, 0, o.attention});
   for (const Variant& v : mains) {
-    dev.open({v.per_op, v.policy, v.flags, o.kv_block_size, o.main_blocks()});
+    dev.open({v.per_op, v.policy, v.flags, o.kv_block_size, o.main_blocks(), v.attention});
     for (const auto& [ctx, b] : o.points) {
       nlohmann::json r = decode_record(measure(v, ctx, b, 0, nullptr));
-      std::printf("  %-8s batch %2d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n", v.name.c_str(), b, ctx,
+      std::printf("  %-8s (%s attention) batch %2d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n",
+                  v.name.c_str(), v.attention.c_str(), b, ctx,
                   r["step_ms"].get<double>(), r["tok_s"].get<double>(), r["pct_of_floor"].get<double>());
       std::fflush(stdout);
       records.push_back(std::move(r));
@@ -113,7 +120,7 @@ int bench_decode(int argc, char** argv) {
       const int ctx = o.points.front().first;
       const nlohmann::json r = decode_record(measure(v, ctx, o.trace_batch, kTraceCapacity, &res));
       const nlohmann::json meta = {{"backend", "cuda-mk"}, {"batch", o.trace_batch}, {"context", ctx},
-                                   {"policy", v.policy}, {"device", gpu.name}, {"step_ms_untraced", r["step_ms"]}};
+                                   {"policy", v.policy}, {"attention", v.attention}, {"device", gpu.name}, {"step_ms_untraced", r["step_ms"]}};
       TraceSummary sum;
       write_json(o.trace_path, trace_to_chrome(res.trace, res.plan, res.trace_dropped, meta, &sum), -1);
       std::printf("%s", format_trace_summary(sum).c_str());
@@ -132,7 +139,7 @@ int bench_decode(int argc, char** argv) {
   if (o.ablations) {
     const int ctx = o.points.front().first;
     for (const Variant& v : ablation_variants()) {
-      dev.open({v.per_op, v.policy, v.flags, o.kv_block_size, o.ablation_blocks()});
+      dev.open({v.per_op, v.policy, v.flags, o.kv_block_size, o.ablation_blocks(), v.attention});
       for (int b : o.ablation_batches) {
         DecodePoint p = measure(v, ctx, b, 0, nullptr);
         p.ablation = v.name;

@@ -30,7 +30,10 @@ void grow(T*& ptr, size_t& capacity, size_t need) {
 }  // namespace
 
 CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const CudaBackendOptions& options)
-    : weights_(std::move(weights)), options_(options), policy_(policy_by_name(options.policy)) {
+    : weights_(std::move(weights)),
+      options_(options),
+      attention_(parse_attention(options.attention)),
+      policy_(policy_by_name(options.policy)) {
   MD_REQUIRE(weights_ != nullptr, "CudaBackend needs weights");
   MD_REQUIRE(options_.kv_block_size >= 1 && options_.kv_block_size <= 1024, "--kv-block-size must be in 1..1024, got ",
              options_.kv_block_size);
@@ -279,6 +282,8 @@ void CudaBackend::launch(cudaStream_t stream) {
   p.error = error_;
   p.timeout_ns = options_.wait_timeout_ms * 1000000;
   p.flags = options_.kernel_flags;
+  p.attn_impl = attention_.impl;
+  p.attn_terms = attention_.terms;
   p.trace = trace_;
   p.trace_counts = trace_counts_;
   p.trace_capacity = trace_capacity_;
@@ -294,7 +299,7 @@ void CudaBackend::launch(cudaStream_t stream) {
     return;
   }
   // cuda-ops: every wave is its own launch of the same kernel; captured, then replayed as a graph.
-  (void)megakernel_shape(plan_.params.shape.batch);  // one-time kernel configuration outside the capture
+  (void)megakernel_shape(plan_.params.shape.batch, attention_.impl);  // one-time kernel configuration outside the capture
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
   CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
@@ -393,7 +398,7 @@ std::vector<float> CudaBackend::time_last_step(int warmup, int reps) {
     // The step's memsets + launch as one graph, captured for the current plan.
     if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
     bench_exec_ = nullptr;
-    (void)megakernel_shape(plan_.params.shape.batch);  // kernel configuration outside the capture
+    (void)megakernel_shape(plan_.params.shape.batch, attention_.impl);  // kernel configuration outside the capture
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     launch(stream_);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/mk/attention_choice.h"
 #include "cuda/mk/device_weights.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "engine/backend.h"
@@ -36,6 +37,7 @@ struct CudaBackendOptions {
   // default); 0 runs prefill through the decode path one token per step. 0 stays the default until
   // the prefill kernels have passed tests/cuda/test_prefill on a GPU.
   int prefill_chunk = 0;
+  std::string attention = "scalar";      // attention item: scalar | tc | tc2 (attention_choice.h)
 };
 
 constexpr int kPrefillChunkDefault = 2048;
@@ -94,6 +96,7 @@ class CudaBackend : public Backend {
 
   std::shared_ptr<const DeviceWeights> weights_;
   CudaBackendOptions options_;
+  AttentionChoice attention_;
   Policy policy_;
   int n_sms_ = 0;
   int n_kv_blocks_ = 0;

@@ -3,6 +3,8 @@
 // CTAs are not all resident deadlocks), and launches it on a stream (graph-capturable).
 #pragma once
 
+#include <cstdint>
+
 #include <cuda_runtime_api.h>
 
 #include "cuda/mk/mk_types.h"
@@ -16,8 +18,9 @@ struct MkLaunchShape {
   int smem_bytes;    // dynamic shared memory per CTA
 };
 
-// The launch shape for a batch (Error when the device cannot hold it).
-MkLaunchShape megakernel_shape(int batch);
+// The launch shape for a batch and attention implementation (MkAttnImpl; Error when the device
+// cannot hold it).
+MkLaunchShape megakernel_shape(int batch, int32_t attn_impl = kMkAttnScalar);
 
 // Launches grid = params.plan.shape.n_sms CTAs. Error when the grid cannot be fully resident.
 void launch_megakernel(const MkParams& params, cudaStream_t stream);

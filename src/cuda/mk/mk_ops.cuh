@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/mk/mk_attn_geo.h"  // kAttnMaxGroup, kAttnMaxDim
 #include "cuda/mk/mk_sync.cuh"
 #include "cuda/mk/mk_work.h"
 #include "cuda/ops/moe.cuh"
@@ -18,8 +19,6 @@ namespace megadecode::cuda::mk {
 
 constexpr int kNormPer = 16;      // hidden <= 16 * 256
 constexpr int kAttnChunk = 256;   // key positions per attention chunk (one per consumer thread)
-constexpr int kAttnMaxGroup = 8;  // q heads per KV group
-constexpr int kAttnMaxDim = 128;
 
 template <typename T>
 __device__ __forceinline__ T* buf(const MkParams& p, const BufferSpan& s) {

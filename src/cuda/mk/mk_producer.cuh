@@ -292,12 +292,41 @@ struct Producer {
     return wk;
   }
 
+  // Waits (prefetching weights meanwhile) until the consumers released the last posted work;
+  // for a tensor-core attention item that is when it is done (megakernel.cuh, consumer_loop).
+  __device__ bool wait_last_released(int32_t task) {
+    const uint32_t w = work_seq - 1;
+    uint64_t* bar = &wempty[w % kWorkSlots];
+    const uint32_t parity = (w / kWorkSlots) & 1;
+    if (mbar_test_wait(bar, parity)) return true;
+    const int64_t t0 = globaltimer_ns();
+    for (uint32_t spin = 0;; ++spin) {
+      prefetch_some();
+      if (mbar_test_wait(bar, parity)) return true;
+      __nanosleep(64);
+      if ((spin & 15) == 15) {
+        if (step_failed(p)) return false;
+        // The item may itself wait up to timeout_ns for QKV: the same generous bound as mbarriers.
+        if (globaltimer_ns() - t0 > 3 * p.timeout_ns + 1000000000ll) {
+          set_error(p, kMkBarrierTimeout, -1, 0, 0, task, 300 + static_cast<int>(w % kWorkSlots));
+          return false;
+        }
+      }
+    }
+  }
+
+  // Scalar items (default): the producer waits for the item's QKV group, then posts it (up to
+  // kWorkSlots items in flight). Tensor-core items are claimed one at a time, the next only when
+  // the previous one is done, so the items spread over the SMs that are free; their QKV wait is
+  // the consumers' (mk_attn_item.cuh: they stream the item's past K/V while the projection ends).
   __device__ bool drain_attention(const Task& t, int32_t index) {
     const PlanShape& s = p.plan.shape;
     const CounterLayout& c = p.plan.counters;
+    const bool tc = p.attn_impl == kMkAttnTc;
     int32_t* head = counter_ptr(p, layer_counter(c, t.layer, c.attn_head));
     const AttnItem* items = buf<const AttnItem>(p, p.plan.buffers.attn_items);
-    for (int32_t k = 0;;) {
+    for (int32_t k = 0, posted = 0;; ++posted) {
+      if (tc && posted > 0 && !wait_last_released(index)) return false;
       const int32_t i = next_item(head, k);
       if (i >= s.n_attn_items) return true;
       const AttnItem it = items[i];
@@ -305,7 +334,8 @@ struct Producer {
         set_error(p, kMkBadItem, -1, it.seq, it.group, index, i);
         return false;
       }
-      if (!wait_counter(layer_counter(c, t.layer, c.qkv_done + it.group), s.qkv_tiles_per_group, index)) return false;
+      if (!tc && !wait_counter(layer_counter(c, t.layer, c.qkv_done + it.group), s.qkv_tiles_per_group, index))
+        return false;
       Work wk = base_work(t, index);
       wk.n_arrives = 0;  // the item arrives itself (split counter, last-arriver merge)
       wk.arg[0] = i;

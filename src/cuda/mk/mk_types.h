@@ -67,6 +67,14 @@ enum MkFlag : uint32_t {
                                // the expert drains the shared-memory prefetch stops at)
 };
 
+// Attention item implementation (MkParams::attn_impl): the scalar item (mk_ops.cuh, the default)
+// or the tensor-core one (mk_attn_item.cuh: consumers wait for QKV themselves, items are claimed
+// one at a time), whose q and P go to the MMAs as MkParams::attn_terms bf16 terms (2 or 3).
+enum MkAttnImpl : int32_t {
+  kMkAttnScalar = 0,
+  kMkAttnTc = 1,
+};
+
 // Kernel parameters (passed by value, < 4 KB).
 struct MkParams {
   PlanParams plan;
@@ -81,6 +89,8 @@ struct MkParams {
   MkModelWeights w;
   MkError* error;
   int64_t timeout_ns;             // bound on any single wait
+  int32_t attn_impl;              // MkAttnImpl
+  int32_t attn_terms;             // bf16 terms of q and P in the tensor-core item (1..3)
   // ---- benchmark switches and trace (trace.h); zero/null in production ----
   uint32_t flags;                 // MkFlag bits
   int32_t trace_capacity;         // records per SM per role
