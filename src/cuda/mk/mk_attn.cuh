@@ -66,34 +66,10 @@ __device__ inline void attn_tc_prologue(const MkParams& p, const Work& wk, const
                                         bool appends, uint16_t* kc, uint16_t* vc, AttnTcScratch& sc) {
   const PlanShape& s = p.plan.shape;
   const MkLayerWeights& lw = p.w.layers[wk.layer];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x;
   const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim, n = geo.new_pos + 1;
   const float* raw = buf<float>(p, p.plan.buffers.qkv) + (static_cast<int64_t>(it.seq) * G + it.group) * (gs + 2) * D;
-  for (int h = warp; h < gs + (appends ? 2 : 0); h += kConsumerWarps) {
-    const float* src = raw + h * D;
-    float v[kAttnMaxDim / 32];
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kAttnMaxDim / 32; ++j) {
-      const int d = lane + 32 * j;
-      v[j] = d < D ? __ldcg(src + d) : 0.0f;
-      ss += v[j] * v[j];
-    }
-    if (h == gs + 1) {  // v: no norm
-#pragma unroll
-      for (int j = 0; j < kAttnMaxDim / 32; ++j)
-        if (lane + 32 * j < D) sc.vn[lane + 32 * j] = v[j];
-      continue;
-    }
-    const float r = rsqrtf(warp_sum(ss) / static_cast<float>(D) + p.w.rms_eps);
-    const uint16_t* nw = h < gs ? lw.q_norm : lw.k_norm;
-    float* dst = h < gs ? sc.qn[h] : sc.kn;
-#pragma unroll
-    for (int j = 0; j < kAttnMaxDim / 32; ++j) {
-      const int d = lane + 32 * j;
-      if (d < D) dst[d] = (v[j] * r) * bf16_bits_to_float(nw[d]);
-    }
-  }
+  attn_qk_norm(p, lw, raw, gs, D, appends, sc);
   consumer_sync();
   const int half = D / 2;
   for (int idx = tid; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {

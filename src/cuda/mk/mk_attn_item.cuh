@@ -198,20 +198,8 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
     }
   }
   // 5. publish; the last of the (seq, group)'s splits to arrive merges them (split order).
-  consumer_sync();
-  if (tid == 0) {
-    int32_t* split_ctr = counter_ptr(p, layer_counter(p.plan.counters, wk.layer,
-                                                      p.plan.counters.attn_split + it.seq * G + it.group));
-    fence_acq_rel_gpu();
-    sc.old = atom_add_acq_rel_gpu(split_ctr, 1);
-  }
-  consumer_sync();
-  const int32_t old = sc.old;
-  if (old >= it.n_splits) {
-    if (tid == 0) set_error(p, kMkBadItem, -1, old, it.n_splits, wk.task, wk.arg[0]);
-    return false;
-  }
-  if (old != it.n_splits - 1) return true;
+  const int elected = attn_publish_split(p, wk, it, sc.old);
+  if (elected <= 0) return elected == 0;
   const float* all_o = buf<float>(p, b.attn_part_o) + static_cast<int64_t>(it.part_base) * gs * D;
   const float* all_ml = buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(it.part_base) * gs * 2;
   uint16_t* out = buf<uint16_t>(p, b.attn_out) + static_cast<int64_t>(it.seq) * s.n_heads * D +

@@ -167,28 +167,14 @@ __device__ __forceinline__ float rope_at(const float* x, int d, int half, float 
   return d < half ? x[d] * c - x[d + half] * s : x[d] * c + x[d - half] * s;
 }
 
-// One attention item: q heads of group g of sequence seq over key positions [pos_begin, pos_end).
-__device__ inline bool op_attn(const MkParams& p, const Work& wk, AttnScratch& sc) {
-  const PlanShape& s = p.plan.shape;
-  const BufferLayout& b = p.plan.buffers;
-  const MkLayerWeights& lw = p.w.layers[wk.layer];
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const AttnItem it = buf<const AttnItem>(p, b.attn_items)[wk.arg[0]];
-  const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim, bs = s.kv_block_size;
-  const int n = buf<int32_t>(p, b.seq_len)[it.seq];
-  const int32_t* bt = buf<int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq;
-  const float* raw = buf<float>(p, b.qkv) + (static_cast<int64_t>(it.seq) * G + it.group) * (gs + 2) * D;
-  uint16_t* kc = p.kv + static_cast<int64_t>(wk.layer) * p.kv_layer_stride;
-  uint16_t* vc = kc + p.kv_v_offset;
-  auto kv_at = [&](int pos) {
-    return ((static_cast<int64_t>(bt[pos / bs]) * G + it.group) * bs + pos % bs) * D;
-  };
-  const bool appends = it.pos_end == n;
-
-  // 1. per-head RMSNorm of q (and of the new k), warp h for head h.
-  for (int h = warp; h < gs + 2; h += kConsumerWarps) {
-    if (h == gs + 1 && !appends) break;
-    if (h == gs && !appends) break;
+// Shared by the scalar and the tensor-core attention items (mk_attn.cuh), so both normalise and
+// publish identically. Per-head RMSNorm of the item's q heads and, when it appends, of the new k
+// (v copied as is), from the raw QKV rows: warp h for head h. Scratch: qn[gs][D], kn[D], vn[D].
+template <class Scratch>
+__device__ inline void attn_qk_norm(const MkParams& p, const MkLayerWeights& lw, const float* raw, int gs, int D,
+                                    bool appends, Scratch& sc) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int h = warp; h < gs + (appends ? 2 : 0); h += kConsumerWarps) {
     const float* src = raw + h * D;
     float v[kAttnMaxDim / 32];
     float ss = 0.0f;
@@ -213,6 +199,48 @@ __device__ inline bool op_attn(const MkParams& p, const Work& wk, AttnScratch& s
       if (d < D) dst[d] = (v[j] * r) * bf16_bits_to_float(nw[d]);
     }
   }
+}
+
+// After every consumer wrote this split's partial: publish it (acq_rel) and count the split in.
+// 1: this item arrived last and merges the (seq, group); 0: another will; -1: over-arrival (error
+// recorded). `old` is a shared-memory slot for thread 0's result.
+__device__ inline int attn_publish_split(const MkParams& p, const Work& wk, const AttnItem& it, int32_t& old) {
+  consumer_sync();
+  if (threadIdx.x == 0) {
+    int32_t* split_ctr = counter_ptr(p, layer_counter(p.plan.counters, wk.layer,
+                                                      p.plan.counters.attn_split + it.seq * p.plan.shape.n_kv_heads + it.group));
+    fence_acq_rel_gpu();
+    old = atom_add_acq_rel_gpu(split_ctr, 1);
+  }
+  consumer_sync();
+  const int32_t seen = old;
+  if (seen >= it.n_splits) {
+    if (threadIdx.x == 0) set_error(p, kMkBadItem, -1, seen, it.n_splits, wk.task, wk.arg[0]);
+    return -1;
+  }
+  return seen == it.n_splits - 1 ? 1 : 0;
+}
+
+// One attention item: q heads of group g of sequence seq over key positions [pos_begin, pos_end).
+__device__ inline bool op_attn(const MkParams& p, const Work& wk, AttnScratch& sc) {
+  const PlanShape& s = p.plan.shape;
+  const BufferLayout& b = p.plan.buffers;
+  const MkLayerWeights& lw = p.w.layers[wk.layer];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const AttnItem it = buf<const AttnItem>(p, b.attn_items)[wk.arg[0]];
+  const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim, bs = s.kv_block_size;
+  const int n = buf<int32_t>(p, b.seq_len)[it.seq];
+  const int32_t* bt = buf<int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq;
+  const float* raw = buf<float>(p, b.qkv) + (static_cast<int64_t>(it.seq) * G + it.group) * (gs + 2) * D;
+  uint16_t* kc = p.kv + static_cast<int64_t>(wk.layer) * p.kv_layer_stride;
+  uint16_t* vc = kc + p.kv_v_offset;
+  auto kv_at = [&](int pos) {
+    return ((static_cast<int64_t>(bt[pos / bs]) * G + it.group) * bs + pos % bs) * D;
+  };
+  const bool appends = it.pos_end == n;
+
+  // 1. per-head RMSNorm of q (and of the new k), warp h for head h.
+  attn_qk_norm(p, lw, raw, gs, D, appends, sc);
   if (tid < gs) {
     sc.m[tid] = -INFINITY;
     sc.l[tid] = 0.0f;
@@ -319,20 +347,8 @@ __device__ inline bool op_attn(const MkParams& p, const Work& wk, AttnScratch& s
     pml[tid * 2 + 1] = sc.l[tid];
   }
   // 5. publish; the last of the (seq, group)'s splits to arrive merges them.
-  consumer_sync();
-  if (tid == 0) {
-    int32_t* split_ctr = counter_ptr(p, layer_counter(p.plan.counters, wk.layer,
-                                                      p.plan.counters.attn_split + it.seq * G + it.group));
-    fence_acq_rel_gpu();
-    sc.old = atom_add_acq_rel_gpu(split_ctr, 1);
-  }
-  consumer_sync();
-  const int32_t old = sc.old;
-  if (old >= it.n_splits) {
-    if (tid == 0) set_error(p, kMkBadItem, -1, old, it.n_splits, wk.task, wk.arg[0]);
-    return false;
-  }
-  if (old != it.n_splits - 1) return true;
+  const int elected = attn_publish_split(p, wk, it, sc.old);
+  if (elected <= 0) return elected == 0;
   const float* all_o = buf<float>(p, b.attn_part_o) + static_cast<int64_t>(it.part_base) * gs * D;
   const float* all_ml = buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(it.part_base) * gs * 2;
   uint16_t* out = buf<uint16_t>(p, b.attn_out) + static_cast<int64_t>(it.seq) * s.n_heads * D +
