@@ -133,7 +133,11 @@ TEST(PrefillIndex, MoeTileListCoversEverySlotOnce) {
     EXPECT_EQ(ti, n_tiles);
     if (n_tiles > 0) {  // one fewer slot of capacity than needed is reported, never overrun
       std::vector<MoeTile> small(n_tiles - 1);
+      const std::vector<int32_t> full = offsets;
+      std::fill(offsets.begin(), offsets.end(), -7);
       EXPECT_EQ(build_moe_tiles(counts.data(), E, offsets.data(), small.data(), n_tiles - 1), -1);
+      // The scatter kernel indexes slots with these offsets even then: all of them are written.
+      EXPECT_EQ(offsets, full) << "trial " << trial << ": offsets left unwritten after the overflow";
     }
   }
 }

@@ -79,21 +79,27 @@ MD_HOST_DEVICE constexpr int moe_tile_capacity(int n_entries, int n_experts) {
 
 // From per-expert counts: offsets[0..E] (exclusive prefix, offsets[E] = total) and the tile list in
 // expert order; returns the number of tiles, or -1 if it would exceed `capacity` (an invariant
-// violation the caller reports). One thread runs this (the device scan kernel, or the host test).
+// violation the caller reports). The offsets are complete either way: the scatter that follows
+// indexes with them, so they must never be left partly unwritten. One thread runs this (the device
+// scan kernel, or the host test).
 MD_HOST_DEVICE inline int build_moe_tiles(const int32_t* counts, int n_experts, int32_t* offsets, MoeTile* tiles,
                                           int capacity) {
   int off = 0, n_tiles = 0;
+  bool over = false;
   for (int e = 0; e < n_experts; ++e) {
     offsets[e] = off;
-    for (int s = 0; s < counts[e]; s += kGemmTileTokens) {
-      if (n_tiles >= capacity) return -1;
+    for (int s = 0; s < counts[e] && !over; s += kGemmTileTokens) {
+      if (n_tiles >= capacity) {
+        over = true;
+        break;
+      }
       const int left = counts[e] - s;
       tiles[n_tiles++] = MoeTile{e, off + s, left < kGemmTileTokens ? left : kGemmTileTokens, 0};
     }
     off += counts[e];
   }
   offsets[n_experts] = off;
-  return n_tiles;
+  return over ? -1 : n_tiles;
 }
 
 // ---- chunking (CudaBackend::prefill) ----

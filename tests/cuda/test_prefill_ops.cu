@@ -1,0 +1,522 @@
+// The prefill kernels one at a time (src/cuda/prefill/prefill_ops.h) against plain host references,
+// on small awkward shapes, so a failure of the end-to-end test (test_prefill.cu) points at one
+// kernel: the tensor-core GEMM (dense with gather, residual and SwiGLU epilogues; partial row, token
+// and k tiles), the device-built MoE lists and the grouped expert GEMMs, causal paged attention
+// (GQA 1..8, head_dim 32/64/128, odd block sizes, start_pos > 0, NaN-poisoned cache past the
+// written positions), q/k norm + RoPE + KV write, and the residual norms. Small enough for
+// compute-sanitizer (memcheck / racecheck / synccheck).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "cuda/ops.h"
+#include "cuda/ops/weight_pack.cuh"
+#include "cuda/prefill/prefill_ops.h"
+#include "gpu_test_util.h"
+
+namespace megadecode::cuda::prefill {
+namespace {
+
+using test::DeviceBuffer;
+
+double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
+
+// |got - want| <= 2^-7 |want| + atol * max |want| over all elements (bf16 outputs: a rounding
+// point or two apart); non-finite outputs fail. Returns the worst ratio to that bound.
+double worst_ratio(const std::vector<float>& got, const std::vector<double>& want, double atol) {
+  double mref = 0;
+  for (double w : want) mref = std::max(mref, std::fabs(w));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    const double bound = std::ldexp(std::fabs(want[i]), -7) + atol * mref + 1e-30;
+    worst = std::max(worst, std::fabs(got[i] - want[i]) / bound);
+  }
+  return worst;
+}
+
+// Random row-major [rows][k] bf16 weights, packed on the device at dst.
+test::Bf16Data packed_weights(uint16_t* dst, int rows, int k, SplitMix64& rng, float scale) {
+  test::Bf16Data w = test::random_bf16(static_cast<size_t>(rows) * k, rng, scale);
+  DeviceBuffer<uint16_t> raw(w.bits);
+  pack_weight(raw.get(), dst, rows, k, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
+TEST(PrefillGemm, DenseEpiloguesMatchHost) {
+  MD_REQUIRE_GPU();
+  SplitMix64 rng(test::seed_for("PrefillGemm dense"));
+  struct Case {
+    int rows, k, tokens;
+  };
+  for (const Case cs : {Case{1, 16, 1}, Case{37, 48, 130}, Case{200, 208, 257}, Case{144, 80, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << cs.rows << " k " << cs.k << " tokens " << cs.tokens);
+    const int xs = cs.k + 8, ys = cs.rows + 3, n_x = cs.tokens + 5;
+    DeviceBuffer<uint16_t> w(packed_elements(cs.rows, cs.k));
+    const test::Bf16Data wh = packed_weights(w.get(), cs.rows, cs.k, rng, 1.0f);
+    const test::Bf16Data xh = test::random_bf16(static_cast<size_t>(n_x) * xs, rng, 1.0f);
+    std::vector<int32_t> gather(cs.tokens);
+    for (int t = 0; t < cs.tokens; ++t) gather[t] = static_cast<int32_t>(rng.below(n_x));
+    const test::Bf16Data res = test::random_bf16(static_cast<size_t>(cs.tokens) * ys, rng, 4.0f);
+    DeviceBuffer<uint16_t> x(xh.bits);
+    DeviceBuffer<int32_t> g(gather);
+    DeviceBuffer<float> y(static_cast<size_t>(cs.tokens) * ys), r(res.values);
+    for (GemmEpilogue epi : {GemmEpilogue::kStore, GemmEpilogue::kResidual, GemmEpilogue::kSwiGlu}) {
+      if (epi == GemmEpilogue::kSwiGlu && cs.rows % 16 != 0) continue;
+      const bool use_gather = epi != GemmEpilogue::kResidual;
+      const int out_cols = epi == GemmEpilogue::kSwiGlu ? cs.rows / 2 : cs.rows;
+      DeviceBuffer<uint16_t> yb(static_cast<size_t>(cs.tokens) * ys);
+      y.poison();
+      yb.poison();
+      GemmArgs a;
+      a.w = w.get();
+      a.n_rows = cs.rows;
+      a.k = cs.k;
+      a.x = x.get();
+      a.x_stride = xs;
+      a.gather = use_gather ? g.get() : nullptr;
+      a.n_tokens = cs.tokens;
+      a.y = epi == GemmEpilogue::kSwiGlu ? static_cast<void*>(yb.get()) : static_cast<void*>(y.get());
+      a.y_stride = ys;
+      a.residual = r.get();
+      a.residual_stride = ys;
+      gemm(a, epi, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      // Reference: fp64 dot products of the bf16 values.
+      auto dot = [&](int row, int t) {
+        const int xr = use_gather ? gather[t] : t;
+        double s = 0;
+        for (int kk = 0; kk < cs.k; ++kk)
+          s += double(wh.values[static_cast<size_t>(row) * cs.k + kk]) * xh.values[static_cast<size_t>(xr) * xs + kk];
+        return s;
+      };
+      std::vector<float> got;
+      std::vector<double> want;
+      int64_t stray = 0;
+      if (epi == GemmEpilogue::kSwiGlu) {
+        const std::vector<uint16_t> out = yb.download();
+        for (int t = 0; t < cs.tokens; ++t)
+          for (int col = 0; col < ys; ++col) {
+            const uint16_t v = out[static_cast<size_t>(t) * ys + col];
+            if (col >= out_cols) {
+              stray += v != 0xffff;
+              continue;
+            }
+            const int gate = (col / 8) * 16 + col % 8;  // DeviceWeights' interleave (swiglu_col)
+            got.push_back(bf16_bits_to_float(v));
+            want.push_back(silu_ref(dot(gate, t)) * dot(gate + 8, t));
+          }
+      } else {
+        const std::vector<float> out = y.download();
+        for (int t = 0; t < cs.tokens; ++t)
+          for (int col = 0; col < ys; ++col) {
+            const float v = out[static_cast<size_t>(t) * ys + col];
+            if (col >= out_cols) {
+              stray += !std::isnan(v);
+              continue;
+            }
+            got.push_back(v);
+            want.push_back(dot(col, t) +
+                           (epi == GemmEpilogue::kResidual ? res.values[static_cast<size_t>(t) * ys + col] : 0.0));
+          }
+      }
+      // fp32 accumulation of <= 208 products: far inside 2^-7 relative (bf16 output: one rounding).
+      EXPECT_LE(worst_ratio(got, want, 1e-4), 1.0) << "epilogue " << static_cast<int>(epi);
+      EXPECT_EQ(stray, 0) << "epilogue " << static_cast<int>(epi) << " wrote past its columns";
+    }
+  }
+}
+
+// Routing with one hot expert (> 1 tile of 128 slots) and a few empty ones; the device lists must
+// equal the host's (expert, token, k) slot order, then the grouped gate/up (SwiGLU) and down GEMMs
+// must match per slot.
+TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
+  MD_REQUIRE_GPU();
+  SplitMix64 rng(test::seed_for("PrefillMoe"));
+  const int T = 300, K = 4, E = 20, H = 96, I = 48;
+  std::vector<int32_t> ids(T * K);
+  for (int t = 0; t < T; ++t) {
+    std::set<int> chosen;
+    if (rng.unit() < 0.6f) chosen.insert(3);  // the hot expert: ~180 slots, two tiles
+    while (static_cast<int>(chosen.size()) < K) chosen.insert(static_cast<int>(rng.below(E - 4)));  // 16..19 empty
+    std::vector<int> order(chosen.begin(), chosen.end());
+    for (int i = K - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);  // top-k order is not sorted
+    for (int k = 0; k < K; ++k) ids[t * K + k] = order[k];
+  }
+  // Host lists.
+  std::vector<int32_t> counts(E, 0), offsets(E + 1), token_slot(T * K), slot_token(T * K);
+  for (int32_t e : ids) ++counts[e];
+  const int cap = moe_tile_capacity(T * K, E);
+  std::vector<MoeTile> tiles(cap);
+  const int n_tiles = build_moe_tiles(counts.data(), E, offsets.data(), tiles.data(), cap);
+  ASSERT_GT(n_tiles, 0);
+  for (int e = 0, slot = 0; e < E; ++e)
+    for (int i = 0; i < T * K; ++i)
+      if (ids[i] == e) {
+        token_slot[i] = slot;
+        slot_token[slot++] = i / K;
+      }
+
+  DeviceBuffer<int32_t> d_ids(ids), rank(T * K), d_counts(E), d_offsets(E + 1), d_ts(T * K), d_st(T * K), n_t(1),
+      err(1);
+  DeviceBuffer<MoeTile> d_tiles(cap);
+  for (auto* b : {&rank, &d_counts, &d_offsets, &d_ts, &d_st, &n_t}) b->poison();
+  err.fill_bytes(0);
+  MoeListArgs ml;
+  ml.topk_ids = d_ids.get();
+  ml.n_tokens = T;
+  ml.top_k = K;
+  ml.n_experts = E;
+  ml.rank = rank.get();
+  ml.counts = d_counts.get();
+  ml.offsets = d_offsets.get();
+  ml.token_slot = d_ts.get();
+  ml.slot_token = d_st.get();
+  ml.tiles = d_tiles.get();
+  ml.n_tiles = n_t.get();
+  ml.tile_capacity = cap;
+  ml.error = err.get();
+  moe_lists(ml, nullptr);
+  EXPECT_EQ(err.download()[0], 0);
+  EXPECT_EQ(d_counts.download(), counts);
+  EXPECT_EQ(d_offsets.download(), offsets);
+  EXPECT_EQ(d_ts.download(), token_slot);
+  EXPECT_EQ(d_st.download(), slot_token);
+  ASSERT_EQ(n_t.download()[0], n_tiles);
+  const std::vector<MoeTile> got_tiles = d_tiles.download();
+  for (int i = 0; i < n_tiles; ++i) {
+    EXPECT_EQ(got_tiles[i].expert, tiles[i].expert) << "tile " << i;
+    EXPECT_EQ(got_tiles[i].slot0, tiles[i].slot0) << "tile " << i;
+    EXPECT_EQ(got_tiles[i].n, tiles[i].n) << "tile " << i;
+  }
+
+  // Grouped GEMMs: fused gate/up [2I][H] and down [H][I] per expert, packed back to back.
+  const int64_t up_stride = packed_elements(2 * I, H), down_stride = packed_elements(H, I);
+  DeviceBuffer<uint16_t> w_up(up_stride * E), w_down(down_stride * E);
+  std::vector<test::Bf16Data> up_h, down_h;
+  for (int e = 0; e < E; ++e) {
+    up_h.push_back(packed_weights(w_up.get() + e * up_stride, 2 * I, H, rng, 0.3f));
+    down_h.push_back(packed_weights(w_down.get() + e * down_stride, H, I, rng, 0.3f));
+  }
+  const test::Bf16Data xh = test::random_bf16(static_cast<size_t>(T) * H, rng, 1.0f);
+  DeviceBuffer<uint16_t> x(xh.bits), hidden(static_cast<size_t>(T) * K * I);
+  DeviceBuffer<float> down(static_cast<size_t>(T) * K * H);
+  hidden.poison();
+  down.poison();
+  GemmArgs up;
+  up.w = w_up.get();
+  up.w_expert_stride = up_stride;
+  up.n_rows = 2 * I;
+  up.k = H;
+  up.x = x.get();
+  up.x_stride = H;
+  up.gather = d_st.get();
+  up.tiles = d_tiles.get();
+  up.n_tiles = n_t.get();
+  up.tile_capacity = cap;
+  up.y = hidden.get();
+  up.y_stride = I;
+  gemm(up, GemmEpilogue::kSwiGlu, nullptr);
+  GemmArgs dn;
+  dn.w = w_down.get();
+  dn.w_expert_stride = down_stride;
+  dn.n_rows = H;
+  dn.k = I;
+  dn.x = hidden.get();
+  dn.x_stride = I;
+  dn.tiles = d_tiles.get();
+  dn.n_tiles = n_t.get();
+  dn.tile_capacity = cap;
+  dn.y = down.get();
+  dn.y_stride = H;
+  gemm(dn, GemmEpilogue::kStore, nullptr);
+  const std::vector<float> hid = test::bf16_to_float(hidden.download());
+  const std::vector<float> dout = down.download();
+  std::vector<double> want_h, want_d;
+  std::vector<int> slot_expert(T * K);
+  for (int e = 0; e < E; ++e)
+    for (int s = offsets[e]; s < offsets[e + 1]; ++s) slot_expert[s] = e;
+  for (int s = 0; s < T * K; ++s) {
+    const int e = slot_expert[s], tok = slot_token[s];
+    auto up_dot = [&](int row) {
+      double acc = 0;
+      for (int kk = 0; kk < H; ++kk)
+        acc += double(up_h[e].values[static_cast<size_t>(row) * H + kk]) * xh.values[static_cast<size_t>(tok) * H + kk];
+      return acc;
+    };
+    for (int c = 0; c < I; ++c) {
+      const int gate = (c / 8) * 16 + c % 8;
+      want_h.push_back(silu_ref(up_dot(gate)) * up_dot(gate + 8));
+    }
+    for (int r = 0; r < H; ++r) {  // from the device's own hidden row, so the check is the down GEMM alone
+      double acc = 0;
+      for (int kk = 0; kk < I; ++kk)
+        acc += double(down_h[e].values[static_cast<size_t>(r) * I + kk]) * hid[static_cast<size_t>(s) * I + kk];
+      want_d.push_back(acc);
+    }
+  }
+  EXPECT_LE(worst_ratio(hid, want_h, 1e-4), 1.0) << "grouped gate/up (SwiGLU)";
+  EXPECT_LE(worst_ratio(dout, want_d, 1e-4), 1.0) << "grouped down";
+
+  // An expert id out of range is reported, and the lists stay in bounds.
+  ids[7] = E;
+  d_ids.upload(ids);
+  moe_lists(ml, nullptr);
+  EXPECT_EQ(err.download()[0], 1);
+  for (int32_t s : d_ts.download()) EXPECT_TRUE(s >= 0 && s < T * K);
+}
+
+struct AttnCase {
+  int G, gs, D, bs, start, T;
+};
+
+TEST(PrefillAttention, CausalPagedMatchesHost) {
+  MD_REQUIRE_GPU();
+  SplitMix64 rng(test::seed_for("PrefillAttention"));
+  for (const AttnCase c : {AttnCase{2, 4, 32, 5, 0, 1}, AttnCase{2, 4, 32, 5, 0, 70}, AttnCase{1, 8, 128, 16, 77, 130},
+                           AttnCase{3, 3, 64, 7, 100, 45}, AttnCase{1, 1, 128, 16, 0, 200},
+                           AttnCase{4, 8, 128, 16, 190, 33}}) {
+    SCOPED_TRACE(::testing::Message() << "G " << c.G << " gs " << c.gs << " D " << c.D << " bs " << c.bs << " start "
+                                      << c.start << " T " << c.T);
+    const int n_heads = c.G * c.gs, n_pos = c.start + c.T;
+    const int used = (n_pos + c.bs - 1) / c.bs, n_blocks = used + 3;
+    std::vector<int32_t> table(n_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    for (int i = n_blocks - 1; i > 0; --i) std::swap(table[i], table[rng.below(i + 1)]);
+    const size_t cache_elems = static_cast<size_t>(n_blocks) * c.G * c.bs * c.D;
+    std::vector<uint16_t> kc(cache_elems, 0xffff), vc(cache_elems, 0xffff);  // NaN past the written positions
+    std::vector<float> kf(static_cast<size_t>(n_pos) * c.G * c.D), vf(kf.size());
+    for (int p = 0; p < n_pos; ++p)
+      for (int g = 0; g < c.G; ++g)
+        for (int d = 0; d < c.D; ++d) {
+          const int64_t o = kv_offset(table[p / c.bs], g, p % c.bs, d, c.G, c.bs, c.D);
+          const size_t i = (static_cast<size_t>(p) * c.G + g) * c.D + d;
+          kc[o] = float_to_bf16_bits(2.0f * rng.unit() - 1.0f);
+          vc[o] = float_to_bf16_bits(2.0f * rng.unit() - 1.0f);
+          kf[i] = bf16_bits_to_float(kc[o]);
+          vf[i] = bf16_bits_to_float(vc[o]);
+        }
+    const test::Bf16Data q = test::random_bf16(static_cast<size_t>(c.T) * n_heads * c.D, rng, 3.0f);
+    DeviceBuffer<uint16_t> dq(q.bits), dk(kc), dv(vc), out(static_cast<size_t>(c.T) * n_heads * c.D);
+    DeviceBuffer<int32_t> dt(table);
+    out.poison();
+    AttnArgs a;
+    a.q = dq.get();
+    a.k_cache = dk.get();
+    a.v_cache = dv.get();
+    a.block_table = dt.get();
+    a.start_pos = c.start;
+    a.n_tokens = c.T;
+    a.n_kv_heads = c.G;
+    a.group_size = c.gs;
+    a.head_dim = c.D;
+    a.block_size = c.bs;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    a.out = out.get();
+    attention(a, nullptr);
+    const std::vector<float> got = test::bf16_to_float(out.download());
+    std::vector<double> want(got.size());
+    for (int t = 0; t < c.T; ++t)
+      for (int h = 0; h < n_heads; ++h) {
+        const int g = h / c.gs, pos = c.start + t;
+        const float* qh = q.values.data() + (static_cast<size_t>(t) * n_heads + h) * c.D;
+        std::vector<double> s(pos + 1);
+        double mx = -INFINITY;
+        for (int j = 0; j <= pos; ++j) {
+          double acc = 0;
+          for (int d = 0; d < c.D; ++d) acc += double(qh[d]) * kf[(static_cast<size_t>(j) * c.G + g) * c.D + d];
+          s[j] = acc * a.scale;
+          mx = std::max(mx, s[j]);
+        }
+        double l = 0;
+        for (double& v : s) l += (v = std::exp(v - mx));
+        for (int d = 0; d < c.D; ++d) {
+          double o = 0;
+          for (int j = 0; j <= pos; ++j) o += s[j] * vf[(static_cast<size_t>(j) * c.G + g) * c.D + d];
+          want[(static_cast<size_t>(t) * n_heads + h) * c.D + d] = o / l;
+        }
+      }
+    // P is rounded to bf16 for the MMA (and summed rounded): a convex combination with weights off by
+    // <= 2^-8 relative, so |err| <= ~2^-8 max |V| = 2^-8 on top of the output's bf16 rounding.
+    double worst = 0;
+    int n_bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (!std::isfinite(got[i])) {
+        ++n_bad;
+        continue;
+      }
+      worst = std::max(worst, std::fabs(got[i] - want[i]));
+    }
+    EXPECT_EQ(n_bad, 0) << "NaN outputs: unwritten rows, or keys read past the causal end";
+    EXPECT_LE(worst, 1e-2);
+  }
+}
+
+TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
+  MD_REQUIRE_GPU();
+  SplitMix64 rng(test::seed_for("PrefillQkRope"));
+  for (const AttnCase c : {AttnCase{2, 4, 32, 5, 13, 20}, AttnCase{4, 8, 128, 16, 1000, 9}, AttnCase{3, 1, 64, 3, 0, 7}}) {
+    SCOPED_TRACE(::testing::Message() << "G " << c.G << " gs " << c.gs << " D " << c.D);
+    const int rows = c.G * (c.gs + 2) * c.D, n_heads = c.G * c.gs, half = c.D / 2;
+    const int n_pos = c.start + c.T, n_blocks = (n_pos + c.bs - 1) / c.bs + 2;
+    std::vector<int32_t> table(n_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    for (int i = n_blocks - 1; i > 0; --i) std::swap(table[i], table[rng.below(i + 1)]);
+    std::vector<float> qkv(static_cast<size_t>(c.T) * rows);
+    for (float& v : qkv) v = 4.0f * (2.0f * rng.unit() - 1.0f);
+    const test::Bf16Data qn = test::random_bf16(c.D, rng, 2.0f), kn = test::random_bf16(c.D, rng, 2.0f);
+    std::vector<float> inv(half);
+    for (int i = 0; i < half; ++i) inv[i] = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / static_cast<float>(c.D));
+    const size_t cache_elems = static_cast<size_t>(n_blocks) * c.G * c.bs * c.D;
+    DeviceBuffer<float> dqkv(qkv), dinv(inv);
+    DeviceBuffer<uint16_t> dqn(qn.bits), dkn(kn.bits), q(static_cast<size_t>(c.T) * n_heads * c.D), kc(cache_elems),
+        vc(cache_elems);
+    DeviceBuffer<int32_t> dt(table);
+    q.poison();
+    kc.poison();
+    vc.poison();
+    QkRopeArgs a;
+    a.qkv = dqkv.get();
+    a.q_norm = dqn.get();
+    a.k_norm = dkn.get();
+    a.inv_freq = dinv.get();
+    a.block_table = dt.get();
+    a.start_pos = c.start;
+    a.n_tokens = c.T;
+    a.n_kv_heads = c.G;
+    a.group_size = c.gs;
+    a.head_dim = c.D;
+    a.block_size = c.bs;
+    a.eps = 1e-6f;
+    a.q = q.get();
+    a.k_cache = kc.get();
+    a.v_cache = vc.get();
+    qk_norm_rope_store(a, nullptr);
+    const std::vector<float> gq = test::bf16_to_float(q.download());
+    const std::vector<uint16_t> gk = kc.download(), gv = vc.download();
+    std::vector<float> got;
+    std::vector<double> want;
+    std::vector<char> written(cache_elems, 0);
+    for (int t = 0; t < c.T; ++t) {
+      const int pos = c.start + t;
+      for (int g = 0; g < c.G; ++g)
+        for (int j = 0; j < c.gs + 2; ++j) {
+          const float* src = qkv.data() + static_cast<size_t>(t) * rows + qkv_col(g, j, 0, c.gs, c.D);
+          const int64_t kv_at = kv_offset(table[pos / c.bs], g, pos % c.bs, 0, c.G, c.bs, c.D);
+          if (j == c.gs + 1) {  // V: stored as projected
+            for (int d = 0; d < c.D; ++d) {
+              got.push_back(bf16_bits_to_float(gv[kv_at + d]));
+              want.push_back(src[d]);
+              written[kv_at + d] = 1;
+            }
+            continue;
+          }
+          double ss = 0;
+          for (int d = 0; d < c.D; ++d) ss += double(src[d]) * src[d];
+          const double r = 1.0 / std::sqrt(ss / c.D + 1e-6);
+          const std::vector<float>& w = j < c.gs ? qn.values : kn.values;
+          std::vector<double> nrm(c.D);
+          for (int d = 0; d < c.D; ++d) nrm[d] = src[d] * r * w[d];
+          for (int d = 0; d < c.D; ++d) {
+            const double ang = double(static_cast<float>(pos) * inv[d % half]);
+            const double y = d < half ? nrm[d] * std::cos(ang) - nrm[d + half] * std::sin(ang)
+                                      : nrm[d] * std::cos(ang) + nrm[d - half] * std::sin(ang);
+            want.push_back(y);
+            if (j < c.gs) {
+              got.push_back(gq[(static_cast<size_t>(t) * n_heads + g * c.gs + j) * c.D + d]);
+            } else {
+              got.push_back(bf16_bits_to_float(gk[kv_at + d]));
+              written[kv_at + d] = 1;
+            }
+          }
+        }
+    }
+    EXPECT_LE(worst_ratio(got, want, 1e-3), 1.0);
+    int64_t stray = 0;
+    for (size_t i = 0; i < cache_elems; ++i)
+      if (!written[i]) stray += (gk[i] != 0xffff) + (gv[i] != 0xffff);
+    EXPECT_EQ(stray, 0) << "K/V written outside the chunk's slots";
+  }
+}
+
+TEST(PrefillNorm, EmbeddingAndMoeResidualMatchHost) {
+  MD_REQUIRE_GPU();
+  SplitMix64 rng(test::seed_for("PrefillNorm"));
+  const int T = 37, H = 200, V = 50, K = 3;
+  const test::Bf16Data embed = test::random_bf16(static_cast<size_t>(V) * H, rng, 1.0f);
+  const test::Bf16Data nw = test::random_bf16(H, rng, 2.0f);
+  std::vector<int32_t> tokens(T), token_slot(T * K);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(V));
+  std::iota(token_slot.begin(), token_slot.end(), 0);
+  for (int i = T * K - 1; i > 0; --i) std::swap(token_slot[i], token_slot[rng.below(i + 1)]);
+  std::vector<float> h(static_cast<size_t>(T) * H), down(static_cast<size_t>(T) * K * H), tw(T * K);
+  for (float& v : h) v = 2.0f * rng.unit() - 1.0f;
+  for (float& v : down) v = 2.0f * rng.unit() - 1.0f;
+  for (float& v : tw) v = rng.unit();
+  DeviceBuffer<uint16_t> d_embed(embed.bits), d_nw(nw.bits), out(static_cast<size_t>(T) * H);
+  DeviceBuffer<int32_t> d_tok(tokens), d_ts(token_slot), err(1);
+  DeviceBuffer<float> d_h(h), d_down(down), d_tw(tw), x(static_cast<size_t>(T) * H);
+  for (int mode = 0; mode < 3; ++mode) {  // 0 embedding, 1 MoE residual, 2 MoE residual of the last token only
+    SCOPED_TRACE(::testing::Message() << "mode " << mode);
+    out.poison();
+    x.poison();
+    err.fill_bytes(0);
+    ResidualNormArgs a;
+    if (mode == 0) {
+      a.tokens = d_tok.get();
+      a.embed = d_embed.get();
+      a.vocab = V;
+    } else {
+      a.h = d_h.get();
+      a.down = d_down.get();
+      a.token_slot = d_ts.get();
+      a.topk_w = d_tw.get();
+      a.top_k = K;
+    }
+    a.token_begin = mode == 2 ? T - 1 : 0;
+    a.n_tokens = T;
+    a.hidden = H;
+    a.norm_w = d_nw.get();
+    a.eps = 1e-6f;
+    a.x = x.get();
+    a.out = out.get();
+    a.error = err.get();
+    residual_norm(a, nullptr);
+    const std::vector<float> gx = x.download(), go = test::bf16_to_float(out.download());
+    std::vector<float> got_x, got_o;
+    std::vector<double> want_x, want_o;
+    for (int t = a.token_begin; t < T; ++t) {
+      std::vector<double> v(H);
+      for (int i = 0; i < H; ++i) {
+        if (mode == 0) {
+          v[i] = embed.values[static_cast<size_t>(tokens[t]) * H + i];
+        } else {
+          double s = 0;
+          for (int k = 0; k < K; ++k) s += double(tw[t * K + k]) * down[static_cast<size_t>(token_slot[t * K + k]) * H + i];
+          v[i] = h[static_cast<size_t>(t) * H + i] + s;
+        }
+      }
+      double ss = 0;
+      for (double e : v) ss += e * e;
+      const double r = 1.0 / std::sqrt(ss / H + 1e-6);
+      for (int i = 0; i < H; ++i) {
+        got_x.push_back(gx[static_cast<size_t>(t) * H + i]);
+        want_x.push_back(v[i]);
+        got_o.push_back(go[static_cast<size_t>(t - a.token_begin) * H + i]);
+        want_o.push_back(v[i] * r * nw.values[i]);
+      }
+    }
+    EXPECT_LE(worst_ratio(got_x, want_x, 1e-5), 1.0) << "residual stream x";
+    EXPECT_LE(worst_ratio(got_o, want_o, 1e-3), 1.0) << "normed output";
+    EXPECT_EQ(err.download()[0], 0);
+  }
+}
+
+}  // namespace
+}  // namespace megadecode::cuda::prefill
