@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda/mk/attention_choice.h"
 #include "cuda/mk/trace.h"
 #include "model/config.h"
 #include "plan/plan.h"
@@ -36,7 +37,7 @@ struct DecodeBackendSpec {
   uint32_t kernel_flags = 0;       // MkFlag bits
   int kv_block_size = 16;
   int64_t n_kv_blocks = 0;         // KV cache size; the caller checks it fits (bench_decode.cpp)
-  std::string attention = "scalar";  // attention item: scalar | tc | tc2
+  std::string attention = cuda::kDefaultAttention;  // attention item: scalar | tc | tc2
 };
 
 struct DecodePointResult {

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/mk/attention_choice.h"
 #include "model/config.h"
 
 namespace megadecode {
@@ -23,7 +24,7 @@ struct DecodeBenchOptions {
   int kv_block_size = 16;
   uint64_t seed = 1;  // fixed by default: runs are comparable
   std::string policy = "default";
-  std::string attention = "scalar";  // attention item of the main sweep (scalar | tc | tc2)
+  std::string attention = cuda::kDefaultAttention;  // attention item of the main sweep (scalar | tc | tc2)
   bool run_mk = true, run_ops = true;
   bool ablations = false;
   std::vector<int> ablation_batches = {1, 8};

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/decode_bytes.h"
+#include "cuda/mk/attention_choice.h"
 
 namespace megadecode {
 
@@ -19,7 +20,7 @@ struct DecodePoint {
   std::string policy;      // plan policy
   std::string ablation;    // "" in the main sweep; the variant's name in the ablation table
   uint32_t kernel_flags = 0;
-  std::string attention = "scalar";  // attention item (scalar | tc | tc2)
+  std::string attention = cuda::kDefaultAttention;  // attention item (scalar | tc | tc2)
   int batch = 0;
   int context = 0;
   int n_sms = 0;

@@ -34,7 +34,7 @@ CudaBackendRequest cuda_request(const std::string& name, const BackendOptions& o
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const ModelConfig& config, const ModelWeights& weights,
                                       std::shared_ptr<const void> weights_owner, const BackendOptions& options) {
-  MD_REQUIRE(options.attention == "scalar" || name == "cuda-mk" || name == "cuda-ops", "--attention ",
+  MD_REQUIRE(options.attention.empty() || name == "cuda-mk" || name == "cuda-ops", "--attention ",
              options.attention, " is a choice of the CUDA backends (cuda-mk, cuda-ops), not of ", name);
   if (name == "cpu-ref") {
     return std::make_unique<ref::RefBackend>(

@@ -19,7 +19,7 @@ struct BackendOptions {
   double gpu_memory_utilization = 0.9;  // CUDA backends: share of GPU memory for weights + KV (n_kv_blocks 0)
   int prefill_chunk = -1;  // CUDA backends: tokens per prefill kernel pass; 0: the decode path one
                            // token at a time; -1: the backend's default
-  std::string attention = "scalar";     // CUDA backends: the megakernel's attention item (scalar | tc | tc2)
+  std::string attention;  // CUDA backends: the megakernel's attention item (scalar | tc | tc2); "": default
 };
 
 // `weights_owner` keeps the bytes behind `weights` alive for the backend's lifetime.

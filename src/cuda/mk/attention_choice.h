@@ -17,6 +17,9 @@ struct AttentionChoice {
 };
 
 inline const char* const kAttentionNames = "scalar, tc, tc2";
+// What the CUDA backends, `bench decode` and the CLI use when no --attention is given (one place:
+// flip it when the GPU tests have shown another choice correct and faster).
+inline const char* const kDefaultAttention = "scalar";
 
 // Error naming the known choices for anything else.
 inline AttentionChoice parse_attention(const std::string& name) {

@@ -32,7 +32,7 @@ struct Variant {
   bool per_op;
   std::string policy;
   uint32_t flags;
-  std::string attention = "scalar";
+  std::string attention = cuda::kDefaultAttention;
 };
 
 std::vector<Variant> ablation_variants() {

@@ -37,7 +37,7 @@ struct CudaBackendOptions {
   // default); 0 runs prefill through the decode path one token per step. 0 stays the default until
   // the prefill kernels have passed tests/cuda/test_prefill on a GPU.
   int prefill_chunk = 0;
-  std::string attention = "scalar";      // attention item: scalar | tc | tc2 (attention_choice.h)
+  std::string attention = kDefaultAttention;  // attention item: scalar | tc | tc2 (attention_choice.h)
 };
 
 constexpr int kPrefillChunkDefault = 2048;

@@ -32,7 +32,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Cuda
   o.gpu_memory_utilization = request.gpu_memory_utilization;
   o.policy = request.policy;
   if (request.prefill_chunk >= 0) o.prefill_chunk = request.prefill_chunk;
-  o.attention = request.attention;
+  if (!request.attention.empty()) o.attention = request.attention;
   return std::make_unique<cuda::CudaBackend>(std::move(w), o);
 }
 

@@ -23,7 +23,7 @@ struct CudaBackendRequest {
   double gpu_memory_utilization = 0.9;
   std::string policy = "default";
   int prefill_chunk = -1;                 // tokens per prefill pass; 0: one token at a time; -1: default
-  std::string attention = "scalar";       // scalar | tc | tc2 (cuda/mk/attention_choice.h)
+  std::string attention;                  // scalar | tc | tc2 (cuda/mk/attention_choice.h); "": default
 };
 
 // Error for an unknown name, a model the device path cannot run, or no GPU.
