@@ -132,7 +132,7 @@ int cmd_generate(int argc, char** argv) {
   MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
              "--gpu-memory-utilization must be in (0, 1]");
   options.prefill_chunk = prefill_chunk_flag(args);
-  options.attention = args.get("attention", "");
+  options.attention = attention_flag(args);
   std::unique_ptr<Backend> backend;
   if (random_weights) {
     backend = make_backend_with_random_weights(backend_name, config,

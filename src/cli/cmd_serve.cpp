@@ -84,7 +84,7 @@ int cmd_serve(int argc, char** argv) {
   MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
              "--gpu-memory-utilization must be in (0, 1]");
   options.prefill_chunk = prefill_chunk_flag(args);
-  options.attention = args.get("attention", "");
+  options.attention = attention_flag(args);
 
   std::filesystem::path model_dir;
   std::shared_ptr<LoadedModel> model;
