@@ -71,22 +71,13 @@ __device__ inline void attn_tc_prologue(const MkParams& p, const Work& wk, const
   const float* raw = buf<float>(p, p.plan.buffers.qkv) + (static_cast<int64_t>(it.seq) * G + it.group) * (gs + 2) * D;
   attn_qk_norm(p, lw, raw, gs, D, appends, sc);
   consumer_sync();
-  const int half = D / 2;
-  for (int idx = tid; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {
-    const int h = idx / D, d = idx % D;
-    const float ang = static_cast<float>(n - 1) * p.w.rope_inv_freq[d % half];
-    const float c = cosf(ang), sn = sinf(ang);
-    if (h < gs) {
-      sc.q[h][d] = rope_at(sc.qn[h], d, half, c, sn);
-    } else {
-      const int64_t at = geo.at(n - 1) + d;
-      const uint16_t kb = float_to_bf16_bits(rope_at(sc.kn, d, half, c, sn)), vb = float_to_bf16_bits(sc.vn[d]);
-      kc[at] = kb;
-      vc[at] = vb;
-      sc.knew[d] = kb;
-      sc.vnew[d] = vb;
-    }
-  }
+  attn_rope_append(p, gs, D, n - 1, appends, sc, [&](int d, uint16_t kb, uint16_t vb) {
+    const int64_t at = geo.at(n - 1) + d;
+    kc[at] = kb;
+    vc[at] = vb;
+    sc.knew[d] = kb;
+    sc.vnew[d] = vb;
+  });
   consumer_sync();  // q and the new row are ready
   // q A fragments, n_terms bf16 terms (rows >= gs are zero), in shared memory (lane-consecutive
   // words: conflict-free) to leave registers to the accumulators.

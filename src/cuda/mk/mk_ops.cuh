@@ -201,6 +201,24 @@ __device__ inline void attn_qk_norm(const MkParams& p, const MkLayerWeights& lw,
   }
 }
 
+// RoPE (NeoX halves) of the normed q heads into sc.q, and for the appending item of the new k;
+// store(d, k_bf16, v_bf16) receives the new K/V row element by element (the cache write).
+template <class Scratch, class Store>
+__device__ inline void attn_rope_append(const MkParams& p, int gs, int D, int pos, bool appends, Scratch& sc,
+                                        Store store) {
+  const int half = D / 2;
+  for (int idx = threadIdx.x; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {
+    const int h = idx / D, d = idx % D;
+    const float ang = static_cast<float>(pos) * p.w.rope_inv_freq[d % half];
+    const float c = cosf(ang), sn = sinf(ang);
+    if (h < gs) {
+      sc.q[h][d] = rope_at(sc.qn[h], d, half, c, sn);
+    } else {
+      store(d, float_to_bf16_bits(rope_at(sc.kn, d, half, c, sn)), float_to_bf16_bits(sc.vn[d]));
+    }
+  }
+}
+
 // After every consumer wrote this split's partial: publish it (acq_rel) and count the split in.
 // 1: this item arrived last and merges the (seq, group); 0: another will; -1: over-arrival (error
 // recorded). `old` is a shared-memory slot for thread 0's result.
@@ -247,19 +265,11 @@ __device__ inline bool op_attn(const MkParams& p, const Work& wk, AttnScratch& s
   }
   consumer_sync();
   // 2. RoPE (NeoX halves) at position n-1; the appending item writes the new K/V (bf16).
-  const int half = D / 2;
-  for (int idx = tid; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {
-    const int h = idx / D, d = idx % D;
-    const float ang = static_cast<float>(n - 1) * p.w.rope_inv_freq[d % half];
-    const float c = cosf(ang), sn = sinf(ang);
-    if (h < gs) {
-      sc.q[h][d] = rope_at(sc.qn[h], d, half, c, sn);
-    } else {
-      const int64_t at = kv_at(n - 1) + d;
-      kc[at] = float_to_bf16_bits(rope_at(sc.kn, d, half, c, sn));
-      vc[at] = float_to_bf16_bits(sc.vn[d]);
-    }
-  }
+  attn_rope_append(p, gs, D, n - 1, appends, sc, [&](int d, uint16_t kb, uint16_t vb) {
+    const int64_t at = kv_at(n - 1) + d;
+    kc[at] = kb;
+    vc[at] = vb;
+  });
   consumer_sync();  // q ready; the new K/V row is visible to this CTA's loads below
 
   // 3. chunks of key positions: scores, running max/sum, P.V.
