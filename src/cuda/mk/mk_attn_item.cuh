@@ -200,22 +200,17 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
   // 5. publish; the last of the (seq, group)'s splits to arrive merges them (split order).
   const int elected = attn_publish_split(p, wk, it, sc.old);
   if (elected <= 0) return elected == 0;
-  const float* all_o = buf<float>(p, b.attn_part_o) + static_cast<int64_t>(it.part_base) * gs * D;
-  const float* all_ml = buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(it.part_base) * gs * 2;
-  uint16_t* out = buf<uint16_t>(p, b.attn_out) + static_cast<int64_t>(it.seq) * s.n_heads * D +
-                  static_cast<int64_t>(it.group) * gs * D;
+  const AttnMergeRefs mr = attn_merge_refs(p, it);
   for (int idx = tid; idx < gs * D; idx += kConsumerThreads) {
     const int h = idx / D;
     float mx, den;
-    const float num = attn_merge(it.n_splits, [&](int sp) { return __ldcg(all_ml + (sp * gs + h) * 2); }, [&](int sp) {
-      return AttnPartial{__ldcg(all_ml + (sp * gs + h) * 2), __ldcg(all_ml + (sp * gs + h) * 2 + 1),
-                         __ldcg(all_o + static_cast<int64_t>(sp) * gs * D + idx)};
+    const float num = attn_merge(it.n_splits, [&](int sp) { return __ldcg(mr.ml + (sp * gs + h) * 2); }, [&](int sp) {
+      return AttnPartial{__ldcg(mr.ml + (sp * gs + h) * 2), __ldcg(mr.ml + (sp * gs + h) * 2 + 1),
+                         __ldcg(mr.o + static_cast<int64_t>(sp) * gs * D + idx)};
     }, mx, den);
-    out[idx] = float_to_bf16_bits(attn_normalise(num, den));
+    mr.out[idx] = float_to_bf16_bits(attn_normalise(num, den));
   }
-  consumer_sync();
-  if (tid == 0) mk_arrive(p, layer_counter(p.plan.counters, wk.layer, p.plan.counters.attn_done + it.group), 1);
-  return true;
+  return attn_merged(p, wk, it);
 }
 
 }  // namespace megadecode::cuda::mk

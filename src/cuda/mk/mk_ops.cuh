@@ -239,6 +239,31 @@ __device__ inline int attn_publish_split(const MkParams& p, const Work& wk, cons
   return seen == it.n_splits - 1 ? 1 : 0;
 }
 
+// The merging (last-arriving) item's view of its (seq, group): the splits' partials in split order
+// (o: [n_splits][gs][D], ml: [n_splits][gs][2]) and the group's bf16 output rows.
+struct AttnMergeRefs {
+  const float* o;
+  const float* ml;
+  uint16_t* out;
+};
+__device__ inline AttnMergeRefs attn_merge_refs(const MkParams& p, const AttnItem& it) {
+  const PlanShape& s = p.plan.shape;
+  const BufferLayout& b = p.plan.buffers;
+  const int gs = s.group_size, D = s.head_dim;
+  return {buf<float>(p, b.attn_part_o) + static_cast<int64_t>(it.part_base) * gs * D,
+          buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(it.part_base) * gs * 2,
+          buf<uint16_t>(p, b.attn_out) + static_cast<int64_t>(it.seq) * s.n_heads * D +
+              static_cast<int64_t>(it.group) * gs * D};
+}
+
+// After the merge wrote every output row: the (seq, group) is done for O-proj.
+__device__ inline bool attn_merged(const MkParams& p, const Work& wk, const AttnItem& it) {
+  consumer_sync();
+  if (threadIdx.x == 0)
+    mk_arrive(p, layer_counter(p.plan.counters, wk.layer, p.plan.counters.attn_done + it.group), 1);
+  return true;
+}
+
 // One attention item: q heads of group g of sequence seq over key positions [pos_begin, pos_end).
 __device__ inline bool op_attn(const MkParams& p, const Work& wk, AttnScratch& sc) {
   const PlanShape& s = p.plan.shape;
@@ -359,25 +384,20 @@ __device__ inline bool op_attn(const MkParams& p, const Work& wk, AttnScratch& s
   // 5. publish; the last of the (seq, group)'s splits to arrive merges them.
   const int elected = attn_publish_split(p, wk, it, sc.old);
   if (elected <= 0) return elected == 0;
-  const float* all_o = buf<float>(p, b.attn_part_o) + static_cast<int64_t>(it.part_base) * gs * D;
-  const float* all_ml = buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(it.part_base) * gs * 2;
-  uint16_t* out = buf<uint16_t>(p, b.attn_out) + static_cast<int64_t>(it.seq) * s.n_heads * D +
-                  static_cast<int64_t>(it.group) * gs * D;
+  const AttnMergeRefs mr = attn_merge_refs(p, it);
   for (int idx = tid; idx < gs * D; idx += kConsumerThreads) {
     const int h = idx / D;
     float mx = -INFINITY;
-    for (int sp = 0; sp < it.n_splits; ++sp) mx = fmaxf(mx, __ldcg(all_ml + (sp * gs + h) * 2));
+    for (int sp = 0; sp < it.n_splits; ++sp) mx = fmaxf(mx, __ldcg(mr.ml + (sp * gs + h) * 2));
     float num = 0.0f, den = 0.0f;
     for (int sp = 0; sp < it.n_splits; ++sp) {
-      const float f = expf(__ldcg(all_ml + (sp * gs + h) * 2) - mx);
-      den += __ldcg(all_ml + (sp * gs + h) * 2 + 1) * f;
-      num += __ldcg(all_o + static_cast<int64_t>(sp) * gs * D + idx) * f;
+      const float f = expf(__ldcg(mr.ml + (sp * gs + h) * 2) - mx);
+      den += __ldcg(mr.ml + (sp * gs + h) * 2 + 1) * f;
+      num += __ldcg(mr.o + static_cast<int64_t>(sp) * gs * D + idx) * f;
     }
-    out[idx] = float_to_bf16_bits(num / den);
+    mr.out[idx] = float_to_bf16_bits(num / den);
   }
-  consumer_sync();
-  if (tid == 0) mk_arrive(p, layer_counter(p.plan.counters, wk.layer, p.plan.counters.attn_done + it.group), 1);
-  return true;
+  return attn_merged(p, wk, it);
 }
 
 // ---- DISPATCH ----
