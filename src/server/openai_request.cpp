@@ -108,6 +108,19 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
   if (endpoint == Endpoint::kCompletions)
     for (const char* name : {"tools", "tool_choice"})
       if (set(name)) throw bad_request(cat("'", name, "' is a chat field: use /v1/chat/completions"), name);
+  // vLLM's extensions that change a response when given other than their default: refused, since
+  // this server would silently not do them (fields vLLM itself ignores are ignored here too).
+  const std::pair<const char*, json> kVllmExtras[] = {
+      {"use_beam_search", false}, {"length_penalty", 1.0}, {"truncate_prompt_tokens", nullptr},
+      {"return_tokens_as_token_ids", false}, {"return_token_ids", false}, {"logits_processors", nullptr},
+      {"priority", 0}, {"spaces_between_special_tokens", true}, {"mm_processor_kwargs", nullptr},
+      {"prompt_embeds", nullptr}, {"kv_transfer_params", nullptr}, {"vllm_xargs", nullptr}};
+  for (const auto& [name, default_value] : kVllmExtras) {
+    const json* v = request_field(body, name);
+    if (v != nullptr && *v != default_value) throw bad_request(cat("'", name, "' is not supported by this server"), name);
+  }
+  if (endpoint == Endpoint::kChat && request_bool(body, "echo").value_or(false))
+    throw bad_request("'echo' is not supported for chat completions", "echo");
   if (const json* v = request_field(body, "response_format")) {
     const json* type = v->is_object() ? request_field(*v, "type") : nullptr;
     if (type == nullptr || *type != "text")

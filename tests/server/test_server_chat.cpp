@@ -308,10 +308,15 @@ TEST(ServerChat, RefusedFieldsSayWhich) {
   expect_400({{"messages", {{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {{{"type", "function"},
               {"function", {{"name", "f"}, {"arguments", "{not json"}}}}}}}}}}, "messages", "JSON object");
   expect_400({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_calls", json::array({json::object()})}}}}}, "messages", "assistant");
-  // Keys no template reads are ignored, as vLLM drops them; a tool message is a message.
+  expect_400({{"echo", true}}, "echo", "chat");
+  expect_400({{"use_beam_search", true}}, "use_beam_search", "not supported");
+  expect_400({{"priority", 3}}, "priority", "not supported");
+  // Keys no template reads are ignored, as vLLM drops them; a tool message is a message; vLLM's
+  // extensions at their defaults change nothing.
   const auto ok = post_json(server.port(), "/v1/chat/completions",
                             {{"messages", {user("x"), {{"role", "tool"}, {"content", "result"}}}},
-                             {"chat_template_kwargs", {{"custom_flag", 1}}}, {"max_tokens", 2}});
+                             {"chat_template_kwargs", {{"custom_flag", 1}}}, {"max_tokens", 2},
+                             {"use_beam_search", false}, {"priority", 0}, {"echo", false}, {"user", "u"}});
   EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
