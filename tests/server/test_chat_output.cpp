@@ -1,3 +1,4 @@
+// sanitize: address
 // The chat output parsers on their own: reasoning split, both tool-call formats, malformed calls,
 // and, for every output, that any way of cutting the text into pieces (every single cut, and
 // random multi-cuts with the seed printed) gives exactly what the whole text gives.
