@@ -58,6 +58,7 @@ ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags
                "rendered as the published template");
     }
   } catch (const Error& e) {
+    if (flags.chat_template) throw;  // a template the user named must work
     support.unavailable = cat("this model serves no chat: ", e.what());
     log_warn(support.unavailable);
   }

@@ -28,7 +28,7 @@ struct ChatFlags {
 
 // The model's chat template and formats: Qwen3 parses hermes tool calls and <think> reasoning,
 // Qwen3-Coder its XML tool calls. A model without a usable template serves no chat (the reason is
-// logged and returned by chat requests); a bad flag value is an Error.
+// logged and returned by chat requests); a bad flag value or --chat-template file is an Error.
 ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags& flags);
 
 // The ServedModel for a model directory: generation_config.json defaults, end tokens from

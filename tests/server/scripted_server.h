@@ -68,7 +68,7 @@ class ScriptedServer {
   static constexpr int kMaxPositions = 1 << 17;  // room for an agent's long prompt plus max_tokens 32000
   static constexpr int kBlockSize = 16;
 
-  explicit ScriptedServer(ChatFamily family)
+  explicit ScriptedServer(ChatFamily family, ChatFlags flags = {})
       : tokenizer_(Tokenizer::load(qwen3_tokenizer_dir())),
         end_token_(*tokenizer_->token_id("<|im_end|>")),
         backend_(tokenizer_->vocab_size(), end_token_, [this](std::span<const int32_t> p) { return choose(p); },
@@ -77,7 +77,6 @@ class ScriptedServer {
     ec.scheduler = SchedulerConfig{.max_num_seqs = 8, .max_prefill_tokens = 2048, .prefix_caching = true,
                                    .check_invariants = false};
     engine_ = std::make_unique<Engine>(backend_, ec, streaming_decoders(*tokenizer_));
-    ChatFlags flags;
     if (family == ChatFamily::kQwen3Coder) flags.chat_template = qwen3_coder_template();
     ModelConfig config = backend_.config();
     model_name_ = family == ChatFamily::kQwen3 ? "qwen3-scripted" : "qwen3-coder-scripted";

@@ -282,6 +282,43 @@ TEST(ServerChat, ContinueFinalMessage) {
   EXPECT_EQ(r.json()["choices"][0]["message"]["content"], "\n    return a + b");
 }
 
+TEST(ServerChat, ParserFlagsOverrideTheTemplate) {
+  ChatFlags no_reasoning;
+  no_reasoning.reasoning_parser = "none";
+  ScriptedServer plain(ChatFamily::kQwen3, no_reasoning);
+  plain.on_text("q", "<think>r</think>a");
+  auto [whole, streamed] = both_ways(plain, {{"messages", {user("q")}}});
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "<think>r</think>a");
+
+  ChatFlags xml;
+  xml.tool_call_parser = "qwen3_coder";
+  ScriptedServer coder_calls(ChatFamily::kQwen3, xml);
+  coder_calls.on_text("q", "<tool_call>\n<function=get_weather>\n<parameter=city>\nBern\n</parameter>\n</function>\n</tool_call>");
+  auto [call, call_streamed] = both_ways(coder_calls, {{"messages", {user("q")}}, {"tools", weather_tools()}});
+  EXPECT_EQ(call["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Bern\"}");
+
+  ChatFlags none;
+  none.tool_call_parser = "none";
+  ScriptedServer no_tools(ChatFamily::kQwen3, none);
+  const auto r = post_json(no_tools.port(), "/v1/chat/completions", {{"messages", {user("q")}}, {"tools", weather_tools()}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("--tool-call-parser"), std::string::npos) << r.body;
+
+  ChatFlags bad;
+  bad.tool_call_parser = "pythonic";
+  EXPECT_THROW(chat_support(testing::qwen3_tokenizer_dir(), bad), Error);
+  bad = ChatFlags{};
+  bad.reasoning_parser = "deepseek_r1";
+  EXPECT_THROW(chat_support(testing::qwen3_tokenizer_dir(), bad), Error);
+  bad = ChatFlags{};
+  bad.chat_template = testing::qwen3_tokenizer_dir() / "tokenizer.json";  // not a template
+  EXPECT_THROW(chat_support(testing::qwen3_tokenizer_dir(), bad), Error);
+  // A model directory without a template serves no chat, and says so.
+  const ChatSupport missing = chat_support(std::filesystem::temp_directory_path(), ChatFlags{});
+  EXPECT_FALSE(missing.render);
+  EXPECT_NE(missing.unavailable.find("no chat"), std::string::npos);
+}
+
 TEST(ServerChat, RefusedFieldsSayWhich) {
   ScriptedServer server(ChatFamily::kQwen3);
   auto expect_400 = [&](json body, const std::string& param, const std::string& words) {
