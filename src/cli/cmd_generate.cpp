@@ -15,6 +15,7 @@
 #include "engine/backend_factory.h"
 #include "model/loader.h"
 #include "model/presets.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {
@@ -34,15 +35,18 @@ constexpr const char* kUsage =
     "  generated on the GPU (no files).\n"
     "  --chat renders --prompt as one user message with the model's chat template.\n";
 
-std::vector<int32_t> prompt_ids(const Args& args, int vocab, const Tokenizer* tokenizer) {
+// tokenizer_dir: where tokenizer.json (and the chat template) were found.
+std::vector<int32_t> prompt_ids(const Args& args, int vocab, const Tokenizer* tokenizer,
+                                const std::filesystem::path& tokenizer_dir) {
   MD_REQUIRE(args.has("prompt-ids") != args.has("prompt"), "give exactly one of --prompt-ids and --prompt\n", kUsage);
   std::vector<int32_t> ids;
   if (args.has("prompt")) {
     MD_REQUIRE(tokenizer != nullptr, "--prompt needs tokenizer.json in the model directory; use --prompt-ids");
     std::string text = args.get("prompt", "");
     if (args.flag("chat")) {
-      const ChatMessage message{"user", text};
-      text = render_chat(std::span<const ChatMessage>(&message, 1), /*add_generation_prompt=*/true);
+      ChatInput chat;
+      chat.messages.push_back(ChatMessage{"user", text, {}, {}, {}});
+      text = ChatTemplate::load(tokenizer_dir).render(chat);
     }
     ids = tokenizer->encode(text, /*add_special_tokens=*/true);
     MD_REQUIRE(!ids.empty(), "--prompt: the text encodes to no tokens");
@@ -95,23 +99,23 @@ int cmd_generate(int argc, char** argv) {
   std::shared_ptr<LoadedModel> model;
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::filesystem::path tokenizer_dir;
   if (random_weights) {
     MD_REQUIRE(backend_name == "cuda-mk" || backend_name == "cuda-ops",
                "--random-weights generates the weights on the GPU: use --backend cuda-mk or cuda-ops");
     config = preset_config(args.require("preset"));
-    const std::filesystem::path tokenizer_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";
+    tokenizer_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";
     if (std::filesystem::exists(tokenizer_dir / "tokenizer.json")) tokenizer = Tokenizer::load(tokenizer_dir);
   } else {
     const std::string model_dir = args.require("model");
     model = std::make_shared<LoadedModel>(load_model(model_dir));
     config = model->config;
-    if (std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) {
-      tokenizer = Tokenizer::load(model_dir);
-    }
+    tokenizer_dir = model_dir;
+    if (std::filesystem::exists(tokenizer_dir / "tokenizer.json")) tokenizer = Tokenizer::load(tokenizer_dir);
   }
 
   GenerateRequest request;
-  request.prompt = prompt_ids(args, config.vocab_size, tokenizer.get());
+  request.prompt = prompt_ids(args, config.vocab_size, tokenizer.get(), tokenizer_dir);
   request.sampling = sampling_from(args);
   const int64_t max_tokens = args.get_int("max-tokens", 16);
   MD_REQUIRE(max_tokens >= 1 && max_tokens <= (1 << 24), "--max-tokens must be in [1, 2^24], got ", max_tokens);

@@ -32,12 +32,15 @@ constexpr const char* kUsage =
     "         [--max-num-batched-tokens N (256)] [--block-size B (16)] [--kv-cache-tokens N]\n"
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
-    "         [--attention scalar|tc|tc2]\n"
+    "         [--attention scalar|tc|tc2] [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
+    "         [--reasoning-parser qwen3|none]\n"
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
     "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
     "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0: the decode step one token at a\n"
-    "  time; default: the backend's). The scheduler's chunk is --max-num-batched-tokens.\n";
+    "  time; default: the backend's). The scheduler's chunk is --max-num-batched-tokens.\n"
+    "  --tool-call-parser, --reasoning-parser: default from the chat template (Qwen3: hermes and qwen3;\n"
+    "  Qwen3-Coder: qwen3_coder and none). --chat-template: a Qwen3 or Qwen3-Coder template file.\n";
 
 int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = args.get_int(name, fallback);
@@ -52,7 +55,7 @@ int cmd_serve(int argc, char** argv) {
                   {"host", "port", "backend", "served-model-name", "max-num-seqs", "max-model-len",
                    "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
                    "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk",
-                   "attention"},
+                   "attention", "chat-template", "tool-call-parser", "reasoning-parser"},
                   {"no-enable-prefix-caching", "random-weights", "help"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
@@ -119,7 +122,11 @@ int cmd_serve(int argc, char** argv) {
 
   const std::string name =
       args.get("served-model-name", random_weights ? args.require("preset") : args.positional()[0]);
-  ServedModel served = served_model(model_dir, name, config, *tokenizer);
+  ChatFlags chat_flags;
+  if (args.has("chat-template")) chat_flags.chat_template = args.get("chat-template", "");
+  if (args.has("tool-call-parser")) chat_flags.tool_call_parser = args.get("tool-call-parser", "");
+  if (args.has("reasoning-parser")) chat_flags.reasoning_parser = args.get("reasoning-parser", "");
+  ServedModel served = served_model(model_dir, name, config, *tokenizer, chat_flags);
   OpenAiService service(engine, served);
   HttpServerConfig hc;
   hc.host = args.get("host", "127.0.0.1");

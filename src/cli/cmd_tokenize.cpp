@@ -2,18 +2,19 @@
 //  [--no-generation-prompt]`: text <-> token ids with the model's tokenizer.
 //   default   encode the text (stdin, verbatim, or --text) and print the ids comma-separated
 //   --decode  read ids (separated by commas or whitespace) and print the text
-//   --chat    read a JSON list of {"role", "content"} messages, print the rendered Qwen3 prompt
-//             (with the assistant generation prompt unless --no-generation-prompt), then its ids
+//   --chat    read a JSON list of OpenAI chat messages (tool calls and tool results included),
+//             print the prompt the model's chat template renders (with the assistant generation
+//             prompt unless --no-generation-prompt), then its ids
 #include <cstdio>
 #include <iostream>
 #include <iterator>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "server/chat_request.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {
@@ -51,22 +52,17 @@ std::vector<int32_t> parse_ids(const std::string& text) {
   return ids;
 }
 
-std::vector<ChatMessage> parse_messages(const std::string& text) {
-  nlohmann::json j;
+ChatInput parse_chat(const std::string& text, bool add_generation_prompt) {
+  const RequestJson j = RequestJson::parse(text, nullptr, false);
+  MD_REQUIRE(!j.is_discarded(), "--chat expects a JSON list of messages");
+  ChatInput chat;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(cat("--chat expects a JSON list of messages: ", e.what()));
+    chat.messages = parse_messages(j);
+  } catch (const ApiError& e) {
+    throw Error(cat("--chat: ", e.what()));
   }
-  MD_REQUIRE(j.is_array(), "--chat expects a JSON list of {\"role\", \"content\"} messages");
-  std::vector<ChatMessage> messages;
-  for (const auto& m : j) {
-    MD_REQUIRE(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
-                   m["content"].is_string(),
-               "message ", messages.size(), " needs string fields \"role\" and \"content\": ", m.dump());
-    messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-  }
-  return messages;
+  chat.add_generation_prompt = add_generation_prompt;
+  return chat;
 }
 
 void print_ids(const std::vector<int32_t>& ids) {
@@ -90,7 +86,8 @@ int cmd_tokenize(int argc, char** argv) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::printf("\n");
   } else if (args.flag("chat")) {
-    const std::string prompt = render_chat(parse_messages(input), !args.flag("no-generation-prompt"));
+    const ChatInput chat = parse_chat(input, !args.flag("no-generation-prompt"));
+    const std::string prompt = ChatTemplate::load(args.require("model")).render(chat);
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     print_ids(tok->encode(prompt, true));
   } else {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "server/api_error.h"
 
 namespace megadecode {
@@ -32,9 +33,11 @@ json byte_list(const std::string& s) {
 GenerationState::GenerationState(GenerationSetup setup, const Tokenizer& tokenizer, std::shared_ptr<Exchange> exchange)
     : setup_(std::move(setup)), tokenizer_(tokenizer), exchange_(std::move(exchange)) {
   choices_.resize(setup_.prompts.size() * setup_.n);
+  const bool parse = setup_.endpoint == Endpoint::kChat && setup_.chat_output.active();
   for (size_t i = 0; i < choices_.size(); ++i) {
     choices_[i].logprobs = new_logprobs();
     choices_[i].n_prompt = static_cast<int>(setup_.prompts[i / setup_.n].size());
+    if (parse) choices_[i].parser = std::make_unique<ChatOutputParser>(setup_.chat_output);
   }
 }
 
@@ -148,6 +151,49 @@ json GenerationState::stop_reason(const Choice& c) const {
   return nullptr;
 }
 
+std::string GenerationState::finish_reason(const Choice& c) const {
+  const bool normal = c.reason == FinishReason::kStop || c.reason == FinishReason::kLength;
+  return normal && !c.tool_calls.empty() ? "tool_calls" : finish_reason_name(c.reason);
+}
+
+json GenerationState::tool_call_json(size_t choice, size_t index, const ParsedToolCall& call) const {
+  char id[40];
+  const uint64_t bits = mix64(setup_.id_bits ^ mix64((static_cast<uint64_t>(choice) << 32) | index));
+  std::snprintf(id, sizeof id, "call_%016llx%08x", static_cast<unsigned long long>(bits),
+                static_cast<unsigned>(mix64(bits) >> 32));
+  return json{{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments()}}}};
+}
+
+// Feeds a chat choice's new text through its parser; returns the stream's deltas for it
+// (reasoning, content, then each new call: its id and name, then its argument fragments) and
+// keeps the totals for the final message.
+std::vector<json> GenerationState::chat_deltas(size_t choice, Choice& c, const std::string& text, bool finished) {
+  ChatDelta d = c.parser->push(text);
+  if (finished) {
+    ChatDelta rest = c.parser->finish();
+    d.reasoning += rest.reasoning;
+    d.content += rest.content;
+    for (ParsedToolCall& call : rest.calls) d.calls.push_back(std::move(call));
+  }
+  std::vector<json> deltas;
+  if (!d.reasoning.empty()) deltas.push_back({{"reasoning_content", d.reasoning}});
+  if (!d.content.empty()) deltas.push_back({{"content", d.content}});
+  c.reasoning += d.reasoning;
+  c.text += d.content;
+  for (const ParsedToolCall& call : d.calls) {
+    const size_t index = c.tool_calls.size();
+    json full = tool_call_json(choice, index, call);
+    json head = full;
+    head["function"]["arguments"] = "";
+    head["index"] = index;
+    deltas.push_back({{"tool_calls", json::array({head})}});
+    for (const std::string& fragment : call.argument_fragments)
+      deltas.push_back({{"tool_calls", json::array({{{"index", index}, {"function", {{"arguments", fragment}}}}})}});
+    c.tool_calls.push_back(std::move(full));
+  }
+  return deltas;
+}
+
 void GenerationState::write_chunk(const json& chunk) { exchange_->stream("data: " + dump_json(chunk) + "\n\n"); }
 
 void GenerationState::handle(SeqOutput& o) {
@@ -189,7 +235,11 @@ void GenerationState::handle(SeqOutput& o) {
   const bool has_lps = setup_.endpoint == Endpoint::kChat ? !lps.empty() : !lps["tokens"].empty();
 
   if (!setup_.stream) {
-    c.text += text;
+    if (c.parser) {
+      chat_deltas(index, c, text, o.finished);
+    } else {
+      c.text += text;
+    }
     if (has_lps) {
       if (setup_.endpoint == Endpoint::kChat) {
         for (auto& e : lps) c.logprobs.push_back(std::move(e));
@@ -203,18 +253,33 @@ void GenerationState::handle(SeqOutput& o) {
   }
 
   const bool ended_normally = o.finished && (o.finish_reason == FinishReason::kStop || o.finish_reason == FinishReason::kLength);
-  if (!text.empty() || has_lps || ended_normally || (first_event && setup_.echo)) {
+  // The event's chunks: one per delta (chat) or one with the text (completions); logprobs ride on
+  // the first, the finish reason on the last; an event with neither text nor deltas still
+  // sends one chunk when it carries logprobs or the end.
+  std::vector<json> deltas;
+  if (setup_.endpoint == Endpoint::kChat) {
+    if (c.parser) {
+      deltas = chat_deltas(index, c, text, o.finished);
+    } else if (!text.empty()) {
+      deltas.push_back({{"content", text}});
+    }
+  } else if (!text.empty()) {
+    deltas.push_back(json::object());
+  }
+  if (deltas.empty() && (has_lps || ended_normally || (first_event && setup_.echo))) deltas.push_back(json::object());
+  for (size_t k = 0; k < deltas.size(); ++k) {
+    const bool first = k == 0, last = k + 1 == deltas.size();
     json choice;
     choice["index"] = index;
     if (setup_.endpoint == Endpoint::kChat) {
-      choice["delta"] = text.empty() ? json::object() : json{{"content", text}};
-      choice["logprobs"] = has_lps ? json{{"content", lps}} : json(nullptr);
+      choice["delta"] = std::move(deltas[k]);
+      choice["logprobs"] = first && has_lps ? json{{"content", lps}} : json(nullptr);
     } else {
       choice["text"] = text;
       choice["logprobs"] = has_lps ? lps : json(nullptr);
     }
-    choice["finish_reason"] = ended_normally ? json(finish_reason_name(o.finish_reason)) : json(nullptr);
-    choice["stop_reason"] = ended_normally ? stop_reason(c) : json(nullptr);
+    choice["finish_reason"] = last && ended_normally ? json(finish_reason(c)) : json(nullptr);
+    choice["stop_reason"] = last && ended_normally ? stop_reason(c) : json(nullptr);
     json chunk = chunk_base();
     chunk["choices"] = json::array({std::move(choice)});
     if (setup_.continuous_usage_stats) chunk["usage"] = usage();
@@ -266,13 +331,20 @@ void GenerationState::finish_response() {
     json choice = {{"index", i}};
     const bool has_lps = setup_.logprobs.has_value();
     if (setup_.endpoint == Endpoint::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      json message = {{"role", "assistant"}};
+      // No text beside a tool call or reasoning is null, as OpenAI and vLLM send it.
+      const bool null_content = c.text.empty() && (!c.tool_calls.empty() || !c.reasoning.empty());
+      message["content"] = null_content ? json(nullptr) : json(c.text);
+      if (setup_.chat_output.reasoning)
+        message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+      if (!c.tool_calls.empty()) message["tool_calls"] = c.tool_calls;
+      choice["message"] = std::move(message);
       choice["logprobs"] = has_lps ? json{{"content", c.logprobs}} : json(nullptr);
     } else {
       choice["text"] = c.text;
       choice["logprobs"] = has_lps ? c.logprobs : json(nullptr);
     }
-    choice["finish_reason"] = finish_reason_name(c.reason);
+    choice["finish_reason"] = finish_reason(c);
     choice["stop_reason"] = stop_reason(c);
     list.push_back(std::move(choice));
   }

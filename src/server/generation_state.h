@@ -1,6 +1,7 @@
 // One /v1/completions or /v1/chat/completions request while it generates: receives the engine's
 // events for its n choices (prompts x n), and writes them to the client in the OpenAI shape:
-// SSE chunks as they come (stream) or one JSON response when every choice has finished.
+// SSE chunks as they come (stream) or one JSON response when every choice has finished. Chat
+// choices go through a ChatOutputParser when the request asks for reasoning or tool calls.
 // Threading: on_output() runs on the engine's scheduler thread and only posts the event to the
 // connection's strand; everything else runs on that strand.
 #pragma once
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/request.h"
+#include "server/chat_output.h"
 #include "server/exchange.h"
 #include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
@@ -33,6 +35,8 @@ struct GenerationSetup {
   std::vector<std::string> echo_text;         // [n_prompts] the prompt text with echo, else empty
   bool echo = false;
   std::optional<int> logprobs;  // top count, when logprobs were asked for
+  uint64_t id_bits = 0;         // random bits behind `id` (tool-call ids derive from them)
+  ChatOutputOptions chat_output;  // chat: reasoning and tool-call parsing
 };
 
 class GenerationState : public OutputSink, public std::enable_shared_from_this<GenerationState> {
@@ -56,6 +60,9 @@ class GenerationState : public OutputSink, public std::enable_shared_from_this<G
     std::optional<std::string> stop_string;
     std::optional<int32_t> stop_token;
     std::string error;
+    std::unique_ptr<ChatOutputParser> parser;  // chat with reasoning or tools
+    std::string reasoning;
+    nlohmann::json tool_calls = nlohmann::json::array();
   };
   void handle(SeqOutput& o);
   void add_logprob(Choice& c, nlohmann::json& target, int32_t token, const TokenLogprob* lp);
@@ -63,6 +70,9 @@ class GenerationState : public OutputSink, public std::enable_shared_from_this<G
   nlohmann::json chunk_base() const;
   nlohmann::json usage() const;
   nlohmann::json stop_reason(const Choice& c) const;
+  std::string finish_reason(const Choice& c) const;
+  nlohmann::json tool_call_json(size_t choice, size_t index, const ParsedToolCall& call) const;
+  std::vector<nlohmann::json> chat_deltas(size_t choice, Choice& c, const std::string& text, bool finished);
   void write_chunk(const nlohmann::json& chunk);
   void finish_stream();
   void finish_response();

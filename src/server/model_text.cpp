@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/log.h"
+#include "tokenizer/chat_template.h"
 
 namespace megadecode {
 
@@ -41,15 +43,50 @@ TextDecoderFactory streaming_decoders(const Tokenizer& tokenizer) {
   return [&tokenizer](bool skip_special) { return std::make_unique<StreamingTextDecoder>(tokenizer, skip_special); };
 }
 
+ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags& flags) {
+  ChatSupport support;
+  std::optional<ChatFamily> family;
+  try {
+    const ChatTemplate tmpl = flags.chat_template ? ChatTemplate::from_file(*flags.chat_template)
+                                                  : ChatTemplate::load(model_dir);
+    family = tmpl.family();
+    support.render = [tmpl](const ChatInput& input) { return tmpl.render(input); };
+    if (tmpl.exact()) {
+      log_info("chat template: ", chat_family_name(tmpl.family()));
+    } else {
+      log_warn("chat template: of the ", chat_family_name(tmpl.family()), " family but not its published text; ",
+               "rendered as the published template");
+    }
+  } catch (const Error& e) {
+    if (flags.chat_template) throw;  // a template the user named must work
+    support.unavailable = cat("this model serves no chat: ", e.what());
+    log_warn(support.unavailable);
+  }
+  if (family) {
+    support.tool_format = *family == ChatFamily::kQwen3 ? ToolCallFormat::kHermes : ToolCallFormat::kQwen3Coder;
+    support.reasoning = *family == ChatFamily::kQwen3;
+  }
+  if (flags.tool_call_parser) {
+    const std::string& name = *flags.tool_call_parser;
+    support.tool_format = tool_call_format_from_name(name);
+    MD_REQUIRE(support.tool_format || name == "none", "--tool-call-parser must be hermes, qwen3_coder (qwen3_xml) or ",
+               "none, got \"", name, "\"");
+  }
+  if (flags.reasoning_parser) {
+    const std::string& name = *flags.reasoning_parser;
+    MD_REQUIRE(name == "qwen3" || name == "none", "--reasoning-parser must be qwen3 or none, got \"", name, "\"");
+    support.reasoning = name == "qwen3";
+  }
+  return support;
+}
+
 ServedModel served_model(const std::filesystem::path& model_dir, const std::string& name, const ModelConfig& config,
-                         const Tokenizer& tokenizer) {
+                         const Tokenizer& tokenizer, const ChatFlags& chat_flags) {
   ServedModel m;
   m.name = name;
   m.root = model_dir.string();
   m.tokenizer = &tokenizer;
-  m.render_chat = [](std::span<const ChatMessage> messages, bool add_generation_prompt) {
-    return render_chat(messages, add_generation_prompt);
-  };
+  m.chat = chat_support(model_dir, chat_flags);
   m.defaults = load_generation_defaults(model_dir);
   auto add = [&](int32_t t) {
     if (t >= 0 && std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), t) == m.eos_token_ids.end())

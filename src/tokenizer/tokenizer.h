@@ -1,5 +1,5 @@
-// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (Qwen2/Qwen3 style), the
-// chat template of tokenizer_config.json (plain chat), and a streaming detokenizer.
+// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (Qwen2/Qwen3 style) and a
+// streaming detokenizer (the chat template is tokenizer/chat_template.h).
 // Thread-safety: a loaded Tokenizer is immutable apart from an internal, locked BPE cache, so
 // any number of threads may encode/decode concurrently.
 #pragma once
@@ -49,14 +49,5 @@ class StreamingDetokenizer {
   bool skip_special_;
   std::string pending_;  // bytes not yet emitted: a truncated UTF-8 character (at most 3 bytes)
 };
-
-struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
-  std::string content;
-};
-
-// Renders messages exactly as the Qwen3 chat template does for plain chat (no tools, default
-// reasoning settings). Error for what it does not support (unknown roles, ...).
-std::string render_chat(std::span<const ChatMessage> messages, bool add_generation_prompt);
 
 }  // namespace megadecode

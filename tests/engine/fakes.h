@@ -140,7 +140,7 @@ class FakeBackend : public Backend {
     gate_cv_.notify_all();
   }
 
- private:
+ protected:  // the slot store and the lock, for test backends built on this one
   static constexpr int64_t kPoison = -1;
   void pause() {
     if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_.load()));
@@ -171,10 +171,12 @@ class FakeBackend : public Backend {
   }
 
   ModelConfig config_;
+  mutable std::mutex mutex_;
+
+ private:
   int n_blocks_;
   int block_size_;
   std::vector<int64_t> slots_;  // [n_blocks * block_size] (position << 32) | token
-  mutable std::mutex mutex_;
   std::string log_;  // 'p' per prefill call, 'd' per decode call
   size_t n_prefill_tokens_ = 0;
   size_t max_batch_ = 0;

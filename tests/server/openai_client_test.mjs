@@ -3,24 +3,9 @@
 // to exception classes. Usage: node openai_client_test.mjs BASE_URL MODEL. Exit 0 when all pass.
 import OpenAI from 'openai';
 import assert from 'node:assert/strict';
+import { start_client_test } from './openai_test_harness.mjs';
 
-const [baseURL, model] = process.argv.slice(2);
-if (!baseURL || !model) {
-  console.error('usage: node openai_client_test.mjs BASE_URL MODEL');
-  process.exit(2);
-}
-const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
-let checks = 0;
-
-async function check(name, fn) {
-  try {
-    await fn();
-    checks++;
-  } catch (e) {
-    console.error(`FAIL ${name}: ${e.stack || e}`);
-    process.exit(1);
-  }
-}
+const { client, model, check, finish } = start_client_test('openai_client_test.mjs');
 
 function validUsage(u) {
   assert.ok(u.prompt_tokens > 0);
@@ -154,4 +139,4 @@ await check('errors', async () => {
   await assert.rejects(client.chat.completions.create({ model, messages: [] }), OpenAI.BadRequestError);
 });
 
-console.log(`ok ${checks} checks`);
+finish();

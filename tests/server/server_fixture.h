@@ -66,11 +66,18 @@ class FakeTokenizer : public Tokenizer {
   std::optional<int32_t> eos_token_id() const override { return kFakeEos; }
 };
 
-inline std::string fake_render_chat(std::span<const ChatMessage> messages, bool add_generation_prompt) {
+// The fake model's chat template: roles and contents only (no tool-call or reasoning format).
+inline std::string fake_render_chat(const ChatInput& input) {
   std::string s;
-  for (const ChatMessage& m : messages) s += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) s += "<|im_start|>assistant\n";
+  for (const ChatMessage& m : input.messages) s += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  if (input.add_generation_prompt) s += "<|im_start|>assistant\n";
   return s;
+}
+
+inline ChatInput user_chat(std::vector<std::pair<std::string, std::string>> messages) {
+  ChatInput in;
+  for (auto& [role, content] : messages) in.messages.push_back(ChatMessage{role, content, {}, {}, {}});
+  return in;
 }
 
 struct TestServerOptions {
@@ -97,7 +104,7 @@ class TestServer {
     model.name = "fake-model";
     model.root = "/models/fake";
     model.tokenizer = &tokenizer;
-    model.render_chat = fake_render_chat;
+    model.chat.render = fake_render_chat;
     model.defaults = o.defaults;
     model.eos_token_ids = {kFakeEos};
     service = std::make_unique<OpenAiService>(*engine, model);

@@ -85,8 +85,7 @@ TEST(ServerApi, ChatStreamEqualsNonStream) {
   json w = whole.json();
   EXPECT_EQ(w["object"], "chat.completion");
   EXPECT_EQ(w["choices"][0]["message"]["role"], "assistant");
-  const std::string prompt = testing::fake_render_chat(
-      std::vector<ChatMessage>{{"system", "Be brief."}, {"user", "Hi there"}}, true);
+  const std::string prompt = testing::fake_render_chat(testing::user_chat({{"system", "Be brief."}, {"user", "Hi there"}}));
   Expected e = expected(prompt, 20);
   EXPECT_EQ(w["choices"][0]["message"]["content"], e.text);
   EXPECT_EQ(w["usage"]["prompt_tokens"], testing::FakeTokenizer().encode(prompt, false).size());
@@ -229,7 +228,7 @@ TEST(ServerApi, SmallEndpoints) {
   EXPECT_EQ(tok["max_model_len"], 512);
   json chat_tok = c.request("POST", "/tokenize", json{{"messages", {{{"role", "user"}, {"content", "x"}}}}}.dump()).json();
   EXPECT_EQ(chat_tok["count"], testing::FakeTokenizer().encode(
-      testing::fake_render_chat(std::vector<ChatMessage>{{"user", "x"}}, true), false).size());
+      testing::fake_render_chat(testing::user_chat({{"user", "x"}})), false).size());
   json detok = c.request("POST", "/detokenize", json{{"tokens", {104, 105}}}.dump()).json();
   EXPECT_EQ(detok["prompt"], "hi");
   post_json(server.port(), "/v1/completions", {{"prompt", "metrics"}, {"max_tokens", 2}});

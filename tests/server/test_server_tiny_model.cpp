@@ -75,7 +75,7 @@ struct TinyStack {
 
 // TinyStack behind the HTTP server, as `megadecode serve` assembles it.
 struct TinyServer {
-  TinyServer() : service(*stack.engine, served_model(tiny_model_dir(), "tiny", stack.model->config, *stack.tokenizer)) {
+  TinyServer() : service(*stack.engine, served_model(tiny_model_dir(), "tiny", stack.model->config, *stack.tokenizer, ChatFlags{})) {
     HttpServerConfig hc;
     hc.port = 0;
     http = std::make_unique<HttpServer>(hc, service.handler());

@@ -382,33 +382,5 @@ TEST(StreamingDetokenizer, HoldsBackPartialCharacters) {
   EXPECT_EQ(detok.flush(), "");
 }
 
-TEST(ChatTemplate, HandChecked) {
-  using M = std::vector<ChatMessage>;
-  EXPECT_EQ(render_chat(M{{"system", "S"}, {"user", "hi"}}, true),
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(render_chat(M{{"user", "hi"}}, false), "<|im_start|>user\nhi<|im_end|>\n");
-  // History: reasoning of earlier turns is dropped; the final assistant turn keeps a think block.
-  EXPECT_EQ(render_chat(M{{"user", "q1"},
-                          {"assistant", "<think>\nr1\n</think>\n\na1"},
-                          {"user", "q2"},
-                          {"assistant", "\n\na2"}},
-                        true),
-            "<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\na1<|im_end|>\n<|im_start|>user\nq2<|im_end|>\n"
-            "<|im_start|>assistant\n<think>\n\n</think>\n\na2<|im_end|>\n<|im_start|>assistant\n");
-  // Only newlines are stripped around the reasoning and the answer (Python str.strip("\n")).
-  EXPECT_EQ(render_chat(M{{"user", "q"}, {"assistant", "<think>\n \nr\n</think>\n\n  ans"}}, false),
-            "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n \nr\n</think>\n\n  ans<|im_end|>\n");
-  // A later system message renders like a user message; a wrapped tool response is not a query.
-  EXPECT_EQ(render_chat(M{{"user", "q"}, {"system", "s2"}, {"assistant", "<think>x</think>y"},
-                          {"user", "<tool_response>r</tool_response>"}, {"assistant", "<think>z</think>w"}},
-                        false),
-            "<|im_start|>user\nq<|im_end|>\n<|im_start|>system\ns2<|im_end|>\n<|im_start|>assistant\n<think>\nx\n"
-            "</think>\n\ny<|im_end|>\n<|im_start|>user\n<tool_response>r</tool_response><|im_end|>\n"
-            "<|im_start|>assistant\n<think>\nz\n</think>\n\nw<|im_end|>\n");
-  EXPECT_THROW(render_chat(M{{"tool", "42"}}, true), Error);
-  EXPECT_THROW(render_chat(M{{"user", "q"}, {"developer", "x"}}, true), Error);
-  EXPECT_THROW(render_chat(M{}, true), Error);
-}
-
 }  // namespace
 }  // namespace megadecode

@@ -1,5 +1,5 @@
 // Shared helpers of the tokenizer tests: the Qwen3 tokenizer loaded once from
-// data/tokenizer/qwen3 (written by scripts/setup), the JavaScript reference run through node,
+// data/tokenizer/qwen3 (written by scripts/setup), the JavaScript references run through node,
 // and printing strings with their bytes escaped.
 #pragma once
 
@@ -50,15 +50,18 @@ inline std::string escaped(const std::string& s, size_t max_bytes = 200) {
   return out;
 }
 
-// Runs scripts/tokenizer_reference.mjs MODE on inputs; returns its "results" array.
-inline nlohmann::json run_reference(const std::string& mode, const nlohmann::json& inputs) {
+// Runs `node scripts/SCRIPT [MODE] IN.json OUT.json` with IN.json = input_text (JSON, dumped by
+// the caller so that ordered keys keep their order); returns OUT.json parsed.
+inline nlohmann::json run_node_reference(const std::string& script, const std::string& mode,
+                                         const std::string& input_text) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("megadecode-tokref-" + std::to_string(getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("megadecode-ref-" + std::to_string(getpid()));
   fs::create_directories(dir);
-  const fs::path in = dir / (mode + "-in.json"), out = dir / (mode + "-out.json"), err = dir / (mode + "-err.txt");
-  std::ofstream(in) << inputs.dump();
-  const std::string script = std::string(MEGADECODE_SOURCE_DIR) + "/scripts/tokenizer_reference.mjs";
-  const std::string cmd = "node '" + script + "' " + mode + " '" + in.string() + "' '" + out.string() + "' 2>'" +
+  const std::string stem = mode.empty() ? std::string("chat") : mode;
+  const fs::path in = dir / (stem + "-in.json"), out = dir / (stem + "-out.json"), err = dir / (stem + "-err.txt");
+  std::ofstream(in) << input_text;
+  const std::string path = std::string(MEGADECODE_SOURCE_DIR) + "/scripts/" + script;
+  const std::string cmd = "node '" + path + "' " + mode + " '" + in.string() + "' '" + out.string() + "' 2>'" +
                           err.string() + "'";
   const int rc = std::system(cmd.c_str());
   std::stringstream err_text, out_text;
@@ -70,7 +73,12 @@ inline nlohmann::json run_reference(const std::string& mode, const nlohmann::jso
   }
   out_text << std::ifstream(out).rdbuf();
   fs::remove_all(dir);
-  nlohmann::json result = nlohmann::json::parse(out_text.str());
+  return nlohmann::json::parse(out_text.str());
+}
+
+// Runs scripts/tokenizer_reference.mjs MODE on inputs; returns its "results" array.
+inline nlohmann::json run_reference(const std::string& mode, const nlohmann::json& inputs) {
+  nlohmann::json result = run_node_reference("tokenizer_reference.mjs", mode, inputs.dump());
   // Our Unicode tables come from Node; a different Node may classify new characters differently.
   EXPECT_EQ(result["unicode"].get<std::string>(), unicode::kUnicodeVersion)
       << "node's Unicode version differs from src/tokenizer/unicode_tables.cpp: regenerate it with "

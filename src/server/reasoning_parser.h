@@ -1,0 +1,29 @@
+// Splits Qwen3's reasoning off generated text that arrives in pieces: output that begins with
+// <think> is reasoning up to </think>, the rest is content (tags may be split anywhere between
+// pieces; text that could still be a tag is held back). Output that does not begin with <think>
+// is all content; reasoning that never closes (the sequence hit max_tokens) stays reasoning, as
+// vLLM's qwen3 parser has it. The tags themselves are dropped; the text between is kept as is.
+// Threading: one instance per generated sequence, used by one thread at a time.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace megadecode {
+
+class ReasoningParser {
+ public:
+  struct Output {
+    std::string reasoning;
+    std::string content;
+  };
+  Output push(std::string_view text);
+  Output finish();  // the end of the text: releases whatever is held
+
+ private:
+  enum class State { kStart, kReasoning, kContent };
+  State state_ = State::kStart;
+  std::string pending_;  // text not yet classified
+};
+
+}  // namespace megadecode

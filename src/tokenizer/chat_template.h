@@ -1,0 +1,75 @@
+// The chat template of a model: the conversation (system/user/assistant/tool messages, tool calls,
+// reasoning, the tools block, enable_thinking) rendered into the prompt text exactly as the
+// model's own Jinja template renders it under Python's jinja2. Two families are implemented, each
+// written out by hand in C++ (chat_template_qwen3.cpp, chat_template_qwen3_coder.cpp): Qwen3
+// (JSON tool calls, <think> reasoning) and Qwen3-Coder (XML tool calls). Any other template is
+// refused with an Error. Thread-safety: a ChatTemplate is immutable; render() may run anywhere.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace megadecode {
+
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  nlohmann::ordered_json arguments = nlohmann::ordered_json::object();  // a JSON object
+};
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" or "tool"
+  std::string content;
+  std::optional<std::string> reasoning_content;  // assistant: the reasoning, when given apart
+  std::vector<ChatToolCall> tool_calls;          // assistant
+  std::string tool_call_id;                      // tool (no template renders it)
+};
+
+// What a template is rendered with (the variables transformers' apply_chat_template passes).
+struct ChatInput {
+  std::vector<ChatMessage> messages;
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // OpenAI tool objects, as sent
+  bool add_generation_prompt = true;
+  // Ends the prompt inside the final message, so that generation continues it (transformers'
+  // rule: cut the rendering right after the final message's text).
+  bool continue_final_message = false;
+  std::optional<bool> enable_thinking;  // chat_template_kwargs; unset is the template's default
+};
+
+enum class ChatFamily { kQwen3, kQwen3Coder };
+const char* chat_family_name(ChatFamily family);  // "qwen3", "qwen3_coder"
+
+class ChatTemplate {
+ public:
+  // The family of a template's text, detected by content. Error for templates of no known family.
+  static ChatTemplate from_text(std::string_view text);
+  static ChatTemplate from_file(const std::filesystem::path& path);  // a .jinja file's text
+  // model_dir/chat_template.jinja when present (as transformers prefers it), else the
+  // "chat_template" of model_dir/tokenizer_config.json. Error when there is none.
+  static ChatTemplate load(const std::filesystem::path& model_dir);
+
+  ChatFamily family() const { return family_; }
+  // Whether the text is byte for byte the published template this renderer reproduces; a
+  // template of the family that differs elsewhere is still rendered as the published one.
+  bool exact() const { return exact_; }
+
+  // The prompt text. Error for conversations the template cannot render (empty, unknown roles,
+  // a continued final message that the template drops, ...).
+  std::string render(const ChatInput& input) const;
+
+ private:
+  ChatTemplate(ChatFamily family, bool exact) : family_(family), exact_(exact) {}
+  ChatFamily family_;
+  bool exact_;
+};
+
+// The published templates' text fingerprints (FNV-1a, 64 bits, trailing newlines dropped).
+uint64_t chat_template_fingerprint(std::string_view text);
+
+}  // namespace megadecode

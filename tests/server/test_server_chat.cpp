@@ -1,0 +1,361 @@
+// Chat as Qwen3 and Qwen3-Coder users call it, over HTTP, on the scripted backend with the real
+// tokenizer and templates: reasoning on and off (chat_template_kwargs), tool calls in both
+// formats (non-streaming and streaming, tags split across tokens, malformed calls), the call ->
+// tool result -> answer loop, tool_choice and parallel_tool_calls, and the fields that are refused.
+#include <gtest/gtest.h>
+
+#include "scripted_server.h"
+
+namespace megadecode {
+namespace {
+
+using nlohmann::json;
+using testing::post_json;
+using testing::ScriptedServer;
+using testing::sse_data;
+
+// One choice of a streamed response, put back together the way OpenAI clients do.
+struct Streamed {
+  std::string role, reasoning, content, finish_reason;
+  json tool_calls = json::array();  // [{id, type, function: {name, arguments}}]
+  int n_reasoning_chunks = 0, n_argument_chunks = 0;
+};
+
+Streamed collect(const std::string& body) {
+  Streamed s;
+  const auto events = sse_data(body);
+  EXPECT_FALSE(events.empty());
+  EXPECT_EQ(events.back(), "[DONE]");
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    EXPECT_FALSE(chunk.contains("error")) << chunk.dump();
+    for (const json& c : chunk["choices"]) {
+      const json& d = c["delta"];
+      if (d.contains("role")) s.role = d["role"];
+      if (d.contains("reasoning_content")) {
+        s.reasoning += d["reasoning_content"].get<std::string>();
+        ++s.n_reasoning_chunks;
+      }
+      if (d.contains("content") && d["content"].is_string()) s.content += d["content"].get<std::string>();
+      for (const json& t : d.value("tool_calls", json::array())) {
+        const size_t index = t["index"];
+        if (t.contains("id")) {  // a new call: id, type and name come first, arguments empty
+          EXPECT_EQ(index, s.tool_calls.size());
+          EXPECT_EQ(t["type"], "function");
+          EXPECT_EQ(t["function"]["arguments"], "");
+          s.tool_calls.push_back({{"id", t["id"]}, {"type", "function"}, {"function", {{"name", t["function"]["name"]}, {"arguments", ""}}}});
+        } else {
+          EXPECT_LT(index, s.tool_calls.size()) << "argument fragment before its call's name";
+          if (index >= s.tool_calls.size()) continue;
+          auto& args = s.tool_calls[index]["function"]["arguments"];
+          args = args.get<std::string>() + t["function"]["arguments"].get<std::string>();
+          ++s.n_argument_chunks;
+        }
+      }
+      if (!c["finish_reason"].is_null()) s.finish_reason = c["finish_reason"];
+    }
+  }
+  return s;
+}
+
+json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
+
+json weather_tools() {
+  return json::parse(R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+      "required": ["city"]}}}])");
+}
+
+// The same request non-streamed and streamed: both must say the same thing.
+std::pair<json, Streamed> both_ways(ScriptedServer& server, json body) {
+  body["model"] = server.model();
+  const auto whole = post_json(server.port(), "/v1/chat/completions", body);
+  EXPECT_EQ(whole.status, 200) << whole.body;
+  body["stream"] = true;
+  const auto streamed = post_json(server.port(), "/v1/chat/completions", body);
+  EXPECT_EQ(streamed.status, 200) << streamed.body;
+  const json message = whole.json()["choices"][0]["message"];
+  Streamed s = collect(streamed.body);
+  EXPECT_EQ(s.role, "assistant");
+  EXPECT_EQ(message["content"].is_null() ? std::string() : message["content"].get<std::string>(), s.content);
+  EXPECT_EQ(message.value("reasoning_content", json()).is_null() ? std::string() : message["reasoning_content"].get<std::string>(), s.reasoning);
+  EXPECT_EQ(message.value("tool_calls", json::array()).size(), s.tool_calls.size());
+  for (size_t i = 0; i < s.tool_calls.size(); ++i) {
+    EXPECT_EQ(message["tool_calls"][i]["function"], s.tool_calls[i]["function"]);
+    EXPECT_EQ(message["tool_calls"][i]["type"], "function");
+    EXPECT_EQ(message["tool_calls"][i]["id"].get<std::string>().rfind("call_", 0), 0u);
+  }
+  EXPECT_EQ(whole.json()["choices"][0]["finish_reason"], s.finish_reason);
+  return {whole.json(), s};
+}
+
+TEST(ServerChat, Qwen3ThinkingSplitsReasoning) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  server.on_text("What is 2+2?", "<think>\nAdd two and two.\n</think>\n\n2 + 2 = 4.");
+  auto [whole, streamed] = both_ways(server, {{"messages", {user("What is 2+2?")}}});
+  const json& m = whole["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "\nAdd two and two.\n");
+  EXPECT_EQ(m["content"], "\n\n2 + 2 = 4.");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
+  EXPECT_GE(streamed.n_reasoning_chunks, 2) << "reasoning streams token by token";
+  EXPECT_FALSE(m.contains("tool_calls"));
+  // Thinking on is the template's default: the prompt ends with the bare generation prompt.
+  EXPECT_TRUE(server.prompts().back().ends_with("<|im_start|>assistant\n"));
+}
+
+TEST(ServerChat, Qwen3ThinkingTagsSplitAcrossTokens) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  // "<think>" and "</think>" as several byte-level tokens instead of their added tokens.
+  server.on("Split tags", server.encode_pieces({"<th", "ink>", "Hmm.", "</", "think", ">", "Done."}));
+  auto [whole, streamed] = both_ways(server, {{"messages", {user("Split tags")}}});
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "Hmm.");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "Done.");
+}
+
+TEST(ServerChat, Qwen3ThinkingOffSplitsNothing) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  server.on_text("No thinking", "<think>literal</think> tags stay");
+  auto [whole, streamed] =
+      both_ways(server, {{"messages", {user("No thinking")}}, {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  const json& m = whole["choices"][0]["message"];
+  EXPECT_EQ(m["content"], "<think>literal</think> tags stay");
+  EXPECT_FALSE(m.contains("reasoning_content"));
+  EXPECT_EQ(streamed.n_reasoning_chunks, 0);
+  EXPECT_TRUE(server.prompts().back().ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+}
+
+TEST(ServerChat, Qwen3SoftSwitchReachesTheModel) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  // /no_think is text for the model, which answers with an empty think block.
+  server.on_text("/no_think", "<think>\n\n</think>\n\nShort answer.");
+  auto [whole, streamed] = both_ways(server, {{"messages", {user("Be quick /no_think")}}});
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "\n\nShort answer.");
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "\n\n");
+  EXPECT_NE(server.prompts().back().find("Be quick /no_think<|im_end|>"), std::string::npos);
+}
+
+TEST(ServerChat, Qwen3ToolCallRoundTrip) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  server.on_text("Weather in Paris?",
+                 "<think>\nI need the tool.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                 "{\"city\": \"Paris\", \"days\": 2}}\n</tool_call>");
+  server.on_text("<tool_response>", "It is sunny in Paris.");
+  const json request = {{"messages", {user("Weather in Paris?")}}, {"tools", weather_tools()}};
+  auto [whole, streamed] = both_ways(server, request);
+  const json& m = whole["choices"][0]["message"];
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["reasoning_content"], "\nI need the tool.\n");
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}, {"days", 2}}));
+  EXPECT_EQ(streamed.n_argument_chunks, 2) << "one argument fragment per member";
+  // The tools reached the template as the client wrote them (this client sorts keys).
+  EXPECT_NE(server.prompts().front().find("<tools>\n{\"function\": {\"description\": \"Weather for a city.\", \"name\": "
+                                          "\"get_weather\", \"parameters\": {\"properties\""),
+            std::string::npos);
+
+  // The client runs the tool and sends the result back.
+  json follow = request;
+  json assistant = m;
+  follow["messages"].push_back(assistant);
+  follow["messages"].push_back({{"role", "tool"}, {"tool_call_id", m["tool_calls"][0]["id"]}, {"content", "sunny, 24 C"}});
+  auto [answer, answer_streamed] = both_ways(server, follow);
+  EXPECT_EQ(answer["choices"][0]["message"]["content"], "It is sunny in Paris.");
+  EXPECT_EQ(answer["choices"][0]["finish_reason"], "stop");
+  const std::string prompt = server.prompts().back();
+  EXPECT_NE(prompt.find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n"
+                        "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nsunny, 24 C\n</tool_response><|im_end|>\n"
+                        "<|im_start|>assistant\n"),
+            std::string::npos)
+      << prompt;
+}
+
+TEST(ServerChat, ToolCallTagsSplitAcrossTokensAndChunks) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  server.on("Split call", server.encode_pieces({"Checking.\n", "<tool", "_call>\n{\"name\": \"get_", "weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</",
+                                                 "tool_", "call>"}));
+  auto [whole, streamed] = both_ways(server, {{"messages", {user("Split call")}}, {"tools", weather_tools()}});
+  const json& m = whole["choices"][0]["message"];
+  EXPECT_EQ(m["content"], "Checking.");
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
+}
+
+TEST(ServerChat, MalformedToolCallIsContent) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  const std::string bad = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>";
+  server.on_text("Broken call", bad);
+  auto [whole, streamed] = both_ways(server, {{"messages", {user("Broken call")}}, {"tools", weather_tools()}});
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], bad);
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
+  // Cut off by max_tokens in the middle of a call: the text so far, finish_reason length.
+  server.on_text("Cut call", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>");
+  auto [cut, cut_streamed] = both_ways(server, {{"messages", {user("Cut call")}}, {"tools", weather_tools()}, {"max_tokens", 5}});
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(cut["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(cut["choices"][0]["message"]["content"].get<std::string>().rfind("<tool_call>", 0), 0u);
+}
+
+TEST(ServerChat, Qwen3CoderXmlToolCalls) {
+  ScriptedServer server(ChatFamily::kQwen3Coder);
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "write_file", "description": "Write a file.",
+      "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}, "content": {"type": "string"},
+      "mode": {"type": ["integer", "null"], "default": 420}}, "required": ["file_path", "content"]}}}])");
+  server.on_text("Write hello", "I'll write it.\n<tool_call>\n<function=write_file>\n<parameter=file_path>\n/tmp/h.txt\n"
+                                "</parameter>\n<parameter=content>\nhello\nworld\n</parameter>\n<parameter=mode>\n384\n"
+                                "</parameter>\n</function>\n</tool_call>");
+  server.on_text("<tool_response>", "Done.");
+  const json request = {{"messages", {user("Write hello")}}, {"tools", tools}};
+  auto [whole, streamed] = both_ways(server, request);
+  const json& m = whole["choices"][0]["message"];
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(m["content"], "I'll write it.");
+  EXPECT_FALSE(m.contains("reasoning_content")) << "Qwen3-Coder has no reasoning parser";
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"file_path\": \"/tmp/h.txt\", \"content\": \"hello\\nworld\", \"mode\": 384}");
+  EXPECT_NE(server.prompts().front().find("<type>['integer', 'null']</type>\n<default>420</default>"), std::string::npos);
+
+  json follow = request;
+  follow["messages"].push_back(m);
+  follow["messages"].push_back({{"role", "tool"}, {"tool_call_id", m["tool_calls"][0]["id"]}, {"content", "ok"}});
+  auto [answer, answer_streamed] = both_ways(server, follow);
+  EXPECT_EQ(answer["choices"][0]["message"]["content"], "Done.");
+  EXPECT_NE(server.prompts().back().find("<|im_start|>assistant\nI'll write it.\n\n<tool_call>\n<function=write_file>\n"
+                                         "<parameter=file_path>\n/tmp/h.txt\n</parameter>\n<parameter=content>\nhello\nworld\n"
+                                         "</parameter>\n<parameter=mode>\n384\n</parameter>\n</function>\n</tool_call><|im_end|>\n"
+                                         "<|im_start|>user\n<tool_response>\nok\n</tool_response>\n<|im_end|>\n"),
+            std::string::npos)
+      << server.prompts().back();
+}
+
+TEST(ServerChat, ToolChoiceAndParallelCalls) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  const std::string two_calls =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"A\"}}\n</tool_call>\n<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"B\"}}\n</tool_call>";
+  server.on_text("Two cities", two_calls);
+  auto [both, both_s] = both_ways(server, {{"messages", {user("Two cities")}}, {"tools", weather_tools()}});
+  ASSERT_EQ(both["choices"][0]["message"]["tool_calls"].size(), 2u);
+  EXPECT_NE(both["choices"][0]["message"]["tool_calls"][0]["id"], both["choices"][0]["message"]["tool_calls"][1]["id"]);
+  auto [one, one_s] = both_ways(server, {{"messages", {user("Two cities")}}, {"tools", weather_tools()}, {"parallel_tool_calls", false}});
+  ASSERT_EQ(one["choices"][0]["message"]["tool_calls"].size(), 1u);
+  // "none": the tools are still in the prompt, the output is not parsed.
+  auto [none, none_s] = both_ways(server, {{"messages", {user("Two cities")}}, {"tools", weather_tools()}, {"tool_choice", "none"}});
+  EXPECT_EQ(none["choices"][0]["message"]["content"], two_calls);
+  EXPECT_EQ(none["choices"][0]["finish_reason"], "stop");
+  // A named function: the prompt ends with the call's opening, the model writes the arguments.
+  server.on_text("Forced", "{\"city\": \"Lima\"}}\n</tool_call>");
+  auto [named, named_s] = both_ways(server, {{"messages", {user("Forced")}}, {"tools", weather_tools()},
+                                             {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
+  EXPECT_TRUE(server.prompts().back().ends_with(
+      "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "));
+  ASSERT_EQ(named["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(named["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Lima\"}");
+  // "required": the opening up to the name.
+  server.on_text("Must call", "get_weather\", \"arguments\": {\"city\": \"Quito\"}}\n</tool_call>");
+  auto [req, req_s] = both_ways(server, {{"messages", {user("Must call")}}, {"tools", weather_tools()}, {"tool_choice", "required"}});
+  ASSERT_EQ(req["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(req["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+}
+
+TEST(ServerChat, ChoicesHaveTheirOwnCalls) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  server.on_text("n=2", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"X\"}}\n</tool_call>");
+  const auto r = post_json(server.port(), "/v1/chat/completions",
+                           {{"messages", {user("n=2")}}, {"tools", weather_tools()}, {"n", 2}, {"temperature", 1.0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = r.json();
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_NE(j["choices"][0]["message"]["tool_calls"][0]["id"], j["choices"][1]["message"]["tool_calls"][0]["id"]);
+}
+
+TEST(ServerChat, ContinueFinalMessage) {
+  ScriptedServer server(ChatFamily::kQwen3Coder);
+  server.on_text("def add(a, b):", "\n    return a + b");
+  const auto r = post_json(server.port(), "/v1/chat/completions",
+                           {{"messages", {user("Write add."), {{"role", "assistant"}, {"content", "def add(a, b):"}}}},
+                            {"add_generation_prompt", false}, {"continue_final_message", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(server.prompts().back().ends_with("<|im_start|>assistant\ndef add(a, b):"));
+  EXPECT_EQ(r.json()["choices"][0]["message"]["content"], "\n    return a + b");
+}
+
+TEST(ServerChat, ParserFlagsOverrideTheTemplate) {
+  ChatFlags no_reasoning;
+  no_reasoning.reasoning_parser = "none";
+  ScriptedServer plain(ChatFamily::kQwen3, no_reasoning);
+  plain.on_text("q", "<think>r</think>a");
+  auto [whole, streamed] = both_ways(plain, {{"messages", {user("q")}}});
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "<think>r</think>a");
+
+  ChatFlags xml;
+  xml.tool_call_parser = "qwen3_coder";
+  ScriptedServer coder_calls(ChatFamily::kQwen3, xml);
+  coder_calls.on_text("q", "<tool_call>\n<function=get_weather>\n<parameter=city>\nBern\n</parameter>\n</function>\n</tool_call>");
+  auto [call, call_streamed] = both_ways(coder_calls, {{"messages", {user("q")}}, {"tools", weather_tools()}});
+  EXPECT_EQ(call["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Bern\"}");
+
+  ChatFlags none;
+  none.tool_call_parser = "none";
+  ScriptedServer no_tools(ChatFamily::kQwen3, none);
+  const auto r = post_json(no_tools.port(), "/v1/chat/completions", {{"messages", {user("q")}}, {"tools", weather_tools()}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("--tool-call-parser"), std::string::npos) << r.body;
+
+  ChatFlags bad;
+  bad.tool_call_parser = "pythonic";
+  EXPECT_THROW(chat_support(testing::qwen3_tokenizer_dir(), bad), Error);
+  bad = ChatFlags{};
+  bad.reasoning_parser = "deepseek_r1";
+  EXPECT_THROW(chat_support(testing::qwen3_tokenizer_dir(), bad), Error);
+  bad = ChatFlags{};
+  bad.chat_template = testing::qwen3_tokenizer_dir() / "tokenizer.json";  // not a template
+  EXPECT_THROW(chat_support(testing::qwen3_tokenizer_dir(), bad), Error);
+  // A model directory without a template serves no chat, and says so.
+  const ChatSupport missing = chat_support(std::filesystem::temp_directory_path(), ChatFlags{});
+  EXPECT_FALSE(missing.render);
+  EXPECT_NE(missing.unavailable.find("no chat"), std::string::npos);
+}
+
+TEST(ServerChat, RefusedFieldsSayWhich) {
+  ScriptedServer server(ChatFamily::kQwen3);
+  auto expect_400 = [&](json body, const std::string& param, const std::string& words) {
+    body["model"] = server.model();
+    if (!body.contains("messages")) body["messages"] = {user("x")};
+    const auto r = post_json(server.port(), "/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << body.dump() << " -> " << r.body;
+    const json e = json::parse(r.body)["error"];
+    EXPECT_EQ(e["param"], param) << r.body;
+    EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << r.body;
+  };
+  expect_400({{"response_format", {{"type", "json_object"}}}}, "response_format", "json_object");
+  expect_400({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}, "response_format", "json_schema");
+  expect_400({{"tools", {{{"type", "retrieval"}}}}}, "tools", "function");
+  expect_400({{"tools", {{{"type", "function"}, {"function", {{"description", "no name"}}}}}}}, "tools", "name");
+  expect_400({{"tool_choice", "auto"}}, "tool_choice", "tools");
+  expect_400({{"tools", weather_tools()}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}, "tool_choice", "nope");
+  expect_400({{"tools", weather_tools()}, {"tool_choice", "sometimes"}}, "tool_choice", "required");
+  expect_400({{"chat_template_kwargs", {{"enable_thinking", "no"}}}}, "chat_template_kwargs", "boolean");
+  expect_400({{"chat_template_kwargs", {{"tools", json::array()}}}}, "chat_template_kwargs", "tools");
+  expect_400({{"continue_final_message", true}}, "continue_final_message", "add_generation_prompt");
+  expect_400({{"chat_template", "{{ messages }}"}}, "chat_template", "not supported");
+  expect_400({{"functions", {{{"name", "f"}}}}}, "functions", "not supported");
+  expect_400({{"messages", {{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {{{"type", "function"},
+              {"function", {{"name", "f"}, {"arguments", "{not json"}}}}}}}}}}, "messages", "JSON object");
+  expect_400({{"messages", {{{"role", "user"}, {"content", "x"}, {"tool_calls", json::array({json::object()})}}}}}, "messages", "assistant");
+  expect_400({{"echo", true}}, "echo", "chat");
+  expect_400({{"use_beam_search", true}}, "use_beam_search", "not supported");
+  expect_400({{"priority", 3}}, "priority", "not supported");
+  // Keys no template reads are ignored, as vLLM drops them; a tool message is a message; vLLM's
+  // extensions at their defaults change nothing.
+  const auto ok = post_json(server.port(), "/v1/chat/completions",
+                            {{"messages", {user("x"), {{"role", "tool"}, {"content", "result"}}}},
+                             {"chat_template_kwargs", {{"custom_flag", 1}}}, {"max_tokens", 2},
+                             {"use_beam_search", false}, {"priority", 0}, {"echo", false}, {"user", "u"}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+}  // namespace
+}  // namespace megadecode

@@ -1,0 +1,111 @@
+// Conformance of the chat templates with the models' own Jinja templates run by @huggingface/jinja
+// (scripts/chat_template_reference.mjs): byte-identical prompts for thousands of generated
+// conversations per template, covering tools, tool calls, tool results, reasoning, the thinking
+// flags and the template options; errors must agree too (both refuse, or neither).
+#include <gtest/gtest.h>
+
+#include "chat_samples.h"
+#include "tokenizer_test_util.h"
+
+namespace megadecode {
+namespace {
+
+using testing::escaped;
+using OJson = nlohmann::ordered_json;
+
+constexpr int kConversations = 2000;  // per template
+constexpr int kMaxReported = 8;
+
+struct Coverage {
+  int with_tools = 0, with_tool_calls = 0, with_tool_results = 0, with_reasoning = 0, continued = 0, errors = 0;
+  int thinking[3] = {0, 0, 0};  // unset, true, false
+};
+
+OJson reference_input(const ChatInput& in, const char* family) {
+  OJson messages = OJson::array();
+  for (const ChatMessage& m : in.messages) messages.push_back(testing::message_json(m));
+  OJson j = {{"template", family}, {"messages", messages}, {"add_generation_prompt", in.add_generation_prompt}};
+  if (!in.tools.empty() || in.messages.size() % 2 == 0) j["tools"] = in.tools;  // an empty list, now and then
+  if (in.continue_final_message) j["continue_final_message"] = true;
+  if (in.enable_thinking) j["enable_thinking"] = *in.enable_thinking;
+  return j;
+}
+
+void check_family(ChatFamily family, const std::filesystem::path& template_file, bool from_config) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu (MEGADECODE_SEED reproduces it)\n", static_cast<unsigned long long>(seed));
+  const ChatTemplate tmpl = from_config ? ChatTemplate::load(template_file) : [&] {
+    std::ifstream in(template_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    return ChatTemplate::from_text(text.str());
+  }();
+  ASSERT_EQ(tmpl.family(), family);
+  EXPECT_TRUE(tmpl.exact()) << "the template text differs from the published one this renderer reproduces";
+
+  testing::ChatSampler sampler(seed);
+  std::vector<ChatInput> inputs;
+  OJson ref_inputs = OJson::array();
+  Coverage cov;
+  for (int i = 0; i < kConversations; ++i) {
+    inputs.push_back(sampler.conversation());
+    const ChatInput& in = inputs.back();
+    ref_inputs.push_back(reference_input(in, chat_family_name(family)));
+    cov.with_tools += !in.tools.empty();
+    bool calls = false, results = false, reasoning = false;
+    for (const ChatMessage& m : in.messages) {
+      calls |= !m.tool_calls.empty();
+      results |= m.role == "tool";
+      reasoning |= m.reasoning_content.has_value() || m.content.find("</think>") != std::string::npos;
+    }
+    cov.with_tool_calls += calls;
+    cov.with_tool_results += results;
+    cov.with_reasoning += reasoning;
+    cov.continued += in.continue_final_message;
+    ++cov.thinking[!in.enable_thinking ? 0 : (*in.enable_thinking ? 1 : 2)];
+  }
+  const nlohmann::json results = testing::run_node_reference("chat_template_reference.mjs", "", ref_inputs.dump())["results"];
+  ASSERT_EQ(results.size(), inputs.size());
+  int mismatches = 0;
+  size_t bytes = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::string ours, error;
+    try {
+      ours = tmpl.render(inputs[i]);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    const bool ref_error = results[i].is_object();
+    cov.errors += ref_error;
+    bytes += ours.size();
+    const std::string theirs = ref_error ? "" : results[i].get<std::string>();
+    const bool same = ref_error ? !error.empty() : (error.empty() && ours == theirs);
+    if (!same && ++mismatches <= kMaxReported) {
+      size_t at = 0;
+      while (at < ours.size() && at < theirs.size() && ours[at] == theirs[at]) ++at;
+      ADD_FAILURE() << chat_family_name(family) << " conversation " << i << ": " << ref_inputs[i].dump().substr(0, 600)
+                    << "\n  ours:      " << (error.empty() ? "\"" + escaped(ours.substr(at > 60 ? at - 60 : 0), 300) + "\"" : "error: " + error)
+                    << "\n  reference: " << (ref_error ? "error: " + results[i]["error"].dump() : "\"" + escaped(theirs.substr(at > 60 ? at - 60 : 0), 300) + "\"")
+                    << "\n  (first difference at byte " << at << ")";
+    }
+  }
+  std::printf("%s: %zu conversations, %zu prompt bytes; %d with tools, %d with tool calls, %d with tool results, "
+              "%d with reasoning, %d continue_final_message; enable_thinking unset/true/false %d/%d/%d; %d refused by "
+              "both; %d mismatches\n",
+              chat_family_name(family), inputs.size(), bytes, cov.with_tools, cov.with_tool_calls, cov.with_tool_results,
+              cov.with_reasoning, cov.continued, cov.thinking[0], cov.thinking[1], cov.thinking[2], cov.errors, mismatches);
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(ChatTemplateConformance, Qwen3MatchesReference) {
+  check_family(ChatFamily::kQwen3, testing::qwen3_dir(), /*from_config=*/true);
+}
+
+TEST(ChatTemplateConformance, Qwen3CoderMatchesReference) {
+  check_family(ChatFamily::kQwen3Coder,
+               std::filesystem::path(MEGADECODE_SOURCE_DIR) / "tests/data/qwen3_coder_chat_template.jinja",
+               /*from_config=*/false);
+}
+
+}  // namespace
+}  // namespace megadecode
