@@ -67,6 +67,16 @@ MeasuredTimeline read_measured_timeline(const std::string& path) {
   return m;
 }
 
+SimParams read_sim_params(const std::string& path, const SimParams& base) {
+  std::ifstream in(path);
+  MD_REQUIRE(in, "cannot open sim params ", path);
+  try {
+    return sim_params_from_json(nlohmann::json::parse(in), base);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat("sim params ", path, " is not JSON: ", e.what()));
+  }
+}
+
 double error_pct(double predicted, double measured) {
   return 100.0 * (predicted - measured) / std::max(std::abs(measured), 1.0);
 }

@@ -25,6 +25,9 @@ struct MeasuredTimeline {
 // an "otherData" is accepted too (the timelines committed under bench/results). Error otherwise.
 MeasuredTimeline read_measured_timeline(const std::string& path);
 
+// sim_params_from_json of a JSON file over `base`; Error naming the file when it is not JSON.
+SimParams read_sim_params(const std::string& path, const SimParams& base);
+
 // Error of a prediction in percent of the measured value: (predicted - measured) / measured, with
 // the measured value taken as at least 1 us (a wave that starts the layer starts at 0).
 double error_pct(double predicted, double measured);
