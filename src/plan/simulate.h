@@ -98,7 +98,7 @@ struct SimResult {
   int64_t hbm_bytes = 0;  // page bytes read from HBM (ring pages and L2 prefetches)
   int64_t l2_bytes = 0;   // ring page bytes read from L2 (v2 prefetched)
   int64_t events = 0;
-  std::vector<WorkSlice> slices;  // every work (task or item) the consumers ran
+  std::vector<WorkSlice> slices;  // every work (task or item) the consumers ran, SM by SM, in time order
 };
 
 struct SimPlan;

@@ -4,6 +4,7 @@
 // (consuming pages, items with their split merge) are here.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>

@@ -121,7 +121,6 @@ void Engine::on_landed(int sm, int64_t seq, Agent& a) {
 void Engine::release(int sm, int64_t seq) {
   SmMem& m = sms_[sm];
   MD_CHECK(seq == m.released, "pages are released in ring order");
-  pages_[m.ring[seq]].released = true;
   ++m.released;
   if (m.slot_waiter) {
     Agent* a = std::exchange(m.slot_waiter, nullptr);

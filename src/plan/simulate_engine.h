@@ -159,7 +159,6 @@ class Engine {
     double landed = kNever;
     int64_t seq;  // ring sequence number, -1 for an L2 prefetch
     bool from_l2;
-    bool released = false;
   };
   // Bytes of the SMs in service are served at min(cap, bw / n) each, in "virtual bytes" V.
   struct Pool {
