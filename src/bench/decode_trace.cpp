@@ -86,61 +86,6 @@ nlohmann::json work_args(const TraceRecord& r, const Plan& plan) {
   return a;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-// The per-layer timeline (WaveTiming) from every SM's work slices.
-void layer_timeline(const std::vector<std::vector<Slice>>& work, TraceSummary& s) {
-  struct Wave {
-    double first = std::numeric_limits<double>::max(), last = std::numeric_limits<double>::lowest();
-    std::vector<double> dur;
-  };
-  std::map<int, std::map<int32_t, Wave>> layers;  // layer -> op -> wave
-  for (const auto& sm : work)
-    for (const Slice& w : sm) {
-      if (w.r->op < 0 || w.r->layer < 0) continue;  // arrivals, and the work after the last layer
-      Wave& wv = layers[w.r->layer][w.r->op];
-      wv.first = std::min(wv.first, w.t0);
-      wv.last = std::max(wv.last, w.t1);
-      wv.dur.push_back(w.t1 - w.t0);
-    }
-  if (layers.empty()) return;
-  std::vector<int> ids;
-  for (const auto& [l, _] : layers) ids.push_back(l);
-  // The middle layers: the first starts cold and the last feeds the LM head.
-  const size_t lo = ids.size() >= 3 ? 1 : 0, hi = ids.size() >= 3 ? ids.size() - 1 : ids.size();
-  std::map<int32_t, std::vector<double>> start, end, p50, mx, count;
-  std::vector<double> layer_len;
-  for (size_t i = lo; i < hi; ++i) {
-    const auto& ops = layers[ids[i]];
-    double l0 = std::numeric_limits<double>::max();
-    for (const auto& [op, wv] : ops) l0 = std::min(l0, wv.first);
-    if (i + 1 < ids.size() && ids[i + 1] == ids[i] + 1) {
-      double next = std::numeric_limits<double>::max();
-      for (const auto& [op, wv] : layers[ids[i + 1]]) next = std::min(next, wv.first);
-      layer_len.push_back(next - l0);
-    }
-    for (const auto& [op, wv] : ops) {
-      start[op].push_back(wv.first - l0);
-      end[op].push_back(wv.last - l0);
-      p50[op].push_back(median(wv.dur));
-      mx[op].push_back(*std::max_element(wv.dur.begin(), wv.dur.end()));
-      count[op].push_back(static_cast<double>(wv.dur.size()));
-    }
-  }
-  s.layer_us = median(layer_len) * 1e-3;
-  for (const auto& [op, v] : start)
-    s.layer_timeline.push_back({op_label(op), median(v) * 1e-3, median(end[op]) * 1e-3, 0, median(p50[op]) * 1e-3,
-                                median(mx[op]) * 1e-3, static_cast<int>(median(count[op]))});
-  std::sort(s.layer_timeline.begin(), s.layer_timeline.end(),
-            [](const WaveTiming& a, const WaveTiming& b) { return a.start_us < b.start_us; });
-  for (size_t i = 1; i < s.layer_timeline.size(); ++i)
-    s.layer_timeline[i].gap_us = s.layer_timeline[i].start_us - s.layer_timeline[i - 1].end_us;
-}
-
 }  // namespace
 
 nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan& plan, int64_t dropped,
@@ -223,7 +168,12 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
       }
     }
   }
-  layer_timeline(work, s);
+  std::vector<WorkSlice> slices;
+  for (const auto& sm : work)
+    for (const Slice& w : sm) slices.push_back({w.r->op, w.r->layer, w.t0 * 1e-3, w.t1 * 1e-3});
+  LayerTimeline timeline = layer_timeline(slices);
+  s.layer_us = timeline.layer_us;
+  s.layer_timeline = std::move(timeline.waves);
   const double sm_time = static_cast<double>(n_sms) * (t_max - t_min);
   if (sm_time > 0) {
     s.busy_frac = busy / sm_time;
@@ -243,13 +193,7 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
   return {{"traceEvents", std::move(ev)}, {"displayTimeUnit", "ns"}, {"otherData", other}};
 }
 
-nlohmann::json layer_timeline_json(const TraceSummary& s) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const WaveTiming& w : s.layer_timeline)
-    j.push_back({{"op", w.op}, {"start_us", w.start_us}, {"end_us", w.end_us}, {"gap_us", w.gap_us},
-                 {"item_p50_us", w.item_p50_us}, {"item_max_us", w.item_max_us}, {"items", w.items}});
-  return j;
-}
+nlohmann::json layer_timeline_json(const TraceSummary& s) { return wave_timings_json(s.layer_timeline); }
 
 std::string format_trace_summary(const TraceSummary& s) {
   char line[256];
@@ -272,18 +216,7 @@ std::string format_trace_summary(const TraceSummary& s) {
                   sm_us > 0 && st != s.stall_us.end() ? 100 * st->second / sm_us : 0.0);
     out += line;
   }
-  if (!s.layer_timeline.empty()) {
-    std::snprintf(line, sizeof line,
-                  "  one layer (medians over the middle layers): %.1f us\n"
-                  "  %-12s %8s %8s %8s %9s %9s %6s\n",
-                  s.layer_us, "op", "start", "end", "gap", "item p50", "item max", "items");
-    out += line;
-    for (const WaveTiming& w : s.layer_timeline) {
-      std::snprintf(line, sizeof line, "  %-12s %8.2f %8.2f %8.2f %9.2f %9.2f %6d\n", w.op.c_str(), w.start_us,
-                    w.end_us, w.gap_us, w.item_p50_us, w.item_max_us, w.items);
-      out += line;
-    }
-  }
+  if (!s.layer_timeline.empty()) out += format_layer_timeline({s.layer_us, s.layer_timeline});
   return out;
 }
 

@@ -18,17 +18,9 @@
 #include "cuda/mk/trace.h"
 #include "plan/plan.h"
 
-namespace megadecode {
+#include "plan/layer_timeline.h"  // WaveTiming
 
-// One op's wave inside a layer, medians over the middle layers (the first and last differ): when
-// its first work starts and its last work ends (us from the layer's first work), the gap after the
-// previous op's last end (the dependency hop; negative when they overlap), and its items' times.
-struct WaveTiming {
-  std::string op;
-  double start_us = 0, end_us = 0, gap_us = 0;
-  double item_p50_us = 0, item_max_us = 0;
-  int items = 0;
-};
+namespace megadecode {
 
 struct TraceSummary {
   double step_us = 0;    // earliest begin to latest end over all SMs

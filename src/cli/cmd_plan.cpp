@@ -1,31 +1,70 @@
 // `megadecode plan`: builds and validates the decode plan for a model shape and batch without
 // loading weights (--preset uses the built-in shapes, --model reads only config.json), then prints
-// its statistics: tasks per op and per SM, counters, queues, the critical path.
+// its statistics: tasks per op and per SM, counters, queues, the critical path. With --simulate it
+// also predicts the step's timing (plan/simulate.h), and with --trace compares it with a measurement.
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "cuda/mk/attention_choice.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "plan/planner.h"
+#include "plan/simulate_report.h"
 #include "plan/stats.h"
 #include "plan/validator.h"
 
 namespace megadecode {
+namespace {
+
+// --simulate: the statistics plus the predicted timing, and with --trace the error per op wave.
+int simulate_and_print(const Args& args, const Plan& plan, const PlanStats& stats) {
+  const std::string attention = args.get("attention", cuda::kDefaultAttention);
+  SimParams params = v1_h200_params(cuda::parse_attention(attention).impl == cuda::kMkAttnTc);
+  if (args.has("sim-params")) params = read_sim_params(args.require("sim-params"), params);
+  const SimResult sim = simulate_plan(plan, params);
+  std::optional<TimelineComparison> cmp;
+  if (args.has("trace")) {
+    const MeasuredTimeline m = read_measured_timeline(args.require("trace"));
+    const nlohmann::json want = {{"batch", plan.params.shape.batch}, {"attention", attention}};
+    for (const auto& [key, v] : want.items())
+      if (m.meta.contains(key) && m.meta[key] != v)
+        std::fprintf(stderr, "note: the trace's %s is %s, the simulation's %s\n", key.c_str(), m.meta[key].dump().c_str(),
+                     v.dump().c_str());
+    cmp = compare_timelines(sim, m);
+  }
+  if (args.flag("json")) {
+    nlohmann::json j = plan_stats_json(stats);
+    j["simulation"] = simulation_json(sim, params, cmp ? &*cmp : nullptr);
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::cout << format_plan_stats(stats) << format_simulation(sim, cmp ? &*cmp : nullptr);
+  }
+  return 0;
+}
+
+}  // namespace
 
 int cmd_plan(int argc, char** argv) {
   Args args(argc, argv,
-            {"model", "preset", "batch", "context", "policy", "sms", "block-size", "tile-kib", "lm-tile-kib"},
-            {"json", "no-lm-head", "help"});
+            {"model", "preset", "batch", "context", "policy", "sms", "block-size", "tile-kib", "lm-tile-kib",
+             "sim-params", "trace", "attention"},
+            {"json", "no-lm-head", "simulate", "help"});
   if (args.flag("help")) {
     std::printf(
         "usage: megadecode plan (--model DIR | --preset NAME) [--batch B] [--context L[,L2,...]] [--policy P]\n"
         "                       [--sms S] [--block-size N] [--tile-kib K] [--lm-tile-kib K] [--no-lm-head] [--json]\n"
-        "  --context takes one length for every sequence, or one per sequence (cycled).\n");
+        "                       [--simulate [--attention A] [--sim-params FILE.json] [--trace TRACE.json[.gz]]]\n"
+        "  --context takes one length for every sequence, or one per sequence (cycled).\n"
+        "  --simulate predicts the step's timing with the H200-calibrated model of the megakernel running\n"
+        "  --attention A (%s; default %s); --sim-params overrides parameters (keys as in --json's \"params\");\n"
+        "  --trace compares with a trace of bench decode --trace (its per-layer timeline, error per op wave).\n",
+        cuda::kAttentionNames, cuda::kDefaultAttention);
     return 0;
   }
   MD_REQUIRE(args.has("model") != args.has("preset"), "give exactly one of --model DIR and --preset NAME");
@@ -61,6 +100,9 @@ int cmd_plan(int argc, char** argv) {
   const Plan plan = make_plan(config, state, policy, options);
   validate_plan(plan);
   const PlanStats stats = plan_stats(plan);
+  if (args.flag("simulate")) return simulate_and_print(args, plan, stats);
+  MD_REQUIRE(!args.has("sim-params") && !args.has("trace") && !args.has("attention"),
+             "--sim-params, --trace and --attention need --simulate");
   if (args.flag("json")) {
     std::cout << plan_stats_json(stats).dump(2) << "\n";
   } else {

@@ -1,12 +1,15 @@
 // Helpers shared by the plan and emulator tests: random small qwen3_moe shapes, random batches
-// with ragged contexts and shuffled block tables, random policies.
+// with ragged contexts and shuffled block tables, random policies; `megadecode plan` in-process.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "core/rng.h"
 #include "model/config.h"
 #include "model/presets.h"
@@ -85,6 +88,20 @@ inline RandomBatch random_batch(SplitMix64& rng, int batch, int max_ctx, int blo
   }
   for (int i = 0; i < batch; ++i) rb.state.seqs.push_back({ctx[i], rb.tables[i]});
   return rb;
+}
+
+// Runs `megadecode plan ARGS` and returns what it printed (errors propagate as exceptions).
+inline std::string run_plan(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  testing::internal::CaptureStdout();
+  try {
+    EXPECT_EQ(cmd_plan(static_cast<int>(argv.size()), argv.data()), 0);
+  } catch (...) {
+    testing::internal::GetCapturedStdout();
+    throw;
+  }
+  return testing::internal::GetCapturedStdout();
 }
 
 }  // namespace megadecode::test

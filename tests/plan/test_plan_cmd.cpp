@@ -14,22 +14,12 @@
 #include "core/check.h"
 #include "model/config.h"
 #include "model/presets.h"
+#include "plan_test_util.h"
 
 namespace megadecode {
 namespace {
 
-std::string run_plan(std::vector<std::string> args) {
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  testing::internal::CaptureStdout();
-  try {
-    EXPECT_EQ(cmd_plan(static_cast<int>(argv.size()), argv.data()), 0);
-  } catch (...) {
-    testing::internal::GetCapturedStdout();
-    throw;
-  }
-  return testing::internal::GetCapturedStdout();
-}
+using test::run_plan;
 
 TEST(PlanCommand, FullShapeAtBatch1And64) {
   for (int batch : {1, 64}) {

@@ -1,0 +1,110 @@
+// The v2 megakernel's agents (SimLoader::kV2, docs of the v2 design): the loader never waits on a
+// counter; it issues the pages of the SM's next tasks in list order (GEMM weights, attention KV,
+// routed jobs) whenever a ring slot and a work slot are free, and stops only at a routed task
+// until the SM's consumers computed that layer's routing; during that gap it prefetches its own
+// later static tasks' bytes into L2 (up to l2_ahead_bytes), which are then read from L2. The
+// consumers wait on the counters themselves.
+#include "plan/simulate_agents.h"
+
+namespace megadecode::sim {
+namespace {
+
+int64_t task_bytes(const SimTask& t) {
+  int64_t b = t.bytes;
+  for (const SimItem& it : t.items) b += it.bytes;
+  return b;
+}
+
+// The routing gap: later static tasks' bytes into L2, in list order, up to the budget.
+void prefetch_l2(Step& st, SmState& s, int from) {
+  const auto& list = st.e.plan.lists[s.sm];
+  for (int j = from; j < static_cast<int>(list.size()); ++j) {
+    const int64_t budget = st.e.params.l2_ahead_bytes - s.l2_pending;
+    if (budget <= 0) return;
+    if (list[j].cls != SimClass::kGemm && list[j].cls != SimClass::kAttention) continue;
+    const int64_t take = std::min(budget, task_bytes(list[j]) - s.l2_ahead[j]);
+    if (take <= 0) continue;
+    st.e.issue(s.sm, take, false, false);
+    s.l2_ahead[j] += take;
+    s.l2_pending += take;
+  }
+}
+
+// Issues `bytes` of task j starting at byte `offset` of the task, page by page as slots free up;
+// the part prefetched into L2 is read from there.
+Co stream(Step& st, SmState& s, int j, int64_t offset, int64_t bytes) {
+  const int64_t page = st.e.params.page_bytes;
+  for (int64_t k = 0, n = n_pages(bytes, page); k < n; ++k) {
+    while (!st.e.slot_free(s.sm)) {
+      st.e.on_slot(s.sm, s.loader);
+      co_await st.e.block(s.loader, "a free ring slot");
+    }
+    const int64_t b = page_size(bytes, page, k);
+    const bool from_l2 = offset + k * page < s.l2_ahead[j];
+    if (from_l2) s.l2_pending -= b;
+    st.e.issue(s.sm, b, from_l2, true);
+  }
+}
+
+void wake_loader(Step& st, SmState& s, bool& flag) {
+  if (!flag) return;
+  flag = false;
+  st.e.wake_at(st.e.now(), s.loader);
+}
+
+}  // namespace
+
+Co loader_v2(Step& st, SmState& s) {
+  const auto& list = st.e.plan.lists[s.sm];
+  for (int j = 0; j < static_cast<int>(list.size()); ++j) {
+    const SimTask& t = list[j];
+    while (j >= s.consumer_task + st.e.params.work_slots) {  // its work record needs a free slot
+      s.loader_waits_for_consumer = true;
+      co_await st.e.block(s.loader, "a free work slot");
+    }
+    if (t.cls == SimClass::kRouted) {
+      if (!s.routed[t.layer]) prefetch_l2(st, s, j + 1);
+      while (!s.routed[t.layer]) {
+        s.loader_waits_for_routing = true;
+        co_await st.e.block(s.loader, "the layer's routing");
+      }
+    }
+    co_await stream(st, s, j, 0, t.bytes);
+    int64_t offset = t.bytes;
+    for (const SimItem& it : t.items) {
+      co_await stream(st, s, j, offset, it.bytes);
+      offset += it.bytes;
+    }
+  }
+}
+
+Co consumer_v2(Step& st, SmState& s) {
+  const auto& list = st.e.plan.lists[s.sm];
+  for (int j = 0; j < static_cast<int>(list.size()); ++j) {
+    const SimTask& t = list[j];
+    s.consumer_task = j + 1;
+    wake_loader(st, s, s.loader_waits_for_consumer);
+    for (const SimWait& w : t.waits) co_await st.e.wait_counter(s.consumer, w, &s.waits);
+    if (t.computes_routing) {
+      co_await st.e.delay(s.consumer, st.e.params.routing_us);
+      s.routed[t.layer] = 1;
+      wake_loader(st, s, s.loader_waits_for_routing);
+    }
+    // Attention items are work slices of their own (as in a trace), starting after their waits.
+    const bool item_slices = t.cls == SimClass::kAttention && !t.items.empty();
+    co_await st.e.delay(s.consumer, st.e.params.pickup_us);
+    const double t0 = st.e.now();
+    co_await st.e.delay(s.consumer, t.cost_us);
+    co_await consume(st, s, t.bytes);
+    for (const SimItem& it : t.items) {
+      for (const SimWait& w : it.waits) co_await st.e.wait_counter(s.consumer, w, &s.waits);
+      const double i0 = st.e.now();
+      co_await run_item(st, s, it);
+      if (item_slices) s.slices.push_back({static_cast<int>(t.op), t.layer, i0, st.e.now()});
+    }
+    arrive_all(st, t.arrives);
+    if (!item_slices) s.slices.push_back({static_cast<int>(t.op), t.layer, t0, st.e.now()});
+  }
+}
+
+}  // namespace megadecode::sim
