@@ -1,6 +1,6 @@
 // `megadecode bench decode`, host side: flags, their checks and the memory plan of the run. The
 // run (read ceiling, cuda-mk, cuda-ops, ablations, trace) is defined with the CUDA code in
-// src/cuda/mk/bench_decode_run.cu, as `bench bandwidth` and `bench gemm` are, so this library
+// src/bench/gpu/decode_run.cu, as `bench bandwidth` and `bench gemm` are, so this library
 // object never refers to the CUDA library; a build without CUDA gets the Error below.
 #include <algorithm>
 #include <cstdio>
@@ -11,9 +11,9 @@
 #include "bench/decode_bytes.h"
 #include "bench/decode_options.h"
 #include "bench/decode_report.h"
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/check.h"
-#include "cuda/mk/attention_choice.h"
+#include "cuda/backend/attention_choice.h"
 #include "model/presets.h"
 #include "plan/policy.h"
 
@@ -112,7 +112,7 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   }
   // Qwen3-30B-A3B declares 40960 positions and reaches 131072 with YaRN rope scaling. The step's
   // bytes and work do not depend on the rope variant, so longer benchmark contexts raise the
-  // limit and keep plain RoPE (bench_decode_run.cu prints a note).
+  // limit and keep plain RoPE (bench/gpu/decode_run.cu prints a note).
   o.config.max_position_embeddings = std::max(o.config.max_position_embeddings, max_ctx);
   return o;
 }

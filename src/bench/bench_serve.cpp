@@ -18,7 +18,7 @@
 #include "bench/bench.h"
 #include "bench/serve_client.h"
 #include "bench/serve_stall.h"
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "core/rng.h"
 

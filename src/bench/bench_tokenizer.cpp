@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "tokenizer/sample_text.h"
 #include "tokenizer/tokenizer.h"

@@ -1,4 +1,4 @@
-// The GPU side of `megadecode bench decode` (implemented in src/cuda/mk/bench_decode_gpu.cu;
+// The GPU side of `megadecode bench decode` (implemented in src/bench/gpu/decode_gpu.cu;
 // this header has no CUDA types so the driver in bench_decode.cpp stays plain C++): the pure-read
 // ceiling, the synthetic full-shape weights generated on the device, and one backend at a time
 // (cuda-mk or cuda-ops, a plan policy, kernel ablation flags) over a synthetic KV cache filled
@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda/mk/attention_choice.h"
-#include "cuda/mk/trace.h"
+#include "cuda/backend/attention_choice.h"
+#include "cuda/megakernel/trace.h"
 #include "model/config.h"
 #include "plan/plan.h"
 

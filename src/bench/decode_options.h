@@ -1,5 +1,5 @@
 // Options of `megadecode bench decode` and the memory plan of a run: parsed and checked on the
-// host (unit-tested without a GPU); the run itself is src/cuda/mk/bench_decode_run.cu.
+// host (unit-tested without a GPU); the run itself is src/bench/gpu/decode_run.cu.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/mk/attention_choice.h"
+#include "cuda/backend/attention_choice.h"
 #include "model/config.h"
 
 namespace megadecode {

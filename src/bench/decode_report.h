@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/decode_bytes.h"
-#include "cuda/mk/attention_choice.h"
+#include "cuda/backend/attention_choice.h"
 
 namespace megadecode {
 

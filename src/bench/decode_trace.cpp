@@ -8,7 +8,7 @@
 #include <map>
 
 #include "core/check.h"
-#include "plan/ops.h"
+#include "plan/op_table.h"
 
 namespace megadecode {
 namespace {

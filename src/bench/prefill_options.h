@@ -1,6 +1,6 @@
 // Options of `megadecode bench prefill` (parsed and checked on the host, unit-tested without a
 // GPU) and the arithmetic the report uses: flops of a prefill piece on a model shape. The run
-// itself is src/cuda/prefill/bench_prefill_run.cu.
+// itself is src/bench/gpu/prefill_run.cu.
 #pragma once
 
 #include <cstdint>

@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/check.h"
-#include "cuda/mk/attention_choice.h"
+#include "cuda/backend/attention_choice.h"
 
 namespace megadecode {
 

@@ -7,12 +7,12 @@
 #include <memory>
 #include <string>
 
-#include "cli/args.h"
+#include "cli/backend_factory.h"
 #include "cli/backend_flags.h"
 #include "cli/commands.h"
 #include "cli/generate_loop.h"
+#include "core/args.h"
 #include "core/check.h"
-#include "engine/backend_factory.h"
 #include "model/loader.h"
 #include "model/presets.h"
 #include "tokenizer/tokenizer.h"

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "model/config.h"
 #include "model/presets.h"

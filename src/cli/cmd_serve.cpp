@@ -8,12 +8,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "cli/args.h"
+#include "cli/backend_factory.h"
 #include "cli/backend_flags.h"
 #include "cli/commands.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "core/log.h"
-#include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "model/loader.h"
 #include "model/presets.h"

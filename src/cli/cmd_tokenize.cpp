@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "tokenizer/tokenizer.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/sampling_params.h"
+#include "sampling/params.h"
 
 namespace megadecode {
 

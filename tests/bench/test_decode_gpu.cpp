@@ -15,8 +15,8 @@
 
 #include "bench/decode_trace.h"
 #include "core/rng.h"
-#include "cuda/device_info.h"
-#include "cuda/mk/cuda_backend.h"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/common/device_info.h"
 #include "model/presets.h"
 
 namespace megadecode {

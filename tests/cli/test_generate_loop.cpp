@@ -6,9 +6,9 @@
 #include <algorithm>
 
 #include "../ref/ref_test_util.h"
+#include "cli/backend_factory.h"
 #include "cli/generate_loop.h"
 #include "core/check.h"
-#include "engine/backend_factory.h"
 #include "ref/kv_store.h"
 #include "ref/ref_model.h"
 

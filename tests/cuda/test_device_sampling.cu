@@ -10,15 +10,15 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
-#include "cuda/ops.h"
 #include "gpu_test_util.h"
+#include "kernels/kernels.h"
 
 namespace megadecode::cuda {
 namespace {
 
 using test::DeviceBuffer;
 
-// The reference kept set (host sampler's rules, ref/sampling.h steps 3-6), as token ids.
+// The reference kept set (host sampler's rules, sampling/host_sampler.h steps 3-6), as token ids.
 std::set<int> kept_set(const float* l, int vocab, const DeviceSamplingParams& p) {
   std::vector<int> order(vocab);
   std::iota(order.begin(), order.end(), 0);

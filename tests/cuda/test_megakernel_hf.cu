@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda/mk/cuda_backend.h"
+#include "cuda/backend/cuda_backend.h"
 #include "gpu_test_util.h"
 #include "model/presets.h"
 

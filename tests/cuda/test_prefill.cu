@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "cuda/mk/cuda_backend.h"
+#include "cuda/backend/cuda_backend.h"
 #include "gpu_test_util.h"
 #include "model/loader.h"
 #include "model/presets.h"

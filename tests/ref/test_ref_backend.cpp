@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <numeric>
 
+#include "cli/backend_factory.h"
 #include "core/check.h"
-#include "engine/backend_factory.h"
 #include "ref/ref_backend.h"
-#include "ref/sampling.h"
 #include "ref_test_util.h"
+#include "sampling/host_sampler.h"
 
 namespace megadecode {
 namespace {
@@ -98,8 +98,8 @@ TEST(RefBackend, DecodeSamplesFromItsLogitsAndIsBatchInvariant) {
     // The token is the host sampler's choice for the next position.
     const std::span<const float> ls(together.logits.data() + s * vocab, vocab);
     EXPECT_EQ(together.tokens[s],
-              ref::sample_token(ls, seqs[s].sampling, static_cast<int64_t>(seqs[s].tokens.size()),
-                                ref::TokenHistory{seqs[s].tokens, {}}));
+              sampling::sample_token(ls, seqs[s].sampling, static_cast<int64_t>(seqs[s].tokens.size()),
+                                sampling::TokenHistory{seqs[s].tokens, {}}));
   }
   DecodeResult no_logits;
   std::vector<DecodeSeq> one(1);

@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cli/backend_factory.h"
 #include "cli/generate_loop.h"
-#include "engine/backend_factory.h"
 #include "model/loader.h"
 #include "server/model_text.h"
 #include "server_fixture.h"

@@ -10,9 +10,9 @@
 #include <mutex>
 
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops/ptx.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {

@@ -11,11 +11,11 @@
 #include <mutex>
 
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops/moe.cuh"
-#include "cuda/ops/ptx.cuh"
-#include "cuda/ops/weight_pack.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/moe.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/weight_pack.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {

@@ -1,13 +1,13 @@
 // Prefill q/k per-head RMSNorm + RoPE + the paged KV write: one CTA per token, one warp per head
 // of the fused QKV row (group-major, prefill_index.h qkv_col). The arithmetic is the decode
-// megakernel's (mk_ops.cuh op_attn) step for step: normed = (x * rsqrt(mean x^2 + eps)) * w in
+// megakernel's (tile_ops.cuh op_attn) step for step: normed = (x * rsqrt(mean x^2 + eps)) * w in
 // fp32 (lane + 32j element order, butterfly sum), RoPE (NeoX halves) with the host's inv_freq table
 // and cosf/sinf of float(pos) * inv_freq, then K = bf16(rope(k)), V = bf16(v). q is rounded to bf16
 // here because the attention MMAs take bf16 (decode keeps q in fp32).
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops/rms_norm.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/rms_norm.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {

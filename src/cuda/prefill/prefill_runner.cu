@@ -1,14 +1,14 @@
 // PrefillRunner: workspace layout, host-side checks of a piece, and the per-layer launch sequence
-// (prefill_ops.h). One host sync per piece, at the end (logits and the device error word).
+// (prefill_kernels.h). One host sync per piece, at the end (logits and the device error word).
 #include "cuda/prefill/prefill_runner.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops.h"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/kernels.h"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {

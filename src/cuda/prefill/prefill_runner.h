@@ -14,7 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/mk/device_weights.h"
+#include "cuda/backend/device_weights.h"
 #include "cuda/prefill/prefill_index.h"
 
 namespace megadecode::cuda::prefill {

@@ -1,0 +1,191 @@
+// GPU side of `megadecode bench decode` (bench/decode_gpu.h): device facts, the pure-read
+// ceiling, synthetic weights, the N(0, 0.01) KV fill, and timed decode steps on CudaBackend.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "bench/decode_bytes.h"
+#include "bench/decode_gpu.h"
+#include "bench/gpu/bandwidth.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/common/cuda_check.h"
+
+namespace megadecode {
+namespace {
+
+// bf16 N(0, sd) by Box-Muller on two counter-based uniforms (the same values for the same seed).
+__global__ void fill_normal_bf16(uint16_t* out, size_t n, uint64_t seed, float sd) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float u1 = 0.5f * (uniform_at(seed, 1, i) + 1.0f) + 1e-7f;  // (0, 1]
+    const float u2 = uniform_at(seed, 2, i);
+    out[i] = float_to_bf16_bits(sd * sqrtf(-2.0f * logf(u1)) * cospif(u2));
+  }
+}
+
+double elapsed_s(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+GpuInfo gpu_info() {
+  GpuInfo g;
+  int dev = 0, n_dev = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n_dev);
+  MD_REQUIRE(e == cudaSuccess && n_dev > 0, "bench decode needs a CUDA GPU: ",
+             e == cudaSuccess ? "no device found" : cudaGetErrorString(e));
+  CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  g.name = prop.name;
+  g.n_sms = prop.multiProcessorCount;
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  g.total_bytes = static_cast<int64_t>(total_b);
+  g.free_bytes = static_cast<int64_t>(free_b);
+  return g;
+}
+
+double measure_read_ceiling(int64_t bytes, int reps, nlohmann::json& records) {
+  MD_REQUIRE(bytes >= (int64_t{1} << 20) && bytes % 16 == 0, "ceiling buffer of ", bytes, " bytes");
+  void* buf = nullptr;
+  uint32_t* sink = nullptr;
+  CUDA_CHECK(cudaMalloc(&buf, bytes));
+  CUDA_CHECK(cudaMemset(buf, 0x5a, bytes));
+  CUDA_CHECK(cudaMalloc(&sink, 8192 * sizeof(uint32_t)));
+  CUDA_CHECK(cudaMemset(sink, 0, 8192 * sizeof(uint32_t)));
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t a = nullptr, b = nullptr;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  struct Shape { int blocks_per_sm, threads, unroll; };
+  const Shape shapes[] = {{1, 1024, 4}, {2, 512, 4}, {2, 512, 8}, {2, 1024, 4}, {4, 512, 4}, {1, 1024, 8}};
+  double best = 0;
+  for (const Shape& sh : shapes) {
+    std::vector<float> ms;
+    for (int i = 0; i < reps + 2; ++i) {
+      CUDA_CHECK(cudaEventRecord(a, stream));
+      cuda::read_bandwidth(buf, static_cast<size_t>(bytes), sh.blocks_per_sm, sh.threads, sh.unroll, sink, stream);
+      CUDA_CHECK(cudaEventRecord(b, stream));
+      CUDA_CHECK(cudaEventSynchronize(b));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+      if (i >= 2) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double gbps = static_cast<double>(bytes) / (med * 1e-3) / 1e9;
+    best = std::max(best, gbps);
+    records.push_back({{"backend", "read-ceiling"}, {"blocks_per_sm", sh.blocks_per_sm}, {"threads", sh.threads},
+                       {"unroll", sh.unroll}, {"bytes", bytes}, {"ms", med}, {"gbps", gbps}});
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  CUDA_CHECK(cudaFree(sink));
+  CUDA_CHECK(cudaFree(buf));
+  return best;
+}
+
+struct DecodeGpu::Impl {
+  ModelConfig config;
+  uint64_t seed = 0;
+  std::shared_ptr<const cuda::DeviceWeights> weights;
+  std::unique_ptr<cuda::CudaBackend> backend;
+  DecodeBackendSpec spec;
+};
+
+DecodeGpu::DecodeGpu(const ModelConfig& config, uint64_t seed) : impl_(std::make_unique<Impl>()) {
+  impl_->config = config;
+  impl_->seed = seed;
+  const auto t0 = std::chrono::steady_clock::now();
+  impl_->weights = cuda::DeviceWeights::synthetic(config, seed);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::printf("weights: %.2f GB generated on the device in %.1f s (seed %llu)\n",
+              static_cast<double>(impl_->weights->bytes()) / 1e9, elapsed_s(t0), static_cast<unsigned long long>(seed));
+  std::fflush(stdout);
+}
+
+DecodeGpu::~DecodeGpu() = default;
+
+int64_t DecodeGpu::weight_bytes() const { return static_cast<int64_t>(impl_->weights->bytes()); }
+
+void DecodeGpu::close() {
+  impl_->backend.reset();
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void DecodeGpu::open(const DecodeBackendSpec& spec) {
+  close();
+  MD_REQUIRE(spec.n_kv_blocks >= 1 && spec.n_kv_blocks < (int64_t{1} << 31), "KV cache of ", spec.n_kv_blocks,
+             " blocks");
+  cuda::CudaBackendOptions o;
+  o.per_op = spec.per_op;
+  o.policy = spec.policy;
+  o.kernel_flags = spec.kernel_flags;
+  o.attention = spec.attention;
+  o.kv_block_size = spec.kv_block_size;
+  o.n_kv_blocks = static_cast<int>(spec.n_kv_blocks);
+  impl_->backend = std::make_unique<cuda::CudaBackend>(impl_->weights, o);
+  impl_->spec = spec;
+  cuda::CudaBackend& be = *impl_->backend;
+  const size_t n = be.kv_cache_elements();
+  fill_normal_bf16<<<4096, 256>>>(be.kv_cache(), n, impl_->seed ^ 0x6b76ull, 0.01f);
+  CUDA_CHECK_LAST();
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, int trace_capacity) {
+  MD_REQUIRE(impl_->backend != nullptr, "bench decode: no backend open");
+  cuda::CudaBackend& be = *impl_->backend;
+  const ModelConfig& c = impl_->config;
+  const int bs = impl_->spec.kv_block_size;
+  const int64_t per_seq = (context + bs - 1) / bs;
+  MD_REQUIRE(batch >= 1 && context >= 1 && context <= c.max_position_embeddings, "bench decode: batch ", batch,
+             " context ", context, " (max position ", c.max_position_embeddings, ")");
+  MD_REQUIRE(per_seq * batch <= be.n_kv_blocks(), "bench decode: batch ", batch, " x context ", context, " needs ",
+             per_seq * batch, " KV blocks, the cache has ", be.n_kv_blocks());
+  // Sequence i owns blocks [i * per_seq, (i + 1) * per_seq); random distinct-ish tokens.
+  std::vector<std::vector<int32_t>> tables(batch);
+  std::vector<int32_t> tokens(batch);
+  SplitMix64 rng(impl_->seed * 1000003ull + static_cast<uint64_t>(batch) * 7919ull + static_cast<uint64_t>(context));
+  std::vector<DecodeSeq> seqs(batch);
+  DecodePointResult out;
+  for (int i = 0; i < batch; ++i) {
+    tables[i].resize(per_seq);
+    for (int64_t j = 0; j < per_seq; ++j) tables[i][j] = static_cast<int32_t>(i * per_seq + j);
+    tokens[i] = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(c.vocab_size));
+    seqs[i].chunk.seq_id = i;
+    seqs[i].chunk.tokens = std::span<const int32_t>(&tokens[i], 1);
+    seqs[i].chunk.start_pos = context - 1;
+    seqs[i].chunk.block_table = tables[i];
+    seqs[i].sampling.temperature = 0.0f;
+    out.context_lens.push_back(context);
+  }
+  DecodeResult r;
+  be.decode(seqs, false, r);
+  out.step_ms = be.time_last_step(warmup, steps);
+  const Plan& plan = be.last_plan();
+  const PlanShape& s = plan.params.shape;
+  out.n_sms = s.n_sms;
+  const std::vector<uint8_t> raw = be.read_buffer(plan.params.buffers.moe_n_items);
+  std::vector<int32_t> items(raw.size() / 4);
+  std::memcpy(items.data(), raw.data(), items.size() * 4);
+  out.distinct_experts = distinct_experts_from_items(items, c.n_layers, s.up_blocks, s.down_blocks, c.n_experts);
+  if (trace_capacity > 0) {
+    be.enable_trace(trace_capacity);
+    be.decode(seqs, false, r);      // re-plans and (cuda-ops) re-captures with the trace on
+    (void)be.time_last_step(2, 1);  // the last replay's records stay in the buffer
+    out.trace = be.read_trace(&out.trace_dropped);
+    out.plan = be.last_plan();
+    be.enable_trace(0);
+  }
+  return out;
+}
+
+}  // namespace megadecode

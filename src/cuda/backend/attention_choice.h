@@ -1,0 +1,32 @@
+// The `--attention` choice of the CUDA backends, plain C++ so the CLI checks it without CUDA:
+// "scalar" (the megakernel's scalar item, the default), "tc" (tensor cores, q and P as 3 bf16
+// terms: fp32-faithful) and "tc2" (tensor cores, 2 terms: ~16 mantissa bits, the first version).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/check.h"
+#include "cuda/megakernel/types.h"
+
+namespace megadecode::cuda {
+
+struct AttentionChoice {
+  int32_t impl = kMkAttnScalar;  // MkAttnImpl
+  int32_t terms = 3;             // bf16 terms of q and P (tensor-core item only)
+};
+
+inline const char* const kAttentionNames = "scalar, tc, tc2";
+// What the CUDA backends, `bench decode` and the CLI use when no --attention is given (one place:
+// flip it when the GPU tests have shown another choice correct and faster).
+inline const char* const kDefaultAttention = "scalar";
+
+// Error naming the known choices for anything else.
+inline AttentionChoice parse_attention(const std::string& name) {
+  if (name == "scalar") return {kMkAttnScalar, 3};
+  if (name == "tc") return {kMkAttnTc, 3};
+  if (name == "tc2") return {kMkAttnTc, 2};
+  throw Error(cat("--attention: unknown attention \"", name, "\" (known: ", kAttentionNames, ")"));
+}
+
+}  // namespace megadecode::cuda
