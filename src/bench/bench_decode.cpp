@@ -36,17 +36,17 @@ int64_t blocks_for(int batch, int context, int bs) { return int64_t{batch} * ((c
 
 }  // namespace
 
-int64_t DecodeBenchOptions::block_bytes() const { return kv_bytes_per_token(config) * kv_block_size; }
+int64_t DecodeBenchOptions::block_bytes() const { return kv_bytes_per_token(config) * backend.kv_block_size; }
 
 int64_t DecodeBenchOptions::main_blocks() const {
-  int64_t n = blocks_for(trace_batch, points.front().first, kv_block_size);
-  for (const auto& [ctx, b] : points) n = std::max(n, blocks_for(b, ctx, kv_block_size));
+  int64_t n = blocks_for(trace_batch, points.front().first, backend.kv_block_size);
+  for (const auto& [ctx, b] : points) n = std::max(n, blocks_for(b, ctx, backend.kv_block_size));
   return n;
 }
 
 int64_t DecodeBenchOptions::ablation_blocks() const {
   int64_t n = 0;
-  for (int b : ablation_batches) n = std::max(n, blocks_for(b, points.front().first, kv_block_size));
+  for (int b : ablation_batches) n = std::max(n, blocks_for(b, points.front().first, backend.kv_block_size));
   return n;
 }
 
@@ -71,14 +71,14 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   MD_REQUIRE(warmup >= 0 && warmup <= 10000, "--warmup must be in 0..10000, got ", warmup);
   o.steps = static_cast<int>(steps);
   o.warmup = static_cast<int>(warmup);
-  const int64_t bs = args.get_int("kv-block-size", o.kv_block_size);
+  const int64_t bs = args.get_int("kv-block-size", o.backend.kv_block_size);
   MD_REQUIRE(bs >= 1 && bs <= 1024, "--kv-block-size must be in 1..1024, got ", bs);
-  o.kv_block_size = static_cast<int>(bs);
+  o.backend.kv_block_size = static_cast<int>(bs);
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
-  o.policy = args.get("policy", o.policy);
-  (void)policy_by_name(o.policy);  // Error naming the known ones
-  o.attention = args.get("attention", o.attention);
-  (void)cuda::parse_attention(o.attention);  // Error naming the known ones
+  o.backend.policy = args.get("policy", o.backend.policy);
+  (void)policy_by_name(o.backend.policy);  // Error naming the known ones
+  o.backend.attention = args.get("attention", o.backend.attention);
+  (void)cuda::parse_attention(o.backend.attention);  // Error naming the known ones
   o.ablations = args.flag("ablations");
   o.ablation_batches.clear();
   for (int64_t b : args.get_int_list("ablation-batch", {1, 8})) {
@@ -123,7 +123,7 @@ std::string decode_memory_problem(const DecodeBenchOptions& o, int64_t free_byte
   if (weights + kv_max + kDecodeBenchReserveBytes <= free_bytes) return "";
   std::string worst;
   for (const auto& [ctx, b] : o.points) {
-    const int64_t kv = blocks_for(b, ctx, o.kv_block_size) * o.block_bytes();
+    const int64_t kv = blocks_for(b, ctx, o.backend.kv_block_size) * o.block_bytes();
     if (weights + kv + kDecodeBenchReserveBytes > free_bytes)
       worst += cat(" batch ", b, " x context ", ctx, " (KV ", kv >> 20, " MiB);");
   }

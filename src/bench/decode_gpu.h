@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda/backend/attention_choice.h"
 #include "cuda/megakernel/trace.h"
+#include "engine/backend.h"
 #include "model/config.h"
 #include "plan/plan.h"
 
@@ -30,15 +30,6 @@ GpuInfo gpu_info();
 // Best pure-read GB/s over a few launch shapes of the bandwidth kernel on a `bytes` buffer
 // (allocated and freed here); one JSON record per shape appended to `records`.
 double measure_read_ceiling(int64_t bytes, int reps, nlohmann::json& records);
-
-struct DecodeBackendSpec {
-  bool per_op = false;             // false: cuda-mk, true: cuda-ops
-  std::string policy = "default";  // plan policy
-  uint32_t kernel_flags = 0;       // MkFlag bits
-  int kv_block_size = 16;
-  int64_t n_kv_blocks = 0;         // KV cache size; the caller checks it fits (bench_decode.cpp)
-  std::string attention = cuda::kDefaultAttention;  // attention item: scalar | tc | tc2
-};
 
 struct DecodePointResult {
   std::vector<float> step_ms;          // each timed replay
@@ -59,8 +50,9 @@ class DecodeGpu {
   DecodeGpu& operator=(const DecodeGpu&) = delete;
 
   int64_t weight_bytes() const;
-  // Opens one backend (closing the previous one) and fills its whole KV cache with N(0, 0.01).
-  void open(const DecodeBackendSpec& spec);
+  // Opens one backend (cuda-mk or cuda-ops; closing the previous one) and fills its whole KV
+  // cache with N(0, 0.01). options.n_kv_blocks must be set: the caller checked that it fits.
+  void open(const BackendOptions& options);
   void close();
   // One decode step of `batch` sequences at context `context` (the new token at position
   // context - 1, random token ids, greedy), run once, then replayed warmup + steps times.

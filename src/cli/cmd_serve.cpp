@@ -36,8 +36,8 @@ constexpr const char* kUsage =
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
     "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
-    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0: the decode step one token at a\n"
-    "  time; default: the backend's). The scheduler's chunk is --max-num-batched-tokens.\n";
+    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0, the default: the decode step one\n"
+    "  token at a time). The scheduler's chunk is --max-num-batched-tokens.\n";
 
 int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = args.get_int(name, fallback);
@@ -61,10 +61,10 @@ int cmd_serve(int argc, char** argv) {
   const bool random_weights = args.flag("random-weights");
   MD_REQUIRE(args.positional().size() == (random_weights ? 0u : 1u),
              random_weights ? "--random-weights takes no MODEL_DIR\n" : "expected one MODEL_DIR\n", kUsage);
-  const std::string backend_name = args.get("backend", random_weights ? "cuda-mk" : "cpu-ref");
-  const bool gpu = backend_name.rfind("cuda", 0) == 0;
+  BackendOptions options = backend_options_from(args, random_weights ? "cuda-mk" : "cpu-ref");
+  const bool gpu = options.backend.rfind("cuda", 0) == 0;
   const int max_num_seqs = int_flag(args, "max-num-seqs", 64, 1, 64);
-  const int block_size = int_flag(args, "block-size", 16, 1, 4096);
+  const int block_size = options.kv_block_size;
   const int64_t kv_tokens = args.get_int("kv-cache-tokens", gpu ? 0 : 32768);
   MD_REQUIRE(kv_tokens == 0 || kv_tokens >= block_size, "--kv-cache-tokens must hold at least one block");
   MD_REQUIRE(kv_tokens > 0 || gpu, "--kv-cache-tokens must be positive on CPU backends");
@@ -76,15 +76,7 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  BackendOptions options;
-  options.kv_block_size = block_size;
   options.n_kv_blocks = static_cast<int>((kv_tokens + block_size - 1) / block_size);
-  options.n_threads = static_cast<int>(args.get_int("threads", 0));
-  options.gpu_memory_utilization = args.get_double("gpu-memory-utilization", 0.9);
-  MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
-             "--gpu-memory-utilization must be in (0, 1]");
-  options.prefill_chunk = prefill_chunk_flag(args);
-  options.attention = attention_flag(args);
 
   std::filesystem::path model_dir;
   std::shared_ptr<LoadedModel> model;
@@ -95,17 +87,17 @@ int cmd_serve(int argc, char** argv) {
     model_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";  // tokenizer files only
     const auto weights_seed = static_cast<uint64_t>(args.get_int("weights-seed", 0));
     if (gpu) {
-      backend = make_backend_with_random_weights(backend_name, config, weights_seed, options);
+      backend = make_backend_with_random_weights(config, weights_seed, options);
     } else {  // CPU backends: the same weights built in host memory (small presets; scripted runs)
       model = std::make_shared<LoadedModel>(synthetic_model(config, weights_seed));
-      backend = make_backend(backend_name, config, model->weights, model, options);
+      backend = make_backend(config, model->weights, model, options);
     }
   } else {
     model_dir = args.positional()[0];
     log_info("loading ", model_dir.string());
     model = std::make_shared<LoadedModel>(load_model(model_dir));
     config = model->config;
-    backend = make_backend(backend_name, config, model->weights, model, options);
+    backend = make_backend(config, model->weights, model, options);
   }
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(model_dir);
 

@@ -9,15 +9,17 @@
 namespace megadecode::emu {
 
 CpuMkBackend::CpuMkBackend(const ModelConfig& config, const ModelWeights& weights,
-                           std::shared_ptr<const void> weights_owner, const CpuMkOptions& options)
+                           std::shared_ptr<const void> weights_owner, const BackendOptions& options,
+                           const EmulatorOptions& emulator)
     : config_(config),
       weights_(weights),
       weights_owner_(std::move(weights_owner)),
-      options_(options),
+      n_sms_(options.n_threads == 0 ? kDefaultSms : options.n_threads),
+      emulator_options_(emulator),
       policy_(policy_by_name(options.policy)),
       kv_(config, options.kv_block_size, options.n_kv_blocks),
       emulator_(config_, weights_, kv_) {
-  MD_REQUIRE(options.n_sms >= 1 && options.n_sms <= 132, "cpu-mk: emulated SMs must be in 1..132, got ", options.n_sms);
+  MD_REQUIRE(n_sms_ >= 1 && n_sms_ <= 132, "cpu-mk: emulated SMs (--threads) must be in 1..132, got ", n_sms_);
   // 16-row tiles: a CPU-sized model still gets several tiles per op.
   policy_.tile_weight_bytes = 16LL * std::max(config.hidden_size, config.moe_intermediate_size) * 2;
   policy_.lm_tile_weight_bytes = 256LL * config.hidden_size * 2;
@@ -33,11 +35,11 @@ Plan CpuMkBackend::plan_step(const BatchState& batch, bool lm_head, bool sample)
                  " block table entry ", j, " is ", q.block_table[j], ", outside [0, ", kv_.n_blocks(), ")");
   }
   PlanOptions o;
-  o.n_sms = options_.n_sms;
+  o.n_sms = n_sms_;
   o.lm_head = lm_head;
   o.sample = sample;
   Plan plan = make_plan(config_, batch, policy_, o);
-  if (options_.validate) validate_plan(plan);
+  validate_plan(plan);
   return plan;
 }
 
@@ -58,7 +60,7 @@ void CpuMkBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) 
     StepInput in;
     in.tokens = chunk.tokens.subspan(i, 1);
     in.batch = &batch;
-    emulator_.run(plan, in, options_.emulator, out);
+    emulator_.run(plan, in, emulator_options_, out);
     if (last) std::copy(out.logits.begin(), out.logits.end(), last_logits.begin());
   }
 }
@@ -93,7 +95,7 @@ void CpuMkBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Dec
     return sampling::sample_token(logits, s.sampling, s.chunk.start_pos + 1, history);
   };
   StepOutput out;
-  emulator_.run(plan, in, options_.emulator, out);
+  emulator_.run(plan, in, emulator_options_, out);
   result.tokens = std::move(out.tokens);
   result.logits.clear();
   if (want_logits) result.logits = std::move(out.logits);

@@ -16,19 +16,14 @@
 
 namespace megadecode::emu {
 
-struct CpuMkOptions {
-  int kv_block_size = 16;
-  int n_kv_blocks = 0;  // must be set (> 0)
-  int n_sms = 8;        // emulated SMs = threads, 1..132
-  std::string policy = "default";
-  bool validate = true;  // run the plan validator on every plan
-  EmulatorOptions emulator;
-};
+constexpr int kDefaultSms = 8;  // emulated SMs when BackendOptions::n_threads is 0
 
 class CpuMkBackend : public Backend {
  public:
+  // From BackendOptions: kv_block_size, n_kv_blocks (> 0), n_threads (emulated SMs = threads,
+  // 1..132; 0: kDefaultSms) and policy. `emulator`: the emulator's test knobs (random delays).
   CpuMkBackend(const ModelConfig& config, const ModelWeights& weights, std::shared_ptr<const void> weights_owner,
-               const CpuMkOptions& options);
+               const BackendOptions& options, const EmulatorOptions& emulator = {});
 
   std::string name() const override { return "cpu-mk"; }
   const ModelConfig& config() const override { return config_; }
@@ -48,7 +43,8 @@ class CpuMkBackend : public Backend {
   const ModelConfig config_;
   const ModelWeights weights_;
   std::shared_ptr<const void> weights_owner_;
-  CpuMkOptions options_;
+  int n_sms_ = 0;
+  EmulatorOptions emulator_options_;
   Policy policy_;
   ref::KvStore kv_;
   Emulator emulator_;

@@ -8,7 +8,7 @@
 namespace megadecode::ref {
 
 RefBackend::RefBackend(const ModelConfig& config, const ModelWeights& weights,
-                       std::shared_ptr<const void> weights_owner, const RefBackendOptions& options)
+                       std::shared_ptr<const void> weights_owner, const BackendOptions& options)
     : config_(config),
       weights_owner_(std::move(weights_owner)),
       pool_(options.n_threads),

@@ -58,7 +58,8 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
     std::vector<float> ref;
     for (uint32_t flags : {0u, uint32_t{cuda::kMkNoPrefetch}, uint32_t{cuda::kMkStaticQueues},
                            uint32_t{cuda::kMkNoPrefetch | cuda::kMkStaticQueues}, uint32_t{cuda::kMkL2Lookahead}}) {
-      cuda::CudaBackendOptions o;
+      BackendOptions o;
+      o.backend = "cuda-mk";
       o.n_kv_blocks = 4000;
       o.kernel_flags = flags;
       cuda::CudaBackend be(w, o);

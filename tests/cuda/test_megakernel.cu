@@ -43,8 +43,8 @@ Small& small() {
 }
 
 std::unique_ptr<cuda::CudaBackend> backend(bool per_op, int n_blocks = 16600, const std::string& attention = "scalar") {
-  cuda::CudaBackendOptions o;
-  o.per_op = per_op;
+  BackendOptions o;
+  o.backend = per_op ? "cuda-ops" : "cuda-mk";
   o.attention = attention;
   o.n_kv_blocks = n_blocks;
   o.kv_block_size = 16;
@@ -239,7 +239,8 @@ TEST(Megakernel, PenalisedSequencesAreSampledFromTheirHistory) {
 
 TEST_P(MegakernelAttn, StuckCounterEndsTheStepWithItsName) {
   Small& s = small();
-  cuda::CudaBackendOptions o;
+  BackendOptions o;
+  o.backend = "cuda-mk";
   o.n_kv_blocks = 1024;
   o.wait_timeout_ms = 200;
   o.attention = GetParam();

@@ -41,16 +41,15 @@ TEST(CpuMkBackend, MatchesCpuRefOverPrefillAndDecodeSteps) {
   const ModelConfig config = test::small_moe_config();
   const test::TestWeights w = test::random_weights(config, Dtype::kBF16, rng.next());
   const int bs = 4, n_blocks = 64, V = config.vocab_size;
-  emu::CpuMkOptions mk_opt;
-  mk_opt.kv_block_size = bs;
-  mk_opt.n_kv_blocks = n_blocks;
-  mk_opt.n_sms = 1 + static_cast<int>(rng.below(12));
+  BackendOptions mk_opt{.backend = "cpu-mk", .kv_block_size = bs, .n_kv_blocks = n_blocks};
+  mk_opt.n_threads = 1 + static_cast<int>(rng.below(12));  // emulated SMs
   mk_opt.policy = policy_names()[rng.below(policy_names().size())];
-  mk_opt.emulator.delay_seed = rng.next();
-  mk_opt.emulator.delay_probability = 0.05;
-  emu::CpuMkBackend mk(config, w.weights, w.store, mk_opt);
-  ref::RefBackend ref(config, w.weights, w.store, {bs, n_blocks, 1});
-  SCOPED_TRACE(cat("seed ", seed, " sms ", mk_opt.n_sms, " policy ", mk_opt.policy));
+  emu::EmulatorOptions delays;
+  delays.delay_seed = rng.next();
+  delays.delay_probability = 0.05;
+  emu::CpuMkBackend mk(config, w.weights, w.store, mk_opt, delays);
+  ref::RefBackend ref(config, w.weights, w.store, {.kv_block_size = bs, .n_kv_blocks = n_blocks, .n_threads = 1});
+  SCOPED_TRACE(cat("seed ", seed, " sms ", mk_opt.n_threads, " policy ", mk_opt.policy));
 
   // Three sequences with shuffled blocks; prompts of ragged lengths.
   std::vector<int32_t> pool(n_blocks);
@@ -106,9 +105,7 @@ TEST(CpuMkBackend, MatchesCpuRefOverPrefillAndDecodeSteps) {
 TEST(CpuMkBackend, RejectsBadCalls) {
   const ModelConfig config = test::small_moe_config();
   const test::TestWeights w = test::random_weights(config, Dtype::kBF16, 3);
-  emu::CpuMkOptions o;
-  o.kv_block_size = 4;
-  o.n_kv_blocks = 8;
+  BackendOptions o{.backend = "cpu-mk", .kv_block_size = 4, .n_kv_blocks = 8};
   emu::CpuMkBackend mk(config, w.weights, w.store, o);
   EXPECT_EQ(mk.name(), "cpu-mk");
   std::vector<int32_t> table{0, 9}, tokens{1, 2}, bad{config.vocab_size};
@@ -124,7 +121,9 @@ TEST(CpuMkBackend, RejectsBadCalls) {
   d.chunk = SeqChunk{0, tokens, 0, table};
   DecodeResult r;
   EXPECT_THROW(mk.decode(std::span<const DecodeSeq>(&d, 1), false, r), Error);  // two tokens
-  o.n_sms = 0;
+  o.n_threads = 133;  // emulated SMs: 1..132
+  EXPECT_THROW(emu::CpuMkBackend(config, w.weights, w.store, o), Error);
+  o.n_threads = -1;
   EXPECT_THROW(emu::CpuMkBackend(config, w.weights, w.store, o), Error);
 }
 
@@ -138,10 +137,7 @@ TEST(CpuMkBackend, LogitsDoNotDependOnTheBatch) {
   const ModelConfig config = test::small_moe_config();
   const test::TestWeights w = test::random_weights(config, Dtype::kBF16, rng.next());
   const int bs = 4, n_seqs = 6, per_seq = 80, V = config.vocab_size;
-  emu::CpuMkOptions o;
-  o.kv_block_size = bs;
-  o.n_kv_blocks = n_seqs * per_seq;
-  o.n_sms = 4;
+  BackendOptions o{.backend = "cpu-mk", .kv_block_size = bs, .n_kv_blocks = n_seqs * per_seq, .n_threads = 4};
   emu::CpuMkBackend mk(config, w.weights, w.store, o);
   struct Seq {
     std::vector<int32_t> prompt, table;
@@ -194,9 +190,11 @@ TEST(CpuMkBackend, FactoryAndGenerateLoopMatchCpuRef) {
   request.sampling.temperature = 0;
   request.max_tokens = 12;
   request.ignore_eos = true;
-  const BackendOptions options{4, blocks_needed(request, 4), 3};
-  auto mk = make_backend("cpu-mk", config, w.weights, w.store, options);
-  auto ref = make_backend("cpu-ref", config, w.weights, w.store, options);
+  BackendOptions options{.backend = "cpu-mk", .kv_block_size = 4, .n_kv_blocks = blocks_needed(request, 4),
+                         .n_threads = 3};
+  auto mk = make_backend(config, w.weights, w.store, options);
+  options.backend = "cpu-ref";
+  auto ref = make_backend(config, w.weights, w.store, options);
   EXPECT_EQ(mk->name(), "cpu-mk");
   std::vector<int32_t> streamed;
   const GenerateResult a = generate(*mk, request, [&](int32_t t) { streamed.push_back(t); });

@@ -97,7 +97,7 @@ struct DecodeGpu::Impl {
   uint64_t seed = 0;
   std::shared_ptr<const cuda::DeviceWeights> weights;
   std::unique_ptr<cuda::CudaBackend> backend;
-  DecodeBackendSpec spec;
+  BackendOptions options;
 };
 
 DecodeGpu::DecodeGpu(const ModelConfig& config, uint64_t seed) : impl_(std::make_unique<Impl>()) {
@@ -120,19 +120,11 @@ void DecodeGpu::close() {
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void DecodeGpu::open(const DecodeBackendSpec& spec) {
+void DecodeGpu::open(const BackendOptions& options) {
   close();
-  MD_REQUIRE(spec.n_kv_blocks >= 1 && spec.n_kv_blocks < (int64_t{1} << 31), "KV cache of ", spec.n_kv_blocks,
-             " blocks");
-  cuda::CudaBackendOptions o;
-  o.per_op = spec.per_op;
-  o.policy = spec.policy;
-  o.kernel_flags = spec.kernel_flags;
-  o.attention = spec.attention;
-  o.kv_block_size = spec.kv_block_size;
-  o.n_kv_blocks = static_cast<int>(spec.n_kv_blocks);
-  impl_->backend = std::make_unique<cuda::CudaBackend>(impl_->weights, o);
-  impl_->spec = spec;
+  MD_REQUIRE(options.n_kv_blocks >= 1, "KV cache of ", options.n_kv_blocks, " blocks");
+  impl_->backend = std::make_unique<cuda::CudaBackend>(impl_->weights, options);
+  impl_->options = options;
   cuda::CudaBackend& be = *impl_->backend;
   const size_t n = be.kv_cache_elements();
   fill_normal_bf16<<<4096, 256>>>(be.kv_cache(), n, impl_->seed ^ 0x6b76ull, 0.01f);
@@ -144,7 +136,7 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
   MD_REQUIRE(impl_->backend != nullptr, "bench decode: no backend open");
   cuda::CudaBackend& be = *impl_->backend;
   const ModelConfig& c = impl_->config;
-  const int bs = impl_->spec.kv_block_size;
+  const int bs = impl_->options.kv_block_size;
   const int64_t per_seq = (context + bs - 1) / bs;
   MD_REQUIRE(batch >= 1 && context >= 1 && context <= c.max_position_embeddings, "bench decode: batch ", batch,
              " context ", context, " (max position ", c.max_position_embeddings, ")");

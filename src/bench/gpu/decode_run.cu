@@ -27,26 +27,44 @@ namespace {
 
 constexpr int kTraceCapacity = 16384;  // records per SM and role (~1,200 per SM at batch 1; 270 MB in all)
 
+// One backend configuration of the sweep: its name in the tables and its options.
 struct Variant {
   std::string name;
-  bool per_op;
-  std::string policy;
-  uint32_t flags;
-  std::string attention = cuda::kDefaultAttention;
+  BackendOptions options;
 };
 
-std::vector<Variant> ablation_variants() {
+// `base` with another backend, policy, kernel flags or attention item.
+Variant variant(const std::string& name, const BackendOptions& base, const std::string& backend,
+                const std::string& policy, uint32_t flags, const std::string& attention) {
+  BackendOptions o = base;
+  o.backend = backend;
+  o.policy = policy;
+  o.kernel_flags = flags;
+  o.attention = attention;
+  return {name, o};
+}
+
+// Each ablation changes one thing of the defaults (BackendOptions{}, the main sweep's block size).
+std::vector<Variant> ablation_variants(const BackendOptions& base) {
+  const BackendOptions d;
   std::vector<Variant> v;
-  for (const std::string& p : policy_names()) v.push_back({p, false, p, 0});
-  v.push_back({"no-prefetch", false, "default", cuda::kMkNoPrefetch});
-  v.push_back({"static-queues", false, "default", cuda::kMkStaticQueues});
-  v.push_back({"l2-lookahead", false, "default", cuda::kMkL2Lookahead});
-  v.push_back({"cuda-ops", true, "default", 0});
+  for (const std::string& p : policy_names()) v.push_back(variant(p, base, "cuda-mk", p, 0, d.attention));
+  v.push_back(variant("no-prefetch", base, "cuda-mk", d.policy, cuda::kMkNoPrefetch, d.attention));
+  v.push_back(variant("static-queues", base, "cuda-mk", d.policy, cuda::kMkStaticQueues, d.attention));
+  v.push_back(variant("l2-lookahead", base, "cuda-mk", d.policy, cuda::kMkL2Lookahead, d.attention));
+  v.push_back(variant("cuda-ops", base, "cuda-ops", d.policy, 0, d.attention));
   // Tensor-core attention items (attention_item.cuh): 3 bf16 terms (tc), 2 (tc2), and cuda-ops with tc.
-  v.push_back({"tc", false, "default", 0, "tc"});
-  v.push_back({"tc2", false, "default", 0, "tc2"});
-  v.push_back({"cuda-ops-tc", true, "default", 0, "tc"});
+  v.push_back(variant("tc", base, "cuda-mk", d.policy, 0, "tc"));
+  v.push_back(variant("tc2", base, "cuda-mk", d.policy, 0, "tc2"));
+  v.push_back(variant("cuda-ops-tc", base, "cuda-ops", d.policy, 0, "tc"));
   return v;
+}
+
+// The options with a KV cache of `blocks` (the caller checked that it fits in memory).
+BackendOptions with_blocks(BackendOptions o, int64_t blocks) {
+  MD_REQUIRE(blocks >= 1 && blocks < (int64_t{1} << 31), "KV cache of ", blocks, " blocks");
+  o.n_kv_blocks = static_cast<int>(blocks);
+  return o;
 }
 
 void write_json(const std::string& path, const nlohmann::json& j, int indent) {
@@ -86,10 +104,7 @@ int bench_decode(int argc, char** argv) {
   auto measure = [&](const Variant& v, int ctx, int b, int trace_capacity, DecodePointResult* keep) {
     DecodePointResult res = dev.run(b, ctx, o.warmup, o.steps, trace_capacity);
     DecodePoint p;
-    p.backend = v.per_op ? "cuda-ops" : "cuda-mk";
-    p.policy = v.policy;
-    p.kernel_flags = v.flags;
-    p.attention = v.attention;
+    p.options = v.options;
     p.batch = b;
     p.context = ctx;
     p.n_sms = res.n_sms;
@@ -103,24 +118,25 @@ int bench_decode(int argc, char** argv) {
 
   nlohmann::json records = nlohmann::json::array(), ablations = nlohmann::json::array(), trace_summary;
   std::vector<Variant> mains;
-  if (o.run_mk) mains.push_back({"cuda-mk", false, o.policy, 0, o.attention});
-  if (o.run_ops) mains.push_back({"cuda-ops", true, o.policy, 0, o.attention});
+  if (o.run_mk) mains.push_back(variant("cuda-mk", o.backend, "cuda-mk", o.backend.policy, 0, o.backend.attention));
+  if (o.run_ops) mains.push_back(variant("cuda-ops", o.backend, "cuda-ops", o.backend.policy, 0, o.backend.attention));
   for (const Variant& v : mains) {
-    dev.open({v.per_op, v.policy, v.flags, o.kv_block_size, o.main_blocks(), v.attention});
+    dev.open(with_blocks(v.options, o.main_blocks()));
     for (const auto& [ctx, b] : o.points) {
       nlohmann::json r = decode_record(measure(v, ctx, b, 0, nullptr));
       std::printf("  %-8s (%s attention) batch %2d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n",
-                  v.name.c_str(), v.attention.c_str(), b, ctx,
+                  v.name.c_str(), v.options.attention.c_str(), b, ctx,
                   r["step_ms"].get<double>(), r["tok_s"].get<double>(), r["pct_of_floor"].get<double>());
       std::fflush(stdout);
       records.push_back(std::move(r));
     }
-    if (!v.per_op && !o.trace_path.empty()) {
+    if (v.options.backend == "cuda-mk" && !o.trace_path.empty()) {
       DecodePointResult res;
       const int ctx = o.points.front().first;
       const nlohmann::json r = decode_record(measure(v, ctx, o.trace_batch, kTraceCapacity, &res));
       const nlohmann::json meta = {{"backend", "cuda-mk"}, {"batch", o.trace_batch}, {"context", ctx},
-                                   {"policy", v.policy}, {"attention", v.attention}, {"device", gpu.name}, {"step_ms_untraced", r["step_ms"]}};
+                                   {"policy", v.options.policy}, {"attention", v.options.attention}, {"device", gpu.name},
+                                   {"step_ms_untraced", r["step_ms"]}};
       TraceSummary sum;
       write_json(o.trace_path, trace_to_chrome(res.trace, res.plan, res.trace_dropped, meta, &sum), -1);
       std::printf("%s", format_trace_summary(sum).c_str());
@@ -138,8 +154,8 @@ int bench_decode(int argc, char** argv) {
 
   if (o.ablations) {
     const int ctx = o.points.front().first;
-    for (const Variant& v : ablation_variants()) {
-      dev.open({v.per_op, v.policy, v.flags, o.kv_block_size, o.ablation_blocks(), v.attention});
+    for (const Variant& v : ablation_variants(o.backend)) {
+      dev.open(with_blocks(v.options, o.ablation_blocks()));
       for (int b : o.ablation_batches) {
         DecodePoint p = measure(v, ctx, b, 0, nullptr);
         p.ablation = v.name;
@@ -155,7 +171,7 @@ int bench_decode(int argc, char** argv) {
 
   if (!o.json_path.empty()) {
     nlohmann::json out = {{"device", gpu.name}, {"n_sms", gpu.n_sms}, {"preset", o.preset}, {"seed", o.seed},
-                          {"steps", o.steps}, {"warmup", o.warmup}, {"kv_block_size", o.kv_block_size},
+                          {"steps", o.steps}, {"warmup", o.warmup}, {"kv_block_size", o.backend.kv_block_size},
                           {"ceiling_gbps", ceiling}, {"ceiling_shapes", ceiling_records}, {"records", records},
                           {"ablations", ablations}, {"command", o.command}};
     if (!trace_summary.is_null()) out["trace_summary"] = trace_summary;

@@ -69,7 +69,8 @@ int bench_prefill(int argc, char** argv) {
   CUDA_CHECK(cudaDeviceSynchronize());
   std::printf("weights: %.2f GB generated on the device in %.1f s\n", static_cast<double>(weights->bytes()) / 1e9,
               (now_ms() - t_w) / 1e3);
-  cuda::CudaBackendOptions bo;
+  BackendOptions bo;
+  bo.backend = "cuda-mk";
   bo.kv_block_size = o.kv_block_size;
   bo.n_kv_blocks = n_blocks;
   bo.prefill_chunk = o.chunk;
@@ -106,7 +107,7 @@ int bench_prefill(int argc, char** argv) {
   }
   if (o.one_token) {
     // The baseline: the decode path one token per step, on the first length.
-    cuda::CudaBackendOptions so = bo;
+    BackendOptions so = bo;
     so.prefill_chunk = 0;
     cuda::CudaBackend slow(weights, so);
     const int n = o.lengths.front();

@@ -1,6 +1,7 @@
 // The `--attention` choice of the CUDA backends, plain C++ so the CLI checks it without CUDA:
-// "scalar" (the megakernel's scalar item, the default), "tc" (tensor cores, q and P as 3 bf16
-// terms: fp32-faithful) and "tc2" (tensor cores, 2 terms: ~16 mantissa bits, the first version).
+// "scalar" (the megakernel's scalar item), "tc" (tensor cores, q and P as 3 bf16 terms:
+// fp32-faithful) and "tc2" (tensor cores, 2 terms: ~16 mantissa bits, the first version). The
+// default is BackendOptions::attention (engine/backend.h).
 #pragma once
 
 #include <cstdint>
@@ -17,9 +18,6 @@ struct AttentionChoice {
 };
 
 inline const char* const kAttentionNames = "scalar, tc, tc2";
-// What the CUDA backends, `bench decode` and the CLI use when no --attention is given (one place:
-// flip it when the GPU tests have shown another choice correct and faster).
-inline const char* const kDefaultAttention = "scalar";
 
 // Error naming the known choices for anything else.
 inline AttentionChoice parse_attention(const std::string& name) {

@@ -29,12 +29,15 @@ void grow(T*& ptr, size_t& capacity, size_t need) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const CudaBackendOptions& options)
+CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const BackendOptions& options)
     : weights_(std::move(weights)),
       options_(options),
+      per_op_(options.backend == "cuda-ops"),
       attention_(parse_attention(options.attention)),
       policy_(policy_by_name(options.policy)) {
   MD_REQUIRE(weights_ != nullptr, "CudaBackend needs weights");
+  MD_REQUIRE(options_.backend == "cuda-mk" || per_op_, "CudaBackend runs cuda-mk or cuda-ops, not \"", options_.backend,
+             "\"");
   MD_REQUIRE(options_.kv_block_size >= 1 && options_.kv_block_size <= 1024, "--kv-block-size must be in 1..1024, got ",
              options_.kv_block_size);
   MD_REQUIRE(options_.gpu_memory_utilization > 0.0 && options_.gpu_memory_utilization <= 1.0,
@@ -43,7 +46,10 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Cud
   MD_REQUIRE(options_.prefill_chunk >= 0 && options_.prefill_chunk <= 65536, "--prefill-chunk must be in 0..65536, got ",
              options_.prefill_chunk);
   // Before the KV cache is sized, so the prefill workspace counts as used memory.
-  if (options_.prefill_chunk > 0) prefill_ = std::make_unique<prefill::PrefillRunner>(weights_, options_.prefill_chunk);
+  if (options_.prefill_chunk > 0) {
+    prefill_ = std::make_unique<prefill::PrefillRunner>(weights_->config(), weights_->view(), weights_->layers(),
+                                                        options_.prefill_chunk);
+  }
   const ModelConfig& c = config();
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -289,7 +295,7 @@ void CudaBackend::launch(cudaStream_t stream) {
   p.trace_capacity = trace_capacity_;
   const size_t trace_count_bytes = static_cast<size_t>(n_sms_) * kTraceRoles * sizeof(int32_t);
   const size_t counter_bytes = static_cast<size_t>(plan_.params.counters.n_counters) * kCounterStrideBytes;
-  if (!options_.per_op) {
+  if (!per_op_) {
     CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
     CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
     if (trace_) CUDA_CHECK(cudaMemsetAsync(trace_counts_, 0, trace_count_bytes, stream));
@@ -394,7 +400,7 @@ std::vector<float> CudaBackend::time_last_step(int warmup, int reps) {
   MD_REQUIRE(!plan_.tasks.empty(), name(), ": time_last_step needs a decode step first");
   MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
   cudaGraphExec_t exec = graph_exec_;
-  if (!options_.per_op) {
+  if (!per_op_) {
     // The step's memsets + launch as one graph, captured for the current plan.
     if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
     bench_exec_ = nullptr;

@@ -2,6 +2,7 @@
 // `cuda-ops` runs the same device tile code one launch per operation wave (per op, per layer),
 // captured in a CUDA graph — the baseline the megakernel is measured against. Both execute the
 // Plan from src/plan (the same tasks and counters cpu-mk runs).
+// Options: BackendOptions (engine/backend.h), as the factory got them.
 // Prefill: with prefill_chunk > 0, ordinary kernels over pieces of at most prefill_chunk tokens
 // (src/cuda/prefill); with 0, the decode path one token at a time (the comparison baseline).
 // Sampling runs on the device (greedy, temperature, top-k, top-p, min-p; seeded by (seed,
@@ -24,30 +25,13 @@
 
 namespace megadecode::cuda {
 
-struct CudaBackendOptions {
-  bool per_op = false;                   // false: cuda-mk, true: cuda-ops
-  int kv_block_size = 16;
-  int n_kv_blocks = 0;                   // 0: as many as gpu_memory_utilization allows
-  double gpu_memory_utilization = 0.9;   // fraction of the GPU's memory this process may hold
-  std::string policy = "default";        // plan policy (plan/policy.h)
-  int n_sms = 0;                         // 0: every SM of the device
-  int64_t wait_timeout_ms = 2000;        // bound on any single counter wait inside a step
-  uint32_t kernel_flags = 0;             // MkFlag bits (megakernel/types.h): benchmark ablations only
-  // Prefill piece size in tokens for the prefill kernels (kPrefillChunkDefault is the intended
-  // default); 0 runs prefill through the decode path one token per step. 0 stays the default until
-  // the prefill kernels have passed tests/cuda/test_prefill on a GPU.
-  int prefill_chunk = 0;
-  std::string attention = kDefaultAttention;  // attention item: scalar | tc | tc2 (attention_choice.h)
-};
-
-constexpr int kPrefillChunkDefault = 2048;
-
 class CudaBackend : public Backend {
  public:
-  CudaBackend(std::shared_ptr<const DeviceWeights> weights, const CudaBackendOptions& options);
+  // options.backend: cuda-mk or cuda-ops; the CUDA fields of BackendOptions apply.
+  CudaBackend(std::shared_ptr<const DeviceWeights> weights, const BackendOptions& options);
   ~CudaBackend() override;
 
-  std::string name() const override { return options_.per_op ? "cuda-ops" : "cuda-mk"; }
+  std::string name() const override { return options_.backend; }
   const ModelConfig& config() const override { return weights_->config(); }
   int kv_block_size() const override { return options_.kv_block_size; }
   int n_kv_blocks() const override { return n_kv_blocks_; }
@@ -95,7 +79,8 @@ class CudaBackend : public Backend {
   void check_error();
 
   std::shared_ptr<const DeviceWeights> weights_;
-  CudaBackendOptions options_;
+  BackendOptions options_;
+  bool per_op_ = false;  // cuda-ops: one launch per wave
   AttentionChoice attention_;
   Policy policy_;
   int n_sms_ = 0;

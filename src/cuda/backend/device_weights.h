@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -39,8 +40,9 @@ class DeviceWeights {
   const MkModelWeights& view() const { return view_; }  // device pointers, for MkParams
   size_t bytes() const { return bytes_; }
   const void* arena() const { return arena_; }  // tests compare whole arenas
-  // Host copy of one layer's pointers (tests read packed matrices back).
+  // Host copy of the layers' pointers (the prefill runner's; tests read packed matrices back).
   const MkLayerWeights& layer(int l) const { return layers_.at(l); }
+  std::span<const MkLayerWeights> layers() const { return layers_; }
 
  private:
   explicit DeviceWeights(const ModelConfig& config);
