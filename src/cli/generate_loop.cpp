@@ -26,7 +26,7 @@ GenerateResult generate(Backend& backend, const GenerateRequest& request,
   const int n_blocks = blocks_needed(request, backend.kv_block_size());
   MD_REQUIRE(n_blocks <= backend.n_kv_blocks(), "generate: ", request.prompt.size(), " prompt tokens + ",
              request.max_tokens, " new tokens need ", n_blocks, " KV blocks, the backend has ", backend.n_kv_blocks());
-  sampling::validate_sampling_params(request.sampling);
+  sampling::validate(request.sampling);
   std::vector<int32_t> table(n_blocks);
   std::iota(table.begin(), table.end(), 0);
 

@@ -78,7 +78,7 @@ void CpuMkBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Dec
     MD_REQUIRE(s.chunk.start_pos >= 0, "decode: sequence ", s.chunk.seq_id, ": negative position");
     MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", s.chunk.seq_id,
                ": history_prompt_len ", s.history_prompt_len, " exceeds the history of ", s.history.size());
-    sampling::validate_sampling_params(s.sampling);
+    sampling::validate(s.sampling);
     batch.seqs.push_back({s.chunk.start_pos + 1, s.chunk.block_table});
     tokens.push_back(s.chunk.tokens[0]);
     sampling.push_back(s.sampling);

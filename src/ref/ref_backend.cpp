@@ -34,7 +34,7 @@ void RefBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Decod
                " tokens, expected exactly 1");
     MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", s.chunk.seq_id,
                ": history_prompt_len ", s.history_prompt_len, " exceeds the history of ", s.history.size());
-    sampling::validate_sampling_params(s.sampling);
+    sampling::validate(s.sampling);
   }
   result.tokens.assign(seqs.size(), 0);
   result.logits.assign(want_logits ? seqs.size() * vocab : 0, 0.0f);

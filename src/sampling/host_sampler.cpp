@@ -27,20 +27,6 @@ int32_t argmax_lowest(std::span<const float> logits) {
 
 }  // namespace
 
-void validate_sampling_params(const SamplingParams& p) {
-  MD_REQUIRE(p.temperature >= 0.0f && std::isfinite(p.temperature), "sampling: temperature must be >= 0, got ",
-             p.temperature);
-  MD_REQUIRE(p.top_k >= -1, "sampling: top_k must be -1, 0 (off) or positive, got ", p.top_k);
-  MD_REQUIRE(p.top_p > 0.0f && p.top_p <= 1.0f, "sampling: top_p must be in (0, 1], got ", p.top_p);
-  MD_REQUIRE(p.min_p >= 0.0f && p.min_p <= 1.0f, "sampling: min_p must be in [0, 1], got ", p.min_p);
-  MD_REQUIRE(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty),
-             "sampling: repetition_penalty must be > 0, got ", p.repetition_penalty);
-  MD_REQUIRE(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f,
-             "sampling: presence_penalty must be in [-2, 2], got ", p.presence_penalty);
-  MD_REQUIRE(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f,
-             "sampling: frequency_penalty must be in [-2, 2], got ", p.frequency_penalty);
-}
-
 void apply_penalties(std::span<float> logits, const SamplingParams& p, const TokenHistory& history) {
   const size_t vocab = logits.size();
   check_history(history.prompt, vocab, "prompt");
@@ -91,14 +77,14 @@ Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const Toke
 namespace {
 
 Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history) {
-  validate_sampling_params(p);
+  validate(p);
   MD_REQUIRE(!raw_logits.empty(), "sampling: empty logits");
   for (float l : raw_logits) MD_REQUIRE(!std::isnan(l) && l != INFINITY, "sampling: logits contain NaN or +inf");
   Kept result;
   std::vector<float>& logits = result.logits;
   logits.assign(raw_logits.begin(), raw_logits.end());
   apply_penalties(logits, p, history);
-  if (p.greedy() || p.temperature < kGreedyTemperature) {
+  if (p.greedy()) {
     result.candidates = {Candidate{argmax_lowest(logits), 1.0}};
     return result;
   }

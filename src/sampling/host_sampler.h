@@ -2,7 +2,8 @@
 // backend that samples on the host). vLLM's semantics and order (vllm/v1/sample/sampler.py):
 //   1. penalties on the raw logits: repetition (tokens of prompt or output: l>0 ? l/r : l*r),
 //      then frequency (l -= f * count in output) and presence (l -= p if in output);
-//   2. greedy (temperature < kGreedyTemperature, as vLLM's 1e-5): argmax, ties to the lowest id; done.
+//   2. greedy (SamplingParams::greedy(): temperature < kGreedyTemperature): argmax, ties to the
+//      lowest id; done.
 //   3. temperature: masses m = exp((l - max l) * (1/T)) in fp32, p = m / sum(m) (= softmax(l / T));
 //   4. min-p: drop tokens with p < min_p * max(p), i.e. m < min_p;
 //   5. top-k: keep the k most likely of the rest (ties to the lower id: exactly k tokens);
@@ -25,18 +26,11 @@
 
 namespace megadecode::sampling {
 
-constexpr float kGreedyTemperature = 1e-5f;
-
 // The tokens penalties look at: repetition sees prompt and output, presence/frequency only output.
 struct TokenHistory {
   std::span<const int32_t> prompt;
   std::span<const int32_t> output;
 };
-
-// Error naming the field when a parameter is out of range (temperature < 0 or NaN, top_k < -1,
-// top_p outside (0, 1], min_p outside [0, 1], repetition_penalty <= 0, presence/frequency outside
-// [-2, 2]).
-void validate_sampling_params(const SamplingParams& params);
 
 // Step 1 in place. Error for a history token outside [0, logits.size()).
 void apply_penalties(std::span<float> logits, const SamplingParams& params, const TokenHistory& history);
@@ -51,7 +45,7 @@ struct Candidate {
 };
 
 // Steps 1-6: the tokens the draw chooses from, in canonical order, probabilities summing to 1
-// (one token with probability 1 when greedy). Error for NaN logits or bad parameters.
+// (one token with probability 1 when greedy). Error for NaN logits or bad parameters (validate()).
 std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
                                            const TokenHistory& history);
 

@@ -141,9 +141,12 @@ TEST(Sampling, FiltersKeepTheDocumentedSets) {
   EXPECT_EQ(candidate_ids(kLogits, params(1.0f, 0, 0.01f)), (std::vector<int32_t>{0}));
   // top-p sees the probabilities renormalised after top-k: top-3 is {0: .464, 1: .281, 11: .255}.
   EXPECT_EQ(candidate_ids(kLogits, params(1.0f, 3, 0.7f)), (std::vector<int32_t>{0, 1}));
-  // top-k ties: exactly k tokens, lower ids first.
+  // Ties (the one tie rule, sampling/params.h): top-k keeps exactly k tokens, lower ids first;
+  // top-p cuts the tied run in id order.
   const std::vector<float> ties = {1.0f, 2.0f, 2.0f, 2.0f, 0.0f};
   EXPECT_EQ(candidate_ids(ties, params(1.0f, 2)), (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(candidate_ids(ties, params(1.0f, 0, 1e-6f)), (std::vector<int32_t>{1}));
+  EXPECT_EQ(candidate_ids(ties, params(1.0f, 1)), (std::vector<int32_t>{1}));
 }
 
 TEST(Sampling, SameSeedAndPositionGiveTheSameToken) {

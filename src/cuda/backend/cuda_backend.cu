@@ -140,11 +140,7 @@ void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Deco
                s.chunk.tokens[0], " outside the vocabulary");
     MD_REQUIRE(s.chunk.start_pos >= 0 && s.chunk.start_pos < c.max_position_embeddings, "decode: sequence ", i,
                ": position ", s.chunk.start_pos, " outside [0, ", c.max_position_embeddings, ")");
-    const SamplingParams& sp = s.sampling;
-    sampling::validate_sampling_params(sp);
-    MD_REQUIRE(sp.temperature >= 0.0f && std::isfinite(sp.temperature) && sp.top_p > 0.0f && sp.top_p <= 1.0f &&
-                   sp.min_p >= 0.0f && sp.min_p <= 1.0f && sp.top_k >= -1,
-               "decode: sequence ", i, ": sampling parameters out of range");
+    sampling::validate(s.sampling);
     const int n_ctx = s.chunk.start_pos + 1;
     const size_t need = (static_cast<size_t>(n_ctx) + batch.kv_block_size - 1) / batch.kv_block_size;
     MD_REQUIRE(s.chunk.block_table.size() >= need, "decode: sequence ", i, ": block table covers ",

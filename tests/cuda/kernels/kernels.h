@@ -66,20 +66,18 @@ void moe_combine(const float* parts, const float* weights, const float* residual
                  int n, cudaStream_t stream);
 
 // ---- sampling (cuda/common/sampling.cuh) ----
-struct DeviceSamplingParams {  // 32 bytes, one per row
-  float temperature;           // < 1e-5: greedy
+struct DeviceSamplingParams {  // one per row
+  float temperature;           // below kGreedyTemperature: greedy
   int32_t top_k;               // <= 0: off
   float top_p;                 // 1: off
   float min_p;                 // 0: off
   uint64_t seed;
   int64_t position;            // the position the sampled token takes
 };
-static_assert(sizeof(DeviceSamplingParams) == 32);
-size_t sampling_workspace_bytes(int n_rows, int vocab);
-// tokens[r] = a token drawn from logits[r][0..vocab) under params[r]: vLLM order (temperature,
-// min-p, top-k, top-p on the renormalised rest) then a Gumbel-max draw with Philox noise keyed by
-// (seed, position, token id). Greedy rows: argmax, ties to the lowest id.
+// tokens[r] = sample_row's token for logits[r][0..vocab) under params[r], one CTA of `threads`
+// threads per row: 256 is the megakernel's consumer count (what its SAMPLE op runs), 1024 a
+// standalone CTA.
 void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab, const DeviceSamplingParams* params,
-                   int32_t* tokens, void* workspace, cudaStream_t stream);
+                   int32_t* tokens, int threads, cudaStream_t stream);
 
 }  // namespace megadecode::cuda
