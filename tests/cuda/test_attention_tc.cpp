@@ -163,28 +163,6 @@ TEST(AttnTcGeo, TermsSplitExactly) {
   }
 }
 
-TEST(AttnTcGeo, MergesHandleEmptyPartials) {
-  // Partials (m, l, o) in the log2 domain; an empty one (m = -inf) contributes nothing.
-  const AttnPartial parts[3] = {{-INFINITY, 0.0f, 0.0f}, {1.0f, 2.0f, 4.0f}, {3.0f, 1.0f, 1.0f}};
-  float m, l;
-  const float o = attn_merge(3, [&](int i) { return parts[i].m; }, [&](int i) { return parts[i]; }, m, l);
-  EXPECT_EQ(m, 3.0f);
-  EXPECT_FLOAT_EQ(l, 2.0f * 0.25f + 1.0f);
-  EXPECT_FLOAT_EQ(o, 4.0f * 0.25f + 1.0f);
-  float mm = -INFINITY;
-  const AttnRescale r0 = attn_rescale(mm, -INFINITY);  // a tile with every key masked, first
-  EXPECT_EQ(r0.m_use, 0.0f);
-  EXPECT_EQ(r0.alpha, 0.0f);
-  EXPECT_EQ(mm, -INFINITY);
-  const AttnRescale r1 = attn_rescale(mm, 2.0f);
-  EXPECT_EQ(r1.alpha, 0.0f);
-  EXPECT_EQ(mm, 2.0f);
-  const AttnRescale r2 = attn_rescale(mm, 1.0f);
-  EXPECT_EQ(r2.alpha, 1.0f);
-  EXPECT_EQ(r2.m_use, 2.0f);
-  EXPECT_EQ(attn_normalise(1.0f, 0.0f), 0.0f);
-}
-
 // The whole item, lane by lane, against double attention: every split of random sequences.
 TEST(AttnTcEmulation, MatchesDoubleAttentionOverRandomSplits) {
   const uint64_t seed = test_seed();

@@ -2,14 +2,15 @@
 // host-and-device so tests/cuda/test_attention_tc.cpp checks them on the CPU against plain loops:
 // which KV row each lane copies for chunk c of split [pos_begin, pos_end), which rows are
 // zero-filled (past the split, the new token), where the appended row is patched, the MMA
-// fragment coordinates (PTX m16n8k16 / ldmatrix layouts), the online-softmax rescale and the two
-// log-sum-exp merges (warps of one item, splits of one sequence). Plain C++; no CUDA types.
+// fragment coordinates (PTX m16n8k16 / ldmatrix layouts) and the bf16 term split. The online
+// softmax and the merges are cuda/common/attention_state.cuh's. Plain C++; no CUDA types.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "core/bf16.h"
+#include "cuda/common/attention_state.cuh"
 
 namespace megadecode::cuda::mk {
 
@@ -94,51 +95,5 @@ MD_HOST_DEVICE inline void attn_split_terms(float x, int n, uint16_t* terms) {
     x -= bf16_bits_to_float(b);
   }
 }
-
-// ---- online softmax (log2 domain; scores already scaled by attn_scale * log2 e) ----
-// A row's state after a tile whose max is tile_max: returns the offset the tile's exponents use
-// (0 while nothing was seen, avoiding (-inf) - (-inf)) and the factor the old sum and output
-// are scaled by; m becomes the new running max.
-struct AttnRescale {
-  float m_use, alpha;
-};
-MD_HOST_DEVICE inline AttnRescale attn_rescale(float& m, float tile_max) {
-  const float m_new = fmaxf(m, tile_max);
-  const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-  const AttnRescale r{m_use, exp2f(m - m_use)};
-  m = m_new;
-  return r;
-}
-
-// Weight of a partial with max m_part in a merge whose max is m_all (0 for an empty partial).
-MD_HOST_DEVICE inline float attn_merge_weight(float m_part, float m_all) {
-  return m_part == -INFINITY ? 0.0f : exp2f(m_part - m_all);
-}
-
-// Log-sum-exp merge of n partials of one (row, d) element, in partial order. ld_m(i) -> the max of
-// partial i, ld(i) -> its (m, l, o): loaders, so the device reads cross-SM partials with
-// ld.global.cg. Returns the merged unnormalised o; m_out/l_out get the merged max and sum.
-struct AttnPartial {
-  float m, l, o;
-};
-template <class LoadM, class Load>
-MD_HOST_DEVICE inline float attn_merge(int n, LoadM ld_m, Load ld, float& m_out, float& l_out) {
-  float mx = -INFINITY;
-  for (int i = 0; i < n; ++i) mx = fmaxf(mx, ld_m(i));
-  float o = 0.0f, l = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const AttnPartial pi = ld(i);
-    const float f = attn_merge_weight(pi.m, mx);
-    o += f * pi.o;
-    l += f * pi.l;
-  }
-  m_out = mx;
-  l_out = l;
-  return o;
-}
-
-// The normalised output of a merged row (0 for a row that saw no key: cannot happen for a valid
-// plan, where every split holds at least one key, but never a NaN).
-MD_HOST_DEVICE inline float attn_normalise(float o, float l) { return l > 0.0f ? o / l : 0.0f; }
 
 }  // namespace megadecode::cuda::mk

@@ -99,11 +99,7 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
       }
     AttnRescale rs[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      rs[h] = attn_rescale(m[h], tile_max[h]);
-    }
+    for (int h = 0; h < 2; ++h) rs[h] = attn_rescale(m[h], quad_max(tile_max[h]));
     float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int nn = 0; nn < 2; ++nn)
@@ -113,11 +109,7 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
         row_sum[e >> 1] += sv[nn][e];
       }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-      l[h] = l[h] * rs[h].alpha + row_sum[h];
-    }
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * rs[h].alpha + quad_sum(row_sum[h]);
     // P as A fragments: a0 (row g, tokens 2t..) = tile 0 e0,e1; a1 (row g+8) = tile 0 e2,e3;
     // a2, a3 the same of tile 1.
     uint32_t pa[kAttnMaxTerms][4];

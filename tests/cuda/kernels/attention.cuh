@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "core/bf16.h"
+#include "cuda/common/attention_state.cuh"
 #include "cuda/common/ptx.cuh"
 
 namespace megadecode::cuda {
@@ -135,12 +136,9 @@ __device__ void attention_item(const AttnItem& it, uint8_t* smem) {
     float alpha[2], m_use[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      const float m_new = fmaxf(m[h], tile_max[h]);
-      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;  // nothing seen yet: avoid (-inf) - (-inf)
-      alpha[h] = exp2f(m[h] - m_use[h]);
-      m[h] = m_new;
+      const AttnRescale r = attn_rescale(m[h], quad_max(tile_max[h]));
+      m_use[h] = r.m_use;
+      alpha[h] = r.alpha;
     }
     float row_sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -151,11 +149,7 @@ __device__ void attention_item(const AttnItem& it, uint8_t* smem) {
         row_sum[e >> 1] += s[n][e];
       }
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-      row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-      l[h] = l[h] * alpha[h] + row_sum[h];
-    }
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + quad_sum(row_sum[h]);
 #pragma unroll
     for (int dn = 0; dn < kDN; ++dn) {
       o[dn][0] *= alpha[0];
@@ -199,17 +193,10 @@ __device__ void attention_item(const AttnItem& it, uint8_t* smem) {
   __syncthreads();
   for (int idx = threadIdx.x; idx < it.group * kD; idx += kAttnThreads) {
     const int row = idx / kD, d = idx % kD;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, red_ml[(w * 16 + row) * 2]);
-    float acc = 0.0f, sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) {
-      const float mw = red_ml[(w * 16 + row) * 2];
-      const float f = mw == -INFINITY ? 0.0f : exp2f(mw - mx);
-      acc += f * red_o[(w * 16 + row) * kD + d];
-      sum += f * red_ml[(w * 16 + row) * 2 + 1];
-    }
+    float mx, sum;
+    const float acc = attn_merge(kAttnWarps, [&](int w) { return red_ml[(w * 16 + row) * 2]; }, [&](int w) {
+      return AttnPartial{red_ml[(w * 16 + row) * 2], red_ml[(w * 16 + row) * 2 + 1], red_o[(w * 16 + row) * kD + d]};
+    }, mx, sum);
     it.o[row * it.o_row_stride + d] = acc;
     if (d == 0) {
       it.ml[row * it.ml_row_stride] = mx;
@@ -223,18 +210,12 @@ __device__ void attention_item(const AttnItem& it, uint8_t* smem) {
 // (m = -inf) contribute nothing; if every split is empty the output is 0.
 template <int kD>
 __device__ void attention_merge_head(const float* o_part, const float* ml_part, int n_splits, uint16_t* out) {
-  float mx = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, ml_part[2 * s]);
   for (int d = threadIdx.x; d < kD; d += blockDim.x) {
-    float acc = 0.0f, sum = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
-      const float ms = ml_part[2 * s];
-      if (ms == -INFINITY) continue;
-      const float f = exp2f(ms - mx);
-      acc += f * o_part[s * kD + d];
-      sum += f * ml_part[2 * s + 1];
-    }
-    out[d] = float_to_bf16_bits(sum > 0.0f ? acc / sum : 0.0f);
+    float mx, sum;
+    const float acc = attn_merge(n_splits, [&](int s) { return ml_part[2 * s]; }, [&](int s) {
+      return AttnPartial{ml_part[2 * s], ml_part[2 * s + 1], o_part[s * kD + d]};
+    }, mx, sum);
+    out[d] = float_to_bf16_bits(attn_normalise(acc, sum));
   }
 }
 
