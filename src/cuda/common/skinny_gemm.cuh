@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "cuda/common/gemm_args.h"
+#include "cuda/common/packed_mma.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/weight_pack.cuh"
 
@@ -30,8 +31,6 @@ namespace megadecode::cuda {
 constexpr int kGemmConsumerWarps = 8;
 constexpr int kGemmThreads = (kGemmConsumerWarps + 1) * 32;  // + one loader warp
 constexpr int kGemmMaxTokens = 64;
-
-
 
 // Tile shape for kNT token groups (tokens <= 8 * kNT). Larger batches take taller tiles so each
 // X byte pulled from L2 serves more weight rows; the stage stays 16 KB of weights.
@@ -100,13 +99,7 @@ __device__ __forceinline__ void gemm_consume_stage(float (&acc)[GemmTile<kNT>::k
       b0[j] = *reinterpret_cast<const uint32_t*>(p);
       b1[j] = *reinterpret_cast<const uint32_t*>(p + 16);
     }
-#pragma unroll
-    for (int m = 0; m < T::kMT; ++m) {
-      const uint4 f = *reinterpret_cast<const uint4*>(page + (m * T::kStageKB + kb) * kPackTileBytes + lane * 16);
-      const uint32_t a[4] = {f.x, f.y, f.z, f.w};
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) ptx::mma_bf16_16816(acc[m][j], a, b0[j], b1[j]);
-    }
+    packed_mma_k16<T::kMT, kNT>(acc, [&](int m) { return page + (m * T::kStageKB + kb) * kPackTileBytes; }, b0, b1);
   }
 }
 
