@@ -1,6 +1,6 @@
 // The GPU side of `megadecode bench decode` (implemented in src/bench/gpu/decode_gpu.cu;
-// this header has no CUDA types so the driver in bench_decode.cpp stays plain C++): the pure-read
-// ceiling, the synthetic full-shape weights generated on the device, and one backend at a time
+// this header has no CUDA types so the driver in bench_decode.cpp stays plain C++): device facts,
+// the synthetic full-shape weights generated on the device, and one backend at a time
 // (cuda-mk or cuda-ops, a plan policy, kernel ablation flags) over a synthetic KV cache filled
 // with N(0, 0.01), timed by replaying one decode step as a CUDA graph between CUDA events.
 #pragma once
@@ -9,8 +9,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cuda/megakernel/trace.h"
 #include "engine/backend.h"
@@ -26,10 +24,6 @@ struct GpuInfo {
   int64_t free_bytes = 0;
 };
 GpuInfo gpu_info();
-
-// Best pure-read GB/s over a few launch shapes of the bandwidth kernel on a `bytes` buffer
-// (allocated and freed here); one JSON record per shape appended to `records`.
-double measure_read_ceiling(int64_t bytes, int reps, nlohmann::json& records);
 
 struct DecodePointResult {
   std::vector<float> step_ms;          // each timed replay

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "bench/results.h"
 #include "core/check.h"
 
 namespace megadecode {
@@ -23,7 +24,7 @@ nlohmann::json decode_record(const DecodePoint& p) {
   MD_REQUIRE(p.ceiling_gbps > 0, "decode_record: ceiling of ", p.ceiling_gbps, " GB/s");
   std::vector<float> sorted = p.step_ms;
   std::sort(sorted.begin(), sorted.end());
-  const double med = sorted[sorted.size() / 2];
+  const double med = median(std::vector<double>(sorted.begin(), sorted.end()));
   MD_REQUIRE(med > 0, "decode_record: median step of ", med, " ms");
   const int64_t bytes = p.bytes.total();
   const double gbps = static_cast<double>(bytes) / (med * 1e-3) / 1e9;

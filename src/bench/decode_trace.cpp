@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 
+#include "bench/results.h"
 #include "core/check.h"
 #include "plan/op_table.h"
 
@@ -84,12 +85,6 @@ nlohmann::json work_args(const TraceRecord& r, const Plan& plan) {
     a["arg"] = {r.arg0, r.arg1, r.arg2};  // the task's args (task.h): group / rows / tokens
   }
   return a;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 // The per-layer timeline (WaveTiming) from every SM's work slices.

@@ -2,8 +2,11 @@
 // `unroll` independent 16-byte non-coherent loads in flight (read-only data), folds them with XOR,
 // and one word per CTA is written so the compiler cannot drop the loads.
 #include <algorithm>
+#include <cstdio>
+#include <vector>
 
 #include "bench/gpu/bandwidth.h"
+#include "bench/results.h"
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
 
@@ -56,6 +59,55 @@ void read_bandwidth(const void* src, size_t bytes, int blocks_per_sm, int thread
     default: throw Error(cat("read_bandwidth: unroll ", unroll, " not one of 1, 2, 4, 8"));
   }
   CUDA_CHECK_LAST();
+}
+
+double measure_read_ceiling(size_t bytes, int reps, nlohmann::json& records, bool print) {
+  MD_REQUIRE(bytes >= (size_t{1} << 20) && bytes % 16 == 0, "read ceiling buffer of ", bytes, " bytes");
+  MD_REQUIRE(reps >= 1, "read ceiling: ", reps, " repetitions");
+  constexpr int kSinkWords = 8192;  // >= SMs x blocks per SM of every shape
+  void* buf = nullptr;
+  uint32_t* sink = nullptr;
+  CUDA_CHECK(cudaMalloc(&buf, bytes));
+  CUDA_CHECK(cudaMemset(buf, 0x5a, bytes));
+  CUDA_CHECK(cudaMalloc(&sink, kSinkWords * sizeof(uint32_t)));
+  CUDA_CHECK(cudaMemset(sink, 0, kSinkWords * sizeof(uint32_t)));
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t a = nullptr, b = nullptr;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  struct Shape {
+    int blocks_per_sm, threads, unroll;
+  };
+  const Shape shapes[] = {{1, 1024, 4}, {2, 512, 4}, {2, 512, 8}, {2, 1024, 4}, {4, 512, 4}, {1, 1024, 8}};
+  double best = 0;
+  for (const Shape& sh : shapes) {
+    std::vector<double> ms;
+    for (int i = 0; i < reps + 2; ++i) {
+      CUDA_CHECK(cudaEventRecord(a, stream));
+      read_bandwidth(buf, bytes, sh.blocks_per_sm, sh.threads, sh.unroll, sink, stream);
+      CUDA_CHECK(cudaEventRecord(b, stream));
+      CUDA_CHECK(cudaEventSynchronize(b));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+      if (i >= 2) ms.push_back(t);
+    }
+    const double med = median(ms);
+    const double gbps = static_cast<double>(bytes) / (med * 1e-3) / 1e9;
+    best = std::max(best, gbps);
+    const int in_flight_kb = sh.blocks_per_sm * sh.threads * sh.unroll * 16 / 1024;
+    records.push_back({{"blocks_per_sm", sh.blocks_per_sm}, {"threads", sh.threads}, {"unroll", sh.unroll},
+                       {"in_flight_kb_per_sm", in_flight_kb}, {"bytes", bytes}, {"ms", med}, {"gbps", gbps}});
+    if (print)
+      std::printf("  %d x %4d thr x %d loads (%3d KB/SM in flight): %8.1f GB/s\n", sh.blocks_per_sm, sh.threads,
+                  sh.unroll, in_flight_kb, gbps);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  CUDA_CHECK(cudaFree(sink));
+  CUDA_CHECK(cudaFree(buf));
+  return best;
 }
 
 }  // namespace megadecode::cuda

@@ -1,5 +1,5 @@
-// GPU side of `megadecode bench decode` (bench/decode_gpu.h): device facts, the pure-read
-// ceiling, synthetic weights, the N(0, 0.01) KV fill, and timed decode steps on CudaBackend.
+// GPU side of `megadecode bench decode` (bench/decode_gpu.h): device facts, synthetic weights,
+// the N(0, 0.01) KV fill, and timed decode steps on CudaBackend.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,11 +8,11 @@
 
 #include "bench/decode_bytes.h"
 #include "bench/decode_gpu.h"
-#include "bench/gpu/bandwidth.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 
 namespace megadecode {
 namespace {
@@ -33,63 +33,11 @@ double elapsed_s(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GpuInfo gpu_info() {
-  GpuInfo g;
-  int dev = 0, n_dev = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n_dev);
-  MD_REQUIRE(e == cudaSuccess && n_dev > 0, "bench decode needs a CUDA GPU: ",
-             e == cudaSuccess ? "no device found" : cudaGetErrorString(e));
-  CUDA_CHECK(cudaGetDevice(&dev));
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  g.name = prop.name;
-  g.n_sms = prop.multiProcessorCount;
+  MD_REQUIRE(cuda::gpu_available(), "bench decode needs a CUDA GPU and none is usable");
+  const cuda::DeviceInfo d = cuda::device_info();
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  g.total_bytes = static_cast<int64_t>(total_b);
-  g.free_bytes = static_cast<int64_t>(free_b);
-  return g;
-}
-
-double measure_read_ceiling(int64_t bytes, int reps, nlohmann::json& records) {
-  MD_REQUIRE(bytes >= (int64_t{1} << 20) && bytes % 16 == 0, "ceiling buffer of ", bytes, " bytes");
-  void* buf = nullptr;
-  uint32_t* sink = nullptr;
-  CUDA_CHECK(cudaMalloc(&buf, bytes));
-  CUDA_CHECK(cudaMemset(buf, 0x5a, bytes));
-  CUDA_CHECK(cudaMalloc(&sink, 8192 * sizeof(uint32_t)));
-  CUDA_CHECK(cudaMemset(sink, 0, 8192 * sizeof(uint32_t)));
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaEvent_t a = nullptr, b = nullptr;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  struct Shape { int blocks_per_sm, threads, unroll; };
-  const Shape shapes[] = {{1, 1024, 4}, {2, 512, 4}, {2, 512, 8}, {2, 1024, 4}, {4, 512, 4}, {1, 1024, 8}};
-  double best = 0;
-  for (const Shape& sh : shapes) {
-    std::vector<float> ms;
-    for (int i = 0; i < reps + 2; ++i) {
-      CUDA_CHECK(cudaEventRecord(a, stream));
-      cuda::read_bandwidth(buf, static_cast<size_t>(bytes), sh.blocks_per_sm, sh.threads, sh.unroll, sink, stream);
-      CUDA_CHECK(cudaEventRecord(b, stream));
-      CUDA_CHECK(cudaEventSynchronize(b));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-      if (i >= 2) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
-    const double gbps = static_cast<double>(bytes) / (med * 1e-3) / 1e9;
-    best = std::max(best, gbps);
-    records.push_back({{"backend", "read-ceiling"}, {"blocks_per_sm", sh.blocks_per_sm}, {"threads", sh.threads},
-                       {"unroll", sh.unroll}, {"bytes", bytes}, {"ms", med}, {"gbps", gbps}});
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  CUDA_CHECK(cudaStreamDestroy(stream));
-  CUDA_CHECK(cudaFree(sink));
-  CUDA_CHECK(cudaFree(buf));
-  return best;
+  return {d.name, d.n_sms, static_cast<int64_t>(total_b), static_cast<int64_t>(free_b)};
 }
 
 struct DecodeGpu::Impl {

@@ -5,7 +5,6 @@
 // one cuda-mk step, the ablations, then the JSON.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,8 @@
 #include "bench/decode_options.h"
 #include "bench/decode_report.h"
 #include "bench/decode_trace.h"
+#include "bench/gpu/bandwidth.h"
+#include "bench/results.h"
 #include "core/check.h"
 #include "cuda/megakernel/types.h"
 #include "model/presets.h"
@@ -67,13 +68,6 @@ BackendOptions with_blocks(BackendOptions o, int64_t blocks) {
   return o;
 }
 
-void write_json(const std::string& path, const nlohmann::json& j, int indent) {
-  std::ofstream out(path);
-  MD_REQUIRE(out.good(), "cannot write ", path);
-  out << j.dump(indent) << "\n";
-  MD_REQUIRE(out.good(), "error writing ", path);
-}
-
 }  // namespace
 
 int bench_decode(int argc, char** argv) {
@@ -93,9 +87,9 @@ int bench_decode(int argc, char** argv) {
   if (o.config.max_position_embeddings > declared)
     std::printf("note: contexts beyond the preset's %d positions run plain RoPE (real checkpoints use YaRN rope "
                 "scaling there); the bytes and work of a step are the same\n", declared);
-    nlohmann::json ceiling_records = nlohmann::json::array();
+  nlohmann::json ceiling_records = nlohmann::json::array();
   const int64_t ceiling_bytes = std::min<int64_t>(o.ceiling_mib << 20, (gpu.free_bytes - weights) / 2) / 16 * 16;
-  const double ceiling = measure_read_ceiling(ceiling_bytes, 20, ceiling_records);
+  const double ceiling = cuda::measure_read_ceiling(static_cast<size_t>(ceiling_bytes), 20, ceiling_records, false);
   std::printf("read ceiling: %.1f GB/s (best of %zu launch shapes over %lld MiB)\n", ceiling, ceiling_records.size(),
               static_cast<long long>(ceiling_bytes >> 20));
   std::fflush(stdout);

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +13,7 @@
 
 #include "bench/bench.h"
 #include "bench/gpu/bandwidth.h"
+#include "bench/results.h"
 #include "core/args.h"
 #include "core/check.h"
 #include "core/rng.h"
@@ -58,8 +58,7 @@ double median_graph_ms(cudaGraphExec_t graph, int reps, int warmup, cudaStream_t
   }
   CUDA_CHECK(cudaEventDestroy(a));
   CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return median(ms);
 }
 
 // Captures `body(i)` for i in [0, n) into one graph.
@@ -73,49 +72,6 @@ cudaGraphExec_t capture(cudaStream_t stream, int n, F body) {
   CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
   CUDA_CHECK(cudaGraphDestroy(g));
   return exec;
-}
-
-struct BandwidthConfig {
-  int blocks_per_sm, threads, unroll;
-};
-
-// Best pure-read GB/s over a few launch shapes; each entry appended to `records`.
-double measure_ceiling(size_t bytes, int reps, nlohmann::json& records, bool print) {
-  void* buf = nullptr;
-  CUDA_CHECK(cudaMalloc(&buf, bytes));
-  CUDA_CHECK(cudaMemset(buf, 0x5a, bytes));
-  uint32_t* sink = nullptr;
-  CUDA_CHECK(cudaMalloc(&sink, 4096 * sizeof(uint32_t)));
-  cudaStream_t stream;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const BandwidthConfig configs[] = {{1, 1024, 4}, {2, 512, 4}, {2, 512, 8}, {2, 1024, 4}, {4, 512, 4}, {1, 1024, 8}};
-  double best = 0;
-  for (const auto& c : configs) {
-    auto graph = capture(stream, 1, [&](int) {
-      cuda::read_bandwidth(buf, bytes, c.blocks_per_sm, c.threads, c.unroll, sink, stream);
-    });
-    const double ms = median_graph_ms(graph, reps, 2, stream);
-    CUDA_CHECK(cudaGraphExecDestroy(graph));
-    const double gbps = double(bytes) / (ms * 1e-3) / 1e9;
-    best = std::max(best, gbps);
-    const int in_flight_kb = c.blocks_per_sm * c.threads * c.unroll * 16 / 1024;
-    records.push_back({{"blocks_per_sm", c.blocks_per_sm}, {"threads", c.threads}, {"unroll", c.unroll},
-                       {"in_flight_kb_per_sm", in_flight_kb}, {"ms", ms}, {"gbps", gbps}});
-    if (print)
-      std::printf("  %d x %4d thr x %d loads (%3d KB/SM in flight): %8.1f GB/s\n", c.blocks_per_sm, c.threads,
-                  c.unroll, in_flight_kb, gbps);
-  }
-  CUDA_CHECK(cudaStreamDestroy(stream));
-  CUDA_CHECK(cudaFree(sink));
-  CUDA_CHECK(cudaFree(buf));
-  return best;
-}
-
-void write_json(const std::string& path, const nlohmann::json& j) {
-  if (path.empty()) return;
-  std::ofstream out(path);
-  MD_REQUIRE(out.good(), "cannot write ", path);
-  out << j.dump(2) << "\n";
 }
 
 nlohmann::json device_json() {
@@ -137,10 +93,11 @@ int bench_bandwidth(int argc, char** argv) {
   const int reps = static_cast<int>(args.get_int("reps", 20));
   std::printf("pure-read bandwidth over %.2f GiB, median of %d:\n", double(bytes) / (1ull << 30), reps);
   nlohmann::json configs = nlohmann::json::array();
-  const double best = measure_ceiling(bytes, reps, configs, true);
+  const double best = cuda::measure_read_ceiling(bytes, reps, configs, true);
   std::printf("ceiling: %.1f GB/s\n", best);
-  write_json(args.get("json", ""), {{"bench", "bandwidth"}, {"device", device_json()}, {"bytes", bytes},
-                                    {"configs", configs}, {"ceiling_gbps", best}});
+  if (args.has("json"))
+    write_json(args.get("json", ""), {{"bench", "bandwidth"}, {"device", device_json()}, {"bytes", bytes},
+                                      {"configs", configs}, {"ceiling_gbps", best}});
   return 0;
 }
 
@@ -154,7 +111,7 @@ int bench_gemm(int argc, char** argv) {
   MD_REQUIRE(reps >= 1, "--reps must be positive");
 
   nlohmann::json ceiling_cfg = nlohmann::json::array();
-  const double ceiling = measure_ceiling(size_t(2) << 30, 10, ceiling_cfg, false);
+  const double ceiling = cuda::measure_read_ceiling(size_t(2) << 30, 10, ceiling_cfg, false);
   std::printf("read ceiling %.1f GB/s (best of %zu configs)\n", ceiling, ceiling_cfg.size());
 
   const Shape shapes[] = {{"qkv", 5120, 2048},   {"o_proj", 2048, 4096}, {"expert_gate_up", 1536, 2048},
@@ -247,8 +204,9 @@ int bench_gemm(int argc, char** argv) {
   CUBLAS_CHECK(cublasDestroy(handle));
   CUDA_CHECK(cudaFree(cublas_ws));
   CUDA_CHECK(cudaStreamDestroy(stream));
-  write_json(args.get("json", ""), {{"bench", "gemm"}, {"device", device_json()}, {"ceiling_gbps", ceiling},
-                                    {"ceiling_configs", ceiling_cfg}, {"reps", reps}, {"records", records}});
+  if (args.has("json"))
+    write_json(args.get("json", ""), {{"bench", "gemm"}, {"device", device_json()}, {"ceiling_gbps", ceiling},
+                                      {"ceiling_configs", ceiling_cfg}, {"reps", reps}, {"records", records}});
   return 0;
 }
 

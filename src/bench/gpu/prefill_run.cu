@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 #include <vector>
 
@@ -14,6 +13,7 @@
 
 #include "bench/bench.h"
 #include "bench/prefill_options.h"
+#include "bench/results.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "cuda/backend/cuda_backend.h"
@@ -42,11 +42,6 @@ std::vector<double> timed_prefill(cuda::CudaBackend& be, const std::vector<int32
     ms.push_back(now_ms() - t0);
   }
   return ms;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -120,9 +115,7 @@ int bench_prefill(int argc, char** argv) {
   }
   if (!o.json_path.empty()) {
     nlohmann::json out = {{"command", o.command}, {"records", records}};
-    std::ofstream f(o.json_path);
-    MD_REQUIRE(f.good(), "cannot write ", o.json_path);
-    f << out.dump(2) << "\n";
+    write_json(o.json_path, out);
     std::printf("wrote %s\n", o.json_path.c_str());
   }
   return 0;
