@@ -13,6 +13,7 @@
 #include "cuda/megakernel/sync.cuh"
 #include "cuda/megakernel/work.h"
 #include "cuda/common/moe.cuh"
+#include "cuda/common/qk_norm_rope.cuh"
 #include "cuda/common/rms_norm.cuh"
 
 namespace megadecode::cuda::mk {
@@ -163,10 +164,6 @@ struct AttnScratch {
   int32_t old;
 };
 
-__device__ __forceinline__ float rope_at(const float* x, int d, int half, float c, float s) {
-  return d < half ? x[d] * c - x[d + half] * s : x[d] * c + x[d - half] * s;
-}
-
 // Shared by the scalar and the tensor-core attention items (attention.cuh), so both normalise and
 // publish identically. Per-head RMSNorm of the item's q heads and, when it appends, of the new k
 // (v copied as is), from the raw QKV rows: warp h for head h. Scratch: qn[gs][D], kn[D], vn[D].
@@ -190,7 +187,7 @@ __device__ inline void attn_qk_norm(const MkParams& p, const MkLayerWeights& lw,
         if (lane + 32 * j < D) sc.vn[lane + 32 * j] = v[j];
       continue;
     }
-    const float r = rsqrtf(warp_sum(ss) / static_cast<float>(D) + p.w.rms_eps);
+    const float r = head_rms_scale(ss, D, p.w.rms_eps);
     const uint16_t* nw = h < gs ? lw.q_norm : lw.k_norm;
     float* dst = h < gs ? sc.qn[h] : sc.kn;
 #pragma unroll
@@ -209,12 +206,11 @@ __device__ inline void attn_rope_append(const MkParams& p, int gs, int D, int po
   const int half = D / 2;
   for (int idx = threadIdx.x; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {
     const int h = idx / D, d = idx % D;
-    const float ang = static_cast<float>(pos) * p.w.rope_inv_freq[d % half];
-    const float c = cosf(ang), sn = sinf(ang);
     if (h < gs) {
-      sc.q[h][d] = rope_at(sc.qn[h], d, half, c, sn);
+      sc.q[h][d] = rope_neox(sc.qn[h], d, half, pos, p.w.rope_inv_freq);
     } else {
-      store(d, float_to_bf16_bits(rope_at(sc.kn, d, half, c, sn)), float_to_bf16_bits(sc.vn[d]));
+      const float k = rope_neox(sc.kn, d, half, pos, p.w.rope_inv_freq);
+      store(d, float_to_bf16_bits(k), float_to_bf16_bits(sc.vn[d]));
     }
   }
 }
