@@ -49,15 +49,6 @@ int32_t standalone_token(const std::vector<float>& logits, const SamplingParams&
   return tok.download()[0];
 }
 
-SamplingParams params(float temperature, int top_k, float top_p, uint64_t seed) {
-  SamplingParams p;
-  p.temperature = temperature;
-  p.top_k = top_k;
-  p.top_p = top_p;
-  p.seed = seed;
-  return p;
-}
-
 TEST(SamplingTies, HostStandaloneAndMegakernelPickTheLowerId) {
   MD_REQUIRE_GPU();
   const ModelConfig c = preset_config("tiny");
@@ -74,7 +65,7 @@ TEST(SamplingTies, HostStandaloneAndMegakernelPickTheLowerId) {
   int32_t top = -1;
   {
     cuda::CudaBackend be(cuda::DeviceWeights::upload(c, host.weights), o);
-    top = decode_step(be, prompt, params(0.0f, 0, 1.0f, 0)).token;
+    top = decode_step(be, prompt, SamplingParams{.temperature = 0.0f}).token;
   }
   ASSERT_GE(top, 0);
   std::vector<int32_t> tied = {top};
@@ -94,10 +85,14 @@ TEST(SamplingTies, HostStandaloneAndMegakernelPickTheLowerId) {
     SamplingParams sp;
     bool keeps_one;  // the kept set is the lowest tied id alone
   };
-  const Setting settings[] = {{params(0.0f, 0, 1.0f, seed), true},       {params(1e-6f, 0, 1.0f, seed), true},
-                              {params(1.0f, 1, 1.0f, seed), true},       {params(0.7f, 0, 1e-6f, seed), true},
-                              {params(1.0f, 2, 1.0f, seed), false},      {params(1.0f, 3, 0.9f, seed + 1), false},
-                              {params(1.3f, 0, 1.0f, seed + 2), false}};
+  const Setting settings[] = {
+      {SamplingParams{.temperature = 0.0f, .seed = seed}, true},
+      {SamplingParams{.temperature = 1e-6f, .seed = seed}, true},
+      {SamplingParams{.temperature = 1.0f, .top_k = 1, .seed = seed}, true},
+      {SamplingParams{.temperature = 0.7f, .top_p = 1e-6f, .seed = seed}, true},
+      {SamplingParams{.temperature = 1.0f, .top_k = 2, .seed = seed}, false},
+      {SamplingParams{.temperature = 1.0f, .top_k = 3, .top_p = 0.9f, .seed = seed + 1}, false},
+      {SamplingParams{.temperature = 1.3f, .seed = seed + 2}, false}};
   for (const char* backend : {"cuda-mk", "cuda-ops"}) {
     o.backend = backend;
     cuda::CudaBackend be(dev, o);
