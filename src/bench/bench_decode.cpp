@@ -1,6 +1,6 @@
 // `megadecode bench decode`, host side: flags, their checks and the memory plan of the run. The
 // run (read ceiling, cuda-mk, cuda-ops, ablations, trace) is defined with the CUDA code in
-// src/cuda/mk/bench_decode_run.cu, as `bench bandwidth` and `bench gemm` are, so this library
+// src/bench/gpu/decode_run.cu, as `bench bandwidth` and `bench gemm` are, so this library
 // object never refers to the CUDA library; a build without CUDA gets the Error below.
 #include <algorithm>
 #include <cstdio>
@@ -11,9 +11,9 @@
 #include "bench/decode_bytes.h"
 #include "bench/decode_options.h"
 #include "bench/decode_report.h"
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/check.h"
-#include "cuda/mk/attention_choice.h"
+#include "cuda/backend/attention_choice.h"
 #include "model/presets.h"
 #include "plan/policy.h"
 
@@ -36,17 +36,17 @@ int64_t blocks_for(int batch, int context, int bs) { return int64_t{batch} * ((c
 
 }  // namespace
 
-int64_t DecodeBenchOptions::block_bytes() const { return kv_bytes_per_token(config) * kv_block_size; }
+int64_t DecodeBenchOptions::block_bytes() const { return kv_bytes_per_token(config) * backend.kv_block_size; }
 
 int64_t DecodeBenchOptions::main_blocks() const {
-  int64_t n = blocks_for(trace_batch, points.front().first, kv_block_size);
-  for (const auto& [ctx, b] : points) n = std::max(n, blocks_for(b, ctx, kv_block_size));
+  int64_t n = blocks_for(trace_batch, points.front().first, backend.kv_block_size);
+  for (const auto& [ctx, b] : points) n = std::max(n, blocks_for(b, ctx, backend.kv_block_size));
   return n;
 }
 
 int64_t DecodeBenchOptions::ablation_blocks() const {
   int64_t n = 0;
-  for (int b : ablation_batches) n = std::max(n, blocks_for(b, points.front().first, kv_block_size));
+  for (int b : ablation_batches) n = std::max(n, blocks_for(b, points.front().first, backend.kv_block_size));
   return n;
 }
 
@@ -71,14 +71,14 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   MD_REQUIRE(warmup >= 0 && warmup <= 10000, "--warmup must be in 0..10000, got ", warmup);
   o.steps = static_cast<int>(steps);
   o.warmup = static_cast<int>(warmup);
-  const int64_t bs = args.get_int("kv-block-size", o.kv_block_size);
+  const int64_t bs = args.get_int("kv-block-size", o.backend.kv_block_size);
   MD_REQUIRE(bs >= 1 && bs <= 1024, "--kv-block-size must be in 1..1024, got ", bs);
-  o.kv_block_size = static_cast<int>(bs);
+  o.backend.kv_block_size = static_cast<int>(bs);
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
-  o.policy = args.get("policy", o.policy);
-  (void)policy_by_name(o.policy);  // Error naming the known ones
-  o.attention = args.get("attention", o.attention);
-  (void)cuda::parse_attention(o.attention);  // Error naming the known ones
+  o.backend.policy = args.get("policy", o.backend.policy);
+  (void)policy_by_name(o.backend.policy);  // Error naming the known ones
+  o.backend.attention = args.get("attention", o.backend.attention);
+  (void)cuda::parse_attention(o.backend.attention);  // Error naming the known ones
   o.ablations = args.flag("ablations");
   o.ablation_batches.clear();
   for (int64_t b : args.get_int_list("ablation-batch", {1, 8})) {
@@ -112,7 +112,7 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   }
   // Qwen3-30B-A3B declares 40960 positions and reaches 131072 with YaRN rope scaling. The step's
   // bytes and work do not depend on the rope variant, so longer benchmark contexts raise the
-  // limit and keep plain RoPE (bench_decode_run.cu prints a note).
+  // limit and keep plain RoPE (bench/gpu/decode_run.cu prints a note).
   o.config.max_position_embeddings = std::max(o.config.max_position_embeddings, max_ctx);
   return o;
 }
@@ -123,7 +123,7 @@ std::string decode_memory_problem(const DecodeBenchOptions& o, int64_t free_byte
   if (weights + kv_max + kDecodeBenchReserveBytes <= free_bytes) return "";
   std::string worst;
   for (const auto& [ctx, b] : o.points) {
-    const int64_t kv = blocks_for(b, ctx, o.kv_block_size) * o.block_bytes();
+    const int64_t kv = blocks_for(b, ctx, o.backend.kv_block_size) * o.block_bytes();
     if (weights + kv + kDecodeBenchReserveBytes > free_bytes)
       worst += cat(" batch ", b, " x context ", ctx, " (KV ", kv >> 20, " MiB);");
   }

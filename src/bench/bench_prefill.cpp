@@ -1,12 +1,12 @@
 // `megadecode bench prefill`, host side: flags and their checks, and the flop count of a piece.
-// The run is defined with the CUDA code (src/cuda/prefill/bench_prefill_run.cu); a build
+// The run is defined with the CUDA code (src/bench/gpu/prefill_run.cu); a build
 // without CUDA gets the Error below.
 #include <algorithm>
 #include <cstdio>
 
 #include "bench/bench.h"
 #include "bench/prefill_options.h"
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "model/presets.h"
 

@@ -7,7 +7,6 @@
 // (serve_stall.h).
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,9 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/results.h"
 #include "bench/serve_client.h"
 #include "bench/serve_stall.h"
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "core/rng.h"
 
@@ -27,13 +27,6 @@ namespace {
 
 using namespace serve_bench;
 using nlohmann::json;
-
-void write_json(const Args& args, const json& out) {
-  const std::string path = args.get("json", "");
-  std::ofstream f(path);
-  f << out.dump(2) << "\n";
-  MD_REQUIRE(f.good(), "cannot write ", path);
-}
 
 std::string served_model_name(const Args& args, const Target& target) {
   std::string model = args.get("model", "");
@@ -64,7 +57,7 @@ int bench_stall(const Args& args, const Target& target) {
   o.seed = static_cast<uint64_t>(args.get_int("seed", 0));
   const StallReport report = run_stall(target, o);
   print_stall(o, report);
-  if (args.has("json")) write_json(args, stall_json(o, report));
+  if (args.has("json")) write_json(args.get("json", ""), stall_json(o, report));
   return report.complete ? 0 : 1;
 }
 
@@ -205,7 +198,7 @@ int bench_serve(int argc, char** argv) {
                 {"output_token_throughput", total_out / duration},       {"total_output_tokens", total_out},
                 {"ttft", ms(s_ttft)},      {"tpot", ms(s_tpot)},         {"itl", ms(s_itl)},
                 {"e2el", ms(s_e2e)},       {"decode_tok_s_per_request", {{"mean", s_rate.mean}, {"median", s_rate.median}}}};
-    write_json(args, out);
+    write_json(args.get("json", ""), out);
   }
   return failed == 0 ? 0 : 1;
 }

@@ -8,12 +8,12 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
-#include "cli/args.h"
+#include "bench/results.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "tokenizer/sample_text.h"
 #include "tokenizer/tokenizer.h"
@@ -108,9 +108,7 @@ int bench_tokenizer(int argc, char** argv) {
                               {"stream_mb_per_s", mb / stream.first},
                               {"encode_warm_tokens_per_s", static_cast<double>(ids.size()) / warm.first},
                               {"encode_long_words_mb_per_s", static_cast<double>(long_words.size()) / 1e6 / long_t.first}};
-    std::ofstream out(args.get("json", ""));
-    MD_REQUIRE(out, "cannot write ", args.get("json", ""));
-    out << j.dump(2) << "\n";
+    write_json(args.get("json", ""), j);
   }
   return 0;
 }

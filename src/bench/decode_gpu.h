@@ -1,6 +1,6 @@
-// The GPU side of `megadecode bench decode` (implemented in src/cuda/mk/bench_decode_gpu.cu;
-// this header has no CUDA types so the driver in bench_decode.cpp stays plain C++): the pure-read
-// ceiling, the synthetic full-shape weights generated on the device, and one backend at a time
+// The GPU side of `megadecode bench decode` (implemented in src/bench/gpu/decode_gpu.cu;
+// this header has no CUDA types so the driver in bench_decode.cpp stays plain C++): device facts,
+// the synthetic full-shape weights generated on the device, and one backend at a time
 // (cuda-mk or cuda-ops, a plan policy, kernel ablation flags) over a synthetic KV cache filled
 // with N(0, 0.01), timed by replaying one decode step as a CUDA graph between CUDA events.
 #pragma once
@@ -10,10 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "cuda/mk/attention_choice.h"
-#include "cuda/mk/trace.h"
+#include "cuda/megakernel/trace.h"
+#include "engine/backend.h"
 #include "model/config.h"
 #include "plan/plan.h"
 
@@ -26,19 +24,6 @@ struct GpuInfo {
   int64_t free_bytes = 0;
 };
 GpuInfo gpu_info();
-
-// Best pure-read GB/s over a few launch shapes of the bandwidth kernel on a `bytes` buffer
-// (allocated and freed here); one JSON record per shape appended to `records`.
-double measure_read_ceiling(int64_t bytes, int reps, nlohmann::json& records);
-
-struct DecodeBackendSpec {
-  bool per_op = false;             // false: cuda-mk, true: cuda-ops
-  std::string policy = "default";  // plan policy
-  uint32_t kernel_flags = 0;       // MkFlag bits
-  int kv_block_size = 16;
-  int64_t n_kv_blocks = 0;         // KV cache size; the caller checks it fits (bench_decode.cpp)
-  std::string attention = cuda::kDefaultAttention;  // attention item: scalar | tc | tc2
-};
 
 struct DecodePointResult {
   std::vector<float> step_ms;          // each timed replay
@@ -59,8 +44,9 @@ class DecodeGpu {
   DecodeGpu& operator=(const DecodeGpu&) = delete;
 
   int64_t weight_bytes() const;
-  // Opens one backend (closing the previous one) and fills its whole KV cache with N(0, 0.01).
-  void open(const DecodeBackendSpec& spec);
+  // Opens one backend (cuda-mk or cuda-ops; closing the previous one) and fills its whole KV
+  // cache with N(0, 0.01). options.n_kv_blocks must be set: the caller checked that it fits.
+  void open(const BackendOptions& options);
   void close();
   // One decode step of `batch` sequences at context `context` (the new token at position
   // context - 1, random token ids, greedy), run once, then replayed warmup + steps times.

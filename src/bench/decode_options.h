@@ -1,5 +1,5 @@
 // Options of `megadecode bench decode` and the memory plan of a run: parsed and checked on the
-// host (unit-tested without a GPU); the run itself is src/cuda/mk/bench_decode_run.cu.
+// host (unit-tested without a GPU); the run itself is src/bench/gpu/decode_run.cu.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/mk/attention_choice.h"
+#include "engine/backend.h"
 #include "model/config.h"
 
 namespace megadecode {
@@ -21,10 +21,10 @@ struct DecodeBenchOptions {
   std::vector<std::pair<int, int>> points;  // (context, batch): the --context x --batch grid, then --points
   int steps = 100;
   int warmup = 10;
-  int kv_block_size = 16;
   uint64_t seed = 1;  // fixed by default: runs are comparable
-  std::string policy = "default";
-  std::string attention = cuda::kDefaultAttention;  // attention item of the main sweep (scalar | tc | tc2)
+  // The main sweep's backend options (kv_block_size, policy, attention; backend and n_kv_blocks
+  // are set per run). The ablations vary them from here.
+  BackendOptions backend;
   bool run_mk = true, run_ops = true;
   bool ablations = false;
   std::vector<int> ablation_batches = {1, 8};

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "bench/results.h"
 #include "core/check.h"
 
 namespace megadecode {
@@ -19,21 +20,21 @@ double quantile(std::vector<float> v, double q) {
 }  // namespace
 
 nlohmann::json decode_record(const DecodePoint& p) {
-  MD_REQUIRE(!p.step_ms.empty(), "decode_record: no timed steps for ", p.backend, " batch ", p.batch);
+  MD_REQUIRE(!p.step_ms.empty(), "decode_record: no timed steps for ", p.options.backend, " batch ", p.batch);
   MD_REQUIRE(p.ceiling_gbps > 0, "decode_record: ceiling of ", p.ceiling_gbps, " GB/s");
   std::vector<float> sorted = p.step_ms;
   std::sort(sorted.begin(), sorted.end());
-  const double med = sorted[sorted.size() / 2];
+  const double med = median(std::vector<double>(sorted.begin(), sorted.end()));
   MD_REQUIRE(med > 0, "decode_record: median step of ", med, " ms");
   const int64_t bytes = p.bytes.total();
   const double gbps = static_cast<double>(bytes) / (med * 1e-3) / 1e9;
   const double floor_ms = static_cast<double>(bytes) / (p.ceiling_gbps * 1e9) * 1e3;
   const double distinct_total = std::accumulate(p.distinct_experts.begin(), p.distinct_experts.end(), 0.0);
-  return {{"backend", p.backend},
-          {"policy", p.policy},
+  return {{"backend", p.options.backend},
+          {"policy", p.options.policy},
           {"ablation", p.ablation},
-          {"kernel_flags", p.kernel_flags},
-          {"attention", p.attention},
+          {"kernel_flags", p.options.kernel_flags},
+          {"attention", p.options.attention},
           {"batch", p.batch},
           {"context", p.context},
           {"n_sms", p.n_sms},

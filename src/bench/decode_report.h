@@ -11,16 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/decode_bytes.h"
-#include "cuda/mk/attention_choice.h"
+#include "engine/backend.h"
 
 namespace megadecode {
 
 struct DecodePoint {
-  std::string backend;     // cuda-mk, cuda-ops
-  std::string policy;      // plan policy
+  BackendOptions options;  // the backend measured (backend, policy, kernel_flags, attention)
   std::string ablation;    // "" in the main sweep; the variant's name in the ablation table
-  uint32_t kernel_flags = 0;
-  std::string attention = cuda::kDefaultAttention;  // attention item (scalar | tc | tc2)
   int batch = 0;
   int context = 0;
   int n_sms = 0;

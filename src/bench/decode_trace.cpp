@@ -7,8 +7,9 @@
 #include <limits>
 #include <map>
 
+#include "bench/results.h"
 #include "core/check.h"
-#include "plan/ops.h"
+#include "plan/op_table.h"
 
 namespace megadecode {
 namespace {

@@ -1,4 +1,4 @@
-// Turns the megakernel's per-SM trace records (cuda/mk/trace.h) of one decode step into a
+// Turns the megakernel's per-SM trace records (cuda/megakernel/trace.h) of one decode step into a
 // Chrome/Perfetto trace JSON: process 0 has one track per SM with a slice per Work (op, layer,
 // tile) and, in the gaps between them, "wait" slices where the SM's producer was polling a
 // counter (dependency stalls shown apart from work); process 1 has every producer wait in full
@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda/mk/trace.h"
+#include "cuda/megakernel/trace.h"
 #include "plan/plan.h"
 
 #include "plan/layer_timeline.h"  // WaveTiming

@@ -1,6 +1,6 @@
 // Options of `megadecode bench prefill` (parsed and checked on the host, unit-tested without a
 // GPU) and the arithmetic the report uses: flops of a prefill piece on a model shape. The run
-// itself is src/cuda/prefill/bench_prefill_run.cu.
+// itself is src/bench/gpu/prefill_run.cu.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ struct PrefillBenchOptions {
   std::string preset = "qwen3-30b-a3b";
   ModelConfig config;          // the preset; max_position_embeddings raised to the longest prompt
   std::vector<int> lengths = {1024, 8192, 16384};
-  int chunk = 2048;            // prefill piece size (CudaBackendOptions::prefill_chunk)
+  int chunk = 2048;            // prefill piece size (BackendOptions::prefill_chunk)
   int reps = 3;
   int warmup = 1;
   int kv_block_size = 16;

@@ -1,31 +1,19 @@
-// Flags shared by the commands that build a backend (generate, serve).
+// The flags every command that builds a backend takes (generate, serve), read into the one
+// BackendOptions: --backend, --block-size, --threads, --gpu-memory-utilization, --prefill-chunk,
+// --attention. A flag that is not given keeps the BackendOptions default; n_kv_blocks is the
+// command's to set (it depends on what the command runs).
 #pragma once
-
-#include <cstdint>
 
 #include <string>
 
-#include "cli/args.h"
-#include "core/check.h"
-#include "cuda/mk/attention_choice.h"
+#include "core/args.h"
+#include "engine/backend.h"
 
 namespace megadecode {
 
-// --prefill-chunk N: tokens per prefill kernel pass on the GPU backends (0: the decode step one
-// token at a time); absent: the backend's default (-1).
-inline int prefill_chunk_flag(const Args& args) {
-  if (!args.has("prefill-chunk")) return -1;
-  const int64_t n = args.get_int("prefill-chunk", 0);
-  MD_REQUIRE(n >= 0 && n <= 65536, "--prefill-chunk must be in [0, 65536], got ", n);
-  return static_cast<int>(n);
-}
-
-// --attention NAME: the CUDA backends' attention item, checked here so a typo is the first error
-// (not a missing GPU); absent: "" (the backend's default).
-inline std::string attention_flag(const Args& args) {
-  const std::string name = args.get("attention", "");
-  if (!name.empty()) cuda::parse_attention(name);
-  return name;
-}
+// Error naming the flag for a value out of range, an unknown attention item, or --attention given
+// to a backend that has no attention choice (checked here so a typo is the first error, not a
+// missing GPU).
+BackendOptions backend_options_from(const Args& args, const std::string& default_backend);
 
 }  // namespace megadecode

@@ -7,12 +7,12 @@
 #include <memory>
 #include <string>
 
-#include "cli/args.h"
+#include "cli/backend_factory.h"
 #include "cli/backend_flags.h"
 #include "cli/commands.h"
 #include "cli/generate_loop.h"
+#include "core/args.h"
 #include "core/check.h"
-#include "engine/backend_factory.h"
 #include "model/loader.h"
 #include "model/presets.h"
 #include "tokenizer/chat_template.h"
@@ -29,8 +29,8 @@ constexpr const char* kUsage =
     "         [--backend cpu-ref|cpu-mk|cuda-mk|cuda-ops] [--block-size B (16)] [--threads N (all)]\n"
     "         [--gpu-memory-utilization F (0.9)] [--prefill-chunk N] [--attention scalar|tc|tc2]\n"
     "         [--ignore-eos] [--print-ids]\n"
-    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0: the decode step one token at a\n"
-    "  time; default: the backend's).\n"
+    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0, the default: the decode step one\n"
+    "  token at a time).\n"
     "  --random-weights: GPU backends only; the weights make-model --preset NAME --seed S would write,\n"
     "  generated on the GPU (no files).\n"
     "  --chat renders --prompt as one user message with the model's chat template.\n";
@@ -94,14 +94,14 @@ int cmd_generate(int argc, char** argv) {
   const bool random_weights = args.flag("random-weights");
   MD_REQUIRE(random_weights != args.has("model"), "give exactly one of --model DIR and --random-weights --preset NAME\n",
              kUsage);
-  const std::string backend_name = args.get("backend", random_weights ? "cuda-mk" : "cpu-ref");
+  BackendOptions options = backend_options_from(args, random_weights ? "cuda-mk" : "cpu-ref");
   const auto t_load = std::chrono::steady_clock::now();
   std::shared_ptr<LoadedModel> model;
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
   std::filesystem::path tokenizer_dir;
   if (random_weights) {
-    MD_REQUIRE(backend_name == "cuda-mk" || backend_name == "cuda-ops",
+    MD_REQUIRE(options.backend == "cuda-mk" || options.backend == "cuda-ops",
                "--random-weights generates the weights on the GPU: use --backend cuda-mk or cuda-ops");
     config = preset_config(args.require("preset"));
     tokenizer_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";
@@ -126,23 +126,12 @@ int cmd_generate(int argc, char** argv) {
              "prompt (", request.prompt.size(), ") + --max-tokens (", request.max_tokens,
              ") exceeds the model's max_position_embeddings ", config.max_position_embeddings);
 
-  BackendOptions options;
-  const int64_t block_size = args.get_int("block-size", 16);
-  MD_REQUIRE(block_size >= 1 && block_size <= 4096, "--block-size must be in [1, 4096], got ", block_size);
-  options.kv_block_size = static_cast<int>(block_size);
   options.n_kv_blocks = blocks_needed(request, options.kv_block_size);
-  options.n_threads = static_cast<int>(args.get_int("threads", 0));
-  options.gpu_memory_utilization = args.get_double("gpu-memory-utilization", 0.9);
-  MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
-             "--gpu-memory-utilization must be in (0, 1]");
-  options.prefill_chunk = prefill_chunk_flag(args);
-  options.attention = attention_flag(args);
   std::unique_ptr<Backend> backend;
   if (random_weights) {
-    backend = make_backend_with_random_weights(backend_name, config,
-                                               static_cast<uint64_t>(args.get_int("weights-seed", 0)), options);
+    backend = make_backend_with_random_weights(config, static_cast<uint64_t>(args.get_int("weights-seed", 0)), options);
   } else {
-    backend = make_backend(backend_name, config, model->weights, model, options);
+    backend = make_backend(config, model->weights, model, options);
   }
   const double load_ms = ms_since(t_load);
 

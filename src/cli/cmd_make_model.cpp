@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "model/presets.h"
 #include "model/synthetic.h"

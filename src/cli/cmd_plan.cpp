@@ -8,10 +8,11 @@
 #include <numeric>
 #include <optional>
 
-#include "cli/args.h"
 #include "cli/commands.h"
+#include "core/args.h"
 #include "core/check.h"
-#include "cuda/mk/attention_choice.h"
+#include "cuda/backend/attention_choice.h"
+#include "engine/backend.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "plan/planner.h"
@@ -24,7 +25,7 @@ namespace {
 
 // --simulate: the statistics plus the predicted timing, and with --trace the error per op wave.
 int simulate_and_print(const Args& args, const Plan& plan, const PlanStats& stats) {
-  const std::string attention = args.get("attention", cuda::kDefaultAttention);
+  const std::string attention = args.get("attention", BackendOptions{}.attention);
   SimParams params = v1_h200_params(cuda::parse_attention(attention).impl == cuda::kMkAttnTc);
   if (args.has("sim-params")) params = read_sim_params(args.require("sim-params"), params);
   const SimResult sim = simulate_plan(plan, params);
@@ -64,7 +65,7 @@ int cmd_plan(int argc, char** argv) {
         "  --simulate predicts the step's timing with the H200-calibrated model of the megakernel running\n"
         "  --attention A (%s; default %s); --sim-params overrides parameters (keys as in --json's \"params\");\n"
         "  --trace compares with a trace of bench decode --trace (its per-layer timeline, error per op wave).\n",
-        cuda::kAttentionNames, cuda::kDefaultAttention);
+        cuda::kAttentionNames, BackendOptions{}.attention.c_str());
     return 0;
   }
   MD_REQUIRE(args.has("model") != args.has("preset"), "give exactly one of --model DIR and --preset NAME");

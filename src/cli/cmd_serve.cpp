@@ -8,12 +8,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "cli/args.h"
+#include "cli/backend_factory.h"
 #include "cli/backend_flags.h"
 #include "cli/commands.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "core/log.h"
-#include "engine/backend_factory.h"
 #include "engine/engine.h"
 #include "model/loader.h"
 #include "model/presets.h"
@@ -37,8 +37,8 @@ constexpr const char* kUsage =
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
     "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
-    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0: the decode step one token at a\n"
-    "  time; default: the backend's). The scheduler's chunk is --max-num-batched-tokens.\n"
+    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0, the default: the decode step one\n"
+    "  token at a time). The scheduler's chunk is --max-num-batched-tokens.\n"
     "  --tool-call-parser, --reasoning-parser: default from the chat template (Qwen3: hermes and qwen3;\n"
     "  Qwen3-Coder: qwen3_coder and none). --chat-template: a Qwen3 or Qwen3-Coder template file.\n";
 
@@ -64,10 +64,10 @@ int cmd_serve(int argc, char** argv) {
   const bool random_weights = args.flag("random-weights");
   MD_REQUIRE(args.positional().size() == (random_weights ? 0u : 1u),
              random_weights ? "--random-weights takes no MODEL_DIR\n" : "expected one MODEL_DIR\n", kUsage);
-  const std::string backend_name = args.get("backend", random_weights ? "cuda-mk" : "cpu-ref");
-  const bool gpu = backend_name.rfind("cuda", 0) == 0;
+  BackendOptions options = backend_options_from(args, random_weights ? "cuda-mk" : "cpu-ref");
+  const bool gpu = options.backend.rfind("cuda", 0) == 0;
   const int max_num_seqs = int_flag(args, "max-num-seqs", 64, 1, 64);
-  const int block_size = int_flag(args, "block-size", 16, 1, 4096);
+  const int block_size = options.kv_block_size;
   const int64_t kv_tokens = args.get_int("kv-cache-tokens", gpu ? 0 : 32768);
   MD_REQUIRE(kv_tokens == 0 || kv_tokens >= block_size, "--kv-cache-tokens must hold at least one block");
   MD_REQUIRE(kv_tokens > 0 || gpu, "--kv-cache-tokens must be positive on CPU backends");
@@ -79,15 +79,7 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  BackendOptions options;
-  options.kv_block_size = block_size;
   options.n_kv_blocks = static_cast<int>((kv_tokens + block_size - 1) / block_size);
-  options.n_threads = static_cast<int>(args.get_int("threads", 0));
-  options.gpu_memory_utilization = args.get_double("gpu-memory-utilization", 0.9);
-  MD_REQUIRE(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1,
-             "--gpu-memory-utilization must be in (0, 1]");
-  options.prefill_chunk = prefill_chunk_flag(args);
-  options.attention = attention_flag(args);
 
   std::filesystem::path model_dir;
   std::shared_ptr<LoadedModel> model;
@@ -98,17 +90,17 @@ int cmd_serve(int argc, char** argv) {
     model_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";  // tokenizer files only
     const auto weights_seed = static_cast<uint64_t>(args.get_int("weights-seed", 0));
     if (gpu) {
-      backend = make_backend_with_random_weights(backend_name, config, weights_seed, options);
+      backend = make_backend_with_random_weights(config, weights_seed, options);
     } else {  // CPU backends: the same weights built in host memory (small presets; scripted runs)
       model = std::make_shared<LoadedModel>(synthetic_model(config, weights_seed));
-      backend = make_backend(backend_name, config, model->weights, model, options);
+      backend = make_backend(config, model->weights, model, options);
     }
   } else {
     model_dir = args.positional()[0];
     log_info("loading ", model_dir.string());
     model = std::make_shared<LoadedModel>(load_model(model_dir));
     config = model->config;
-    backend = make_backend(backend_name, config, model->weights, model, options);
+    backend = make_backend(config, model->weights, model, options);
   }
   std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(model_dir);
 

@@ -10,8 +10,10 @@
 #include <iterator>
 #include <sstream>
 
-#include "cli/args.h"
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "core/args.h"
 #include "core/check.h"
 #include "server/chat_request.h"
 #include "tokenizer/chat_template.h"

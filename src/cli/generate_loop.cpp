@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "core/check.h"
-#include "ref/sampling.h"
+#include "sampling/host_sampler.h"
 
 namespace megadecode {
 
@@ -26,7 +26,7 @@ GenerateResult generate(Backend& backend, const GenerateRequest& request,
   const int n_blocks = blocks_needed(request, backend.kv_block_size());
   MD_REQUIRE(n_blocks <= backend.n_kv_blocks(), "generate: ", request.prompt.size(), " prompt tokens + ",
              request.max_tokens, " new tokens need ", n_blocks, " KV blocks, the backend has ", backend.n_kv_blocks());
-  ref::validate_sampling_params(request.sampling);
+  sampling::validate(request.sampling);
   std::vector<int32_t> table(n_blocks);
   std::iota(table.begin(), table.end(), 0);
 
@@ -34,8 +34,8 @@ GenerateResult generate(Backend& backend, const GenerateRequest& request,
   backend.prefill(SeqChunk{0, request.prompt, 0, table}, logits);
   std::vector<int32_t> history = request.prompt;  // prompt, then generated tokens
   const size_t n_prompt = request.prompt.size();
-  int32_t token = ref::sample_token(logits, request.sampling, static_cast<int64_t>(n_prompt),
-                                    ref::TokenHistory{request.prompt, {}});
+  int32_t token = sampling::sample_token(logits, request.sampling, static_cast<int64_t>(n_prompt),
+                                    sampling::TokenHistory{request.prompt, {}});
   GenerateResult result;
   DecodeResult step;
   for (;;) {

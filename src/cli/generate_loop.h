@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/backend.h"
-#include "model/sampling_params.h"
+#include "sampling/params.h"
 
 namespace megadecode {
 

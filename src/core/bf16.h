@@ -5,11 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define MD_HOST_DEVICE __host__ __device__
-#else
-#define MD_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace megadecode {
 

@@ -1,5 +1,6 @@
 // The interface every execution backend implements: cpu-ref (fp32 reference), cpu-mk (CPU
-// emulator of the megakernel plan), cuda-mk (the megakernel) and cuda-ops (one kernel per op).
+// emulator of the megakernel plan), cuda-mk (the megakernel) and cuda-ops (the megakernel one
+// wave per launch), and the one options struct they are all built from.
 // The engine owns the KV block allocator (which physical blocks a sequence holds); a backend owns
 // the KV storage, n_kv_blocks() blocks of kv_block_size() tokens each.
 //
@@ -13,9 +14,33 @@
 #include <vector>
 
 #include "model/config.h"
-#include "model/sampling_params.h"
+#include "sampling/params.h"
 
 namespace megadecode {
+
+// Every backend's options with the one set of defaults: the CLI fills it from its flags, the
+// factory (cli/backend_factory.h) hands it unchanged to the backend it builds, and each backend
+// reads the fields that concern it (and checks them: an Error names the flag).
+struct BackendOptions {
+  std::string backend = "cpu-ref";      // cpu-ref | cpu-mk | cuda-mk | cuda-ops
+  int kv_block_size = 16;               // tokens per KV block
+  int n_kv_blocks = 0;                  // KV blocks the backend stores; CPU backends need > 0, the
+                                        // CUDA backends take 0 as "what gpu_memory_utilization allows"
+  int n_threads = 0;                    // cpu-ref: worker threads (0: one per hardware thread);
+                                        // cpu-mk: emulated SMs (0: 8)
+  double gpu_memory_utilization = 0.9;  // CUDA: share of the GPU's memory for weights + KV
+  // CUDA: tokens per prefill kernel pass; 0 runs prefill through the decode step one token at a
+  // time. 0 stays the default until the prefill kernels have passed tests/cuda/test_prefill on a
+  // GPU (then 2048).
+  int prefill_chunk = 0;
+  // CUDA: the megakernel's attention item, scalar | tc | tc2 (cuda/backend/attention_choice.h).
+  // Flip it when the GPU tests have shown another choice correct and faster.
+  std::string attention = "scalar";
+  std::string policy = "default";       // CUDA: decode plan policy (plan/policy.h)
+  int n_sms = 0;                        // CUDA: SMs the plan uses, 0: every SM of the device
+  int64_t wait_timeout_ms = 2000;       // CUDA: bound on any single counter wait inside a step
+  uint32_t kernel_flags = 0;            // CUDA: MkFlag bits (cuda/megakernel/types.h), benchmark ablations
+};
 
 // One sequence's share of a forward call: `tokens` sit at positions start_pos, start_pos+1, ...
 // The block table maps logical block i (positions [i*B, (i+1)*B)) to a physical KV block and

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "sampling/params.h"
 
 namespace megadecode {
 
@@ -74,10 +75,7 @@ void Engine::validate(const SequenceRequest& s) const {
   MD_REQUIRE(total <= max_model_len_, "prompt (", s.prompt.size(), " tokens) + max_tokens (", s.stop.max_tokens,
              ") exceeds the maximum context length ", max_model_len_);
   MD_REQUIRE(s.logprobs >= -1 && s.logprobs <= vocab_size_, "logprobs ", s.logprobs, " out of range");
-  const SamplingParams& p = s.sampling;
-  MD_REQUIRE(p.temperature >= 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f && p.min_p >= 0.0f && p.min_p <= 1.0f &&
-                 p.repetition_penalty > 0.0f,
-             "sampling parameters out of range");
+  sampling::validate(s.sampling);
 }
 
 SubmitStatus Engine::submit(std::vector<SequenceRequest> seqs) {

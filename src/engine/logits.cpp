@@ -7,7 +7,7 @@
 #include <numeric>
 #include <vector>
 
-#include "ref/sampling.h"
+#include "sampling/host_sampler.h"
 
 namespace megadecode {
 
@@ -56,7 +56,7 @@ int32_t sample_with_bans(std::span<const float> logits, const SamplingParams& pa
   if (std::none_of(masked.begin(), masked.end(), [](float x) { return x > -std::numeric_limits<float>::infinity(); }))
     return -1;
   n_prompt = std::min(n_prompt, history.size());
-  return ref::sample_token(masked, params, position, ref::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)});
+  return sampling::sample_token(masked, params, position, sampling::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)});
 }
 
 }  // namespace megadecode

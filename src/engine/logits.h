@@ -9,7 +9,7 @@
 #include <span>
 
 #include "engine/request.h"
-#include "model/sampling_params.h"
+#include "sampling/params.h"
 
 namespace megadecode {
 
@@ -17,7 +17,7 @@ namespace megadecode {
 // -inf logits give -inf logprobs; a NaN row gives NaN.
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top);
 
-// The host sampler's token (ref::sample_token, the backends' semantics) for `logits` with every
+// The host sampler's token (sampling::sample_token, the backends' semantics) for `logits` with every
 // token of `banned` removed; -1 when nothing is left. `history` is prompt then output, the first
 // n_prompt tokens being the prompt; `position` is the position the sampled token will take.
 int32_t sample_with_bans(std::span<const float> logits, const SamplingParams& params, int64_t position,

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/sampling_params.h"
+#include "sampling/params.h"
 
 namespace megadecode {
 

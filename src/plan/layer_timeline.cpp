@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
-#include "plan/ops.h"
+#include "plan/op_table.h"
 
 namespace megadecode {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "model/sampling_params.h"
+#include "sampling/params.h"
 
 namespace megadecode {
 

@@ -15,7 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "plan/layer_timeline.h"
-#include "plan/ops.h"
+#include "plan/op_table.h"
 #include "plan/plan.h"
 
 namespace megadecode {

@@ -39,7 +39,7 @@
 #include <cstdint>
 
 #include "core/bf16.h"  // MD_HOST_DEVICE
-#include "plan/ops.h"
+#include "plan/op_table.h"
 
 namespace megadecode {
 

@@ -3,12 +3,12 @@
 #include <vector>
 
 #include "core/check.h"
-#include "ref/sampling.h"
+#include "sampling/host_sampler.h"
 
 namespace megadecode::ref {
 
 RefBackend::RefBackend(const ModelConfig& config, const ModelWeights& weights,
-                       std::shared_ptr<const void> weights_owner, const RefBackendOptions& options)
+                       std::shared_ptr<const void> weights_owner, const BackendOptions& options)
     : config_(config),
       weights_owner_(std::move(weights_owner)),
       pool_(options.n_threads),
@@ -34,7 +34,7 @@ void RefBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Decod
                " tokens, expected exactly 1");
     MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", s.chunk.seq_id,
                ": history_prompt_len ", s.history_prompt_len, " exceeds the history of ", s.history.size());
-    validate_sampling_params(s.sampling);
+    sampling::validate(s.sampling);
   }
   result.tokens.assign(seqs.size(), 0);
   result.logits.assign(want_logits ? seqs.size() * vocab : 0, 0.0f);
@@ -42,9 +42,9 @@ void RefBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Decod
   for (size_t i = 0; i < seqs.size(); ++i) {
     const DecodeSeq& s = seqs[i];
     model_.forward(s.chunk, kv_, logits);
-    const TokenHistory history{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
+    const sampling::TokenHistory history{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
     // The sampled token takes the position after the one just run.
-    result.tokens[i] = sample_token(logits, s.sampling, s.chunk.start_pos + 1, history);
+    result.tokens[i] = sampling::sample_token(logits, s.sampling, s.chunk.start_pos + 1, history);
     if (want_logits) std::copy(logits.begin(), logits.end(), result.logits.begin() + i * vocab);
   }
 }

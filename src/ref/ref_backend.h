@@ -15,17 +15,12 @@
 
 namespace megadecode::ref {
 
-struct RefBackendOptions {
-  int kv_block_size = 16;
-  int n_kv_blocks = 0;  // must be set (> 0)
-  int n_threads = 0;    // 0: one per hardware thread
-};
-
 class RefBackend : public Backend {
  public:
   // `weights_owner` keeps the bytes the weight views point at alive (a checkpoint, a TensorStore).
+  // From BackendOptions: kv_block_size, n_kv_blocks (> 0) and n_threads (0: one per hardware thread).
   RefBackend(const ModelConfig& config, const ModelWeights& weights, std::shared_ptr<const void> weights_owner,
-             const RefBackendOptions& options);
+             const BackendOptions& options);
 
   std::string name() const override { return "cpu-ref"; }
   const ModelConfig& config() const override { return config_; }

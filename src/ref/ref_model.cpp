@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "ref/ops.h"
+#include "ref/math.h"
 
 namespace megadecode::ref {
 

@@ -49,7 +49,6 @@ SamplingParams resolve_sampling(const SamplingFields& r, const SamplingFields& d
   p.temperature = r.temperature.value_or(d.temperature.value_or(1.0f));
   p.top_p = r.top_p.value_or(d.top_p.value_or(1.0f));
   p.top_k = r.top_k.value_or(d.top_k.value_or(0));
-  if (p.top_k < 0) p.top_k = 0;
   p.min_p = r.min_p.value_or(d.min_p.value_or(0.0f));
   p.presence_penalty = r.presence_penalty.value_or(d.presence_penalty.value_or(0.0f));
   p.frequency_penalty = r.frequency_penalty.value_or(d.frequency_penalty.value_or(0.0f));

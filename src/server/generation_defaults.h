@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "model/sampling_params.h"
+#include "sampling/params.h"
 #include "server/openai_request.h"
 
 namespace megadecode {

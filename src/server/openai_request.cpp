@@ -41,15 +41,12 @@ std::optional<int> get_int_in(const json& body, const char* name, int64_t lo, in
   return static_cast<int>(*v);
 }
 
-std::optional<float> get_float(const json& body, const char* name, double lo, double hi, bool lo_open,
-                               const char* range) {
+// A number field; its range is the sampling contract's (sampling::validate, after the defaults).
+std::optional<float> get_float(const json& body, const char* name) {
   const json* v = request_field(body, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) throw bad_request(cat("'", name, "' must be a number"), name);
-  const double d = v->get<double>();
-  if (!std::isfinite(d) || d < lo || (lo_open && d == lo) || d > hi)
-    throw bad_request(cat("'", name, "' must be ", range, ", got ", v->dump()), name);
-  return static_cast<float>(d);
+  return static_cast<float>(v->get<double>());
 }
 
 std::vector<int32_t> token_list(const json& v, const char* name) {
@@ -181,16 +178,16 @@ OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
                       "min_tokens");
 
   SamplingFields& s = r.sampling;
-  s.temperature = get_float(body, "temperature", 0.0, 100.0, false, "between 0 and 100");
-  s.top_p = get_float(body, "top_p", 0.0, 1.0, true, "in (0, 1]");
-  s.min_p = get_float(body, "min_p", 0.0, 1.0, false, "in [0, 1]");
-  s.presence_penalty = get_float(body, "presence_penalty", -2.0, 2.0, false, "in [-2, 2]");
-  s.frequency_penalty = get_float(body, "frequency_penalty", -2.0, 2.0, false, "in [-2, 2]");
-  s.repetition_penalty = get_float(body, "repetition_penalty", 0.0, 100.0, true, "in (0, 100]");
+  s.temperature = get_float(body, "temperature");
+  s.top_p = get_float(body, "top_p");
+  s.min_p = get_float(body, "min_p");
+  s.presence_penalty = get_float(body, "presence_penalty");
+  s.frequency_penalty = get_float(body, "frequency_penalty");
+  s.repetition_penalty = get_float(body, "repetition_penalty");
   if (auto k = get_int(body, "top_k")) {
-    if (*k < -1 || *k > std::numeric_limits<int>::max())
-      throw bad_request(cat("'top_k' must be -1 (disabled) or a non-negative integer, got ", *k), "top_k");
-    s.top_k = *k < 0 ? 0 : static_cast<int>(*k);
+    if (*k < std::numeric_limits<int>::min() || *k > std::numeric_limits<int>::max())
+      throw bad_request(cat("'top_k' is out of range, got ", *k), "top_k");
+    s.top_k = static_cast<int>(*k);
   }
   s.seed = get_int(body, "seed");
 

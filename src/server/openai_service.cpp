@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "sampling/params.h"
 #include "server/api_error.h"
 #include "server/generation_state.h"
 
@@ -168,6 +169,11 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   }
 
   const SamplingParams sampling = resolve_sampling(r.sampling, model_.defaults.sampling);
+  try {
+    sampling::validate(sampling);
+  } catch (const sampling::ParamError& e) {
+    throw bad_request(e.what(), e.field());
+  }
   const uint64_t request_id = engine_.new_request_id();
   auto state = std::make_shared<GenerationState>(setup, *model_.tokenizer, exchange);
   std::vector<SequenceRequest> seqs;

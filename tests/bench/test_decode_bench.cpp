@@ -79,8 +79,7 @@ TEST(DecodeBytes, DistinctExpertsFromItems) {
 
 TEST(DecodeReport, RecordArithmetic) {
   DecodePoint p;
-  p.backend = "cuda-mk";
-  p.policy = "default";
+  p.options.backend = "cuda-mk";
   p.batch = 8;
   p.context = 8192;
   p.n_sms = 132;
@@ -125,8 +124,8 @@ TEST(DecodeOptions, DefaultsAndMemoryPlan) {
   EXPECT_EQ(d.points.back(), (std::pair<int, int>{8192, 64}));
   EXPECT_TRUE(d.run_mk && d.run_ops && !d.ablations && d.trace_path.empty());
   EXPECT_EQ(d.steps, 100);
-  EXPECT_EQ(d.attention, "scalar");
-  EXPECT_EQ(parse({"--attention", "tc"}).attention, "tc");
+  EXPECT_EQ(d.backend.attention, BackendOptions{}.attention);
+  EXPECT_EQ(parse({"--attention", "tc"}).backend.attention, "tc");
   EXPECT_EQ(d.block_bytes(), 16 * 98304);
   EXPECT_EQ(d.main_blocks(), 64 * 512);  // batch 64 x 8192 / 16: 48 GiB of KV
   // What scripts/gpu runs fits on an H200 (141 GB, ~140 GB free) and not on an 80 GB card.

@@ -1,6 +1,6 @@
-// GPU checks of the benchmark's kernel switches and trace (skipped without a GPU; scripts/gpu runs
-// them by name since ctest's gpu label covers tests/cuda only): on the `small` preset, weight
-// prefetch off and static queues give bitwise the logits of the default kernel (they change only
+// GPU checks of the benchmark's kernel switches and trace (ctest label gpu, from the `_gpu`
+// suffix; like every GPU test it fails without a GPU unless MEGADECODE_ALLOW_NO_GPU is set): on the
+// `small` preset, weight prefetch off and static queues give bitwise the logits of the default kernel (they change only
 // when and where work runs), and a traced step records exactly one work record per static task,
 // one per attention item, and exports to a Chrome trace.
 #include <gtest/gtest.h>
@@ -13,10 +13,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../cuda/gpu_test_util.h"
 #include "bench/decode_trace.h"
 #include "core/rng.h"
-#include "cuda/device_info.h"
-#include "cuda/mk/cuda_backend.h"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/common/device_info.h"
 #include "model/presets.h"
 
 namespace megadecode {
@@ -47,7 +48,7 @@ Batch make_batch(SplitMix64& rng, const ModelConfig& c, int batch, int bs) {
 }
 
 TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
-  if (!cuda::gpu_available()) GTEST_SKIP() << "no GPU";
+  MD_REQUIRE_GPU();
   const ModelConfig c = preset_config("small");
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
@@ -58,7 +59,8 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
     std::vector<float> ref;
     for (uint32_t flags : {0u, uint32_t{cuda::kMkNoPrefetch}, uint32_t{cuda::kMkStaticQueues},
                            uint32_t{cuda::kMkNoPrefetch | cuda::kMkStaticQueues}, uint32_t{cuda::kMkL2Lookahead}}) {
-      cuda::CudaBackendOptions o;
+      BackendOptions o;
+      o.backend = "cuda-mk";
       o.n_kv_blocks = 4000;
       o.kernel_flags = flags;
       cuda::CudaBackend be(w, o);

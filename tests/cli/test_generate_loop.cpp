@@ -6,14 +6,19 @@
 #include <algorithm>
 
 #include "../ref/ref_test_util.h"
+#include "cli/backend_factory.h"
 #include "cli/generate_loop.h"
 #include "core/check.h"
-#include "engine/backend_factory.h"
 #include "ref/kv_store.h"
 #include "ref/ref_model.h"
 
 namespace megadecode {
 namespace {
+
+// cpu-ref options: KV blocks of `block_size` tokens, `n_blocks` of them, `threads` workers.
+BackendOptions cpu_ref(int block_size, int n_blocks, int threads) {
+  return {.backend = "cpu-ref", .kv_block_size = block_size, .n_kv_blocks = n_blocks, .n_threads = threads};
+}
 
 TEST(GenerateLoop, GreedyEqualsArgmaxOfFullRecomputation) {
   const uint64_t seed = test_seed();
@@ -21,7 +26,7 @@ TEST(GenerateLoop, GreedyEqualsArgmaxOfFullRecomputation) {
   SplitMix64 rng(seed);
   const ModelConfig c = test::small_moe_config();
   test::TestWeights w = test::random_weights(c, Dtype::kBF16, rng.next());
-  auto backend = make_backend("cpu-ref", c, w.weights, w.store, BackendOptions{3, 10, 2});
+  auto backend = make_backend(c, w.weights, w.store, cpu_ref(3, 10, 2));
   GenerateRequest req;
   req.prompt = test::random_tokens(rng, 5, c.vocab_size);
   req.sampling.temperature = 0.0f;
@@ -55,7 +60,7 @@ TEST(GenerateLoop, GreedyEqualsArgmaxOfFullRecomputation) {
 TEST(GenerateLoop, SeededSamplingRepeats) {
   const ModelConfig c = test::small_moe_config();
   test::TestWeights w = test::random_weights(c, Dtype::kBF16, 9);
-  auto backend = make_backend("cpu-ref", c, w.weights, w.store, BackendOptions{4, 8, 1});
+  auto backend = make_backend(c, w.weights, w.store, cpu_ref(4, 8, 1));
   GenerateRequest req;
   req.prompt = {1, 2, 3};
   req.sampling = SamplingParams{1.0f, 50, 0.95f, 0.0f, 1234};
@@ -71,7 +76,7 @@ TEST(GenerateLoop, SeededSamplingRepeats) {
 TEST(GenerateLoop, BadRequestsAreErrors) {
   const ModelConfig c = test::small_moe_config();
   test::TestWeights w = test::random_weights(c, Dtype::kBF16, 9);
-  auto backend = make_backend("cpu-ref", c, w.weights, w.store, BackendOptions{4, 2, 1});
+  auto backend = make_backend(c, w.weights, w.store, cpu_ref(4, 2, 1));
   GenerateRequest req;
   EXPECT_THROW(generate(*backend, req, {}), Error);  // empty prompt
   req.prompt = {1, 2, 3};

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cli/args.h"
+#include "core/args.h"
 #include "core/bf16.h"
 #include "core/check.h"
 #include "core/rng.h"

@@ -13,8 +13,8 @@
 
 #include "core/bf16.h"
 #include "core/rng.h"
-#include "cuda/cuda_check.h"
-#include "cuda/device_info.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 
 #define MD_REQUIRE_GPU()                                                                        \
   do {                                                                                          \

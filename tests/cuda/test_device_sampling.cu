@@ -1,6 +1,6 @@
-// GPU tests of the device sampler: greedy argmax (ties to the lowest id), reproducibility per
-// (seed, position), kept sets of min-p / top-k / top-p equal to the reference rules, and the
-// empirical distribution of the draw.
+// GPU tests of the device row sampler (cuda/common/sampling.cuh) at the megakernel's 256 threads
+// and at 1024: greedy argmax (ties to the lowest id), reproducibility per (seed, position), kept
+// sets of min-p / top-k / top-p equal to the host sampler's, and the empirical distribution.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -10,48 +10,39 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
-#include "cuda/ops.h"
+#include "sampling/host_sampler.h"
 #include "gpu_test_util.h"
+#include "kernels/kernels.h"
 
 namespace megadecode::cuda {
 namespace {
 
 using test::DeviceBuffer;
 
-// The reference kept set (host sampler's rules, ref/sampling.h steps 3-6), as token ids.
-std::set<int> kept_set(const float* l, int vocab, const DeviceSamplingParams& p) {
-  std::vector<int> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
-  std::vector<double> prob(vocab);
-  double sum = 0;
-  for (int i = 0; i < vocab; ++i) sum += (prob[i] = std::exp((double(l[i]) - l[order[0]]) / p.temperature));
-  for (auto& x : prob) x /= sum;
-  size_t n = vocab;
-  if (p.min_p > 0) {
-    n = 0;
-    while (n < size_t(vocab) && prob[order[n]] >= p.min_p * prob[order[0]]) ++n;
-  }
-  if (p.top_k > 0) n = std::min<size_t>(n, p.top_k);
-  if (p.top_p < 1) {
-    double total = 0;
-    for (size_t i = 0; i < n; ++i) total += prob[order[i]];
-    double before = 0;
-    size_t m = 0;
-    while (m < n && before < p.top_p * total) before += prob[order[m++]];
-    n = std::max<size_t>(m, 1);
-  }
-  return std::set<int>(order.begin(), order.begin() + n);
+// The reference kept set: the host sampler's candidates (steps 3-6 of sampling/host_sampler.h).
+std::set<int> kept_set(const float* l, int vocab, const DeviceSamplingParams& d) {
+  SamplingParams p;
+  p.temperature = d.temperature;
+  p.top_k = d.top_k;
+  p.top_p = d.top_p;
+  p.min_p = d.min_p;
+  std::set<int> ids;
+  for (const sampling::Candidate& c : sampling::sampling_candidates(std::span<const float>(l, vocab), p, {}))
+    ids.insert(c.id);
+  return ids;
 }
 
-std::vector<int32_t> sample(const std::vector<float>& logits, int vocab, const std::vector<DeviceSamplingParams>& params) {
+// The row sampler at the megakernel's 256 threads or at 1024 (kThreadCounts).
+constexpr int kThreadCounts[] = {256, 1024};
+
+std::vector<int32_t> sample(const std::vector<float>& logits, int vocab, const std::vector<DeviceSamplingParams>& params,
+                            int threads) {
   const int rows = int(params.size());
   DeviceBuffer<float> dl(logits);
   DeviceBuffer<DeviceSamplingParams> dp(params);
   DeviceBuffer<int32_t> tok(rows);
-  DeviceBuffer<uint8_t> ws(sampling_workspace_bytes(rows, vocab));
   tok.fill_bytes(0xFF);
-  sample_tokens(dl.get(), vocab, rows, vocab, dp.get(), tok.get(), ws.get(), nullptr);
+  sample_tokens(dl.get(), vocab, rows, vocab, dp.get(), tok.get(), threads, nullptr);
   return tok.download();
 }
 
@@ -70,8 +61,10 @@ TEST(Sampling, GreedyIsArgmaxWithTiesToLowestId) {
       want[r] = std::min(a, b);
     }
     std::vector<DeviceSamplingParams> p(rows, DeviceSamplingParams{0.0f, 0, 1.0f, 0.0f, 1, 0});
-    const auto got = sample(l, vocab, p);
-    for (int r = 0; r < rows; ++r) EXPECT_EQ(got[r], want[r]) << "vocab " << vocab << " row " << r;
+    for (int threads : kThreadCounts) {
+      const auto got = sample(l, vocab, p, threads);
+      for (int r = 0; r < rows; ++r) EXPECT_EQ(got[r], want[r]) << "vocab " << vocab << " row " << r << " " << threads;
+    }
   }
 }
 
@@ -97,12 +90,13 @@ TEST(Sampling, FiltersKeepTheReferenceSetAndDrawsAreReproducible) {
       p[r].seed = seed;
       p[r].position = 1000 + r;
     }
-    const auto got = sample(l, vocab, p);
     const auto kept = kept_set(base.data(), vocab, s);
-    for (int r = 0; r < rows; ++r) ASSERT_TRUE(kept.count(got[r])) << "row " << r << " drew " << got[r] << " outside the kept set of " << kept.size();
-    // Reproducible: same (seed, position) -> same token, whatever the row order.
+    const auto got = sample(l, vocab, p, 256);
+    for (int r = 0; r < rows; ++r)
+      ASSERT_TRUE(kept.count(got[r])) << "row " << r << " drew " << got[r] << " outside the kept set of " << kept.size();
+    // Reproducible: same (seed, position) -> same token, whatever the row order or the CTA size.
     std::vector<DeviceSamplingParams> rev(p.rbegin(), p.rend());
-    const auto again = sample(l, vocab, rev);
+    const auto again = sample(l, vocab, rev, 1024);
     for (int r = 0; r < rows; ++r) ASSERT_EQ(again[rows - 1 - r], got[r]);
   }
 }
@@ -116,7 +110,7 @@ TEST(Sampling, EmpiricalDistributionMatchesSoftmax) {
   for (int r = 0; r < rows; ++r) std::copy(base.begin(), base.end(), l.begin() + size_t(r) * vocab);
   std::vector<DeviceSamplingParams> p(rows, DeviceSamplingParams{0.8f, 0, 1.0f, 0.0f, seed, 0});
   for (int r = 0; r < rows; ++r) p[r].position = r;
-  const auto got = sample(l, vocab, p);
+  const auto got = sample(l, vocab, p, 256);
   std::vector<double> prob(vocab);
   double sum = 0;
   for (int i = 0; i < vocab; ++i) sum += (prob[i] = std::exp(base[i] / 0.8));
@@ -142,17 +136,20 @@ TEST(Sampling, FullVocabularyBatch) {
     for (auto& x : l) x = rng.normal() * 4.0f;
     std::vector<DeviceSamplingParams> p(rows);
     for (int r = 0; r < rows; ++r) p[r] = DeviceSamplingParams{0.9f, r % 2 ? 50 : 0, r % 3 ? 0.9f : 1.0f, r % 4 ? 0.0f : 0.02f, seed + r, 77};
-    const auto got = sample(l, vocab, p);
-    for (int r = 0; r < rows; ++r) {
-      const auto kept = kept_set(&l[size_t(r) * vocab], vocab, p[r]);
-      EXPECT_TRUE(kept.count(got[r])) << "row " << r << " token " << got[r];
+    for (int threads : kThreadCounts) {
+      const auto got = sample(l, vocab, p, threads);
+      for (int r = 0; r < rows; ++r) {
+        const auto kept = kept_set(&l[size_t(r) * vocab], vocab, p[r]);
+        EXPECT_TRUE(kept.count(got[r])) << "row " << r << " token " << got[r] << " threads " << threads;
+      }
     }
   }
 }
 
 TEST(Sampling, RejectsBadArguments) {
-  EXPECT_THROW(sample_tokens(nullptr, 10, 1, 0, nullptr, nullptr, nullptr, nullptr), Error);
-  EXPECT_THROW(sample_tokens(nullptr, 5, 1, 10, nullptr, nullptr, nullptr, nullptr), Error);
+  EXPECT_THROW(sample_tokens(nullptr, 10, 1, 0, nullptr, nullptr, 256, nullptr), Error);
+  EXPECT_THROW(sample_tokens(nullptr, 5, 1, 10, nullptr, nullptr, 256, nullptr), Error);
+  EXPECT_THROW(sample_tokens(nullptr, 10, 1, 10, nullptr, nullptr, 512, nullptr), Error);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "model/presets.h"
 #include "plan/planner.h"
 #include "plan/policy.h"
-#include "ref/sampling.h"
+#include "sampling/host_sampler.h"
 #include "test_megakernel_util.h"
 
 namespace megadecode::test {
@@ -43,8 +43,8 @@ Small& small() {
 }
 
 std::unique_ptr<cuda::CudaBackend> backend(bool per_op, int n_blocks = 16600, const std::string& attention = "scalar") {
-  cuda::CudaBackendOptions o;
-  o.per_op = per_op;
+  BackendOptions o;
+  o.backend = per_op ? "cuda-ops" : "cuda-mk";
   o.attention = attention;
   o.n_kv_blocks = n_blocks;
   o.kv_block_size = 16;
@@ -226,8 +226,8 @@ TEST(Megakernel, PenalisedSequencesAreSampledFromTheirHistory) {
   for (int i : {0, 2, 4}) EXPECT_EQ(r.tokens[i], plain[i]) << "unpenalised sequence " << i;
   for (int i : {1, 3}) {
     const std::span<const float> row(raw.data() + static_cast<size_t>(i) * V, V);
-    const ref::TokenHistory h{ds[i].history.first(ds[i].history_prompt_len), ds[i].history.subspan(ds[i].history_prompt_len)};
-    const int32_t want = ref::sample_token(row, ds[i].sampling, ds[i].chunk.start_pos + 1, h);
+    const sampling::TokenHistory h{ds[i].history.first(ds[i].history_prompt_len), ds[i].history.subspan(ds[i].history_prompt_len)};
+    const int32_t want = sampling::sample_token(row, ds[i].sampling, ds[i].chunk.start_pos + 1, h);
     EXPECT_EQ(r.tokens[i], want) << "penalised sequence " << i;
     if (i == 1) EXPECT_NE(want, plain[1]) << "the test's repetition penalty did not move the greedy token";
   }
@@ -239,7 +239,8 @@ TEST(Megakernel, PenalisedSequencesAreSampledFromTheirHistory) {
 
 TEST_P(MegakernelAttn, StuckCounterEndsTheStepWithItsName) {
   Small& s = small();
-  cuda::CudaBackendOptions o;
+  BackendOptions o;
+  o.backend = "cuda-mk";
   o.n_kv_blocks = 1024;
   o.wait_timeout_ms = 200;
   o.attention = GetParam();

@@ -20,7 +20,7 @@ constexpr int kBlocks = 8000;
 
 // cpu-ref's decode of the same step, after copying the device-layout KV history into its store.
 std::vector<std::vector<float>> cpu_ref_step(const ModelConfig& c, const LoadedModel& host, const Case& k) {
-  ref::RefBackendOptions o;
+  BackendOptions o;
   o.kv_block_size = 16;
   o.n_kv_blocks = kBlocks;
   ref::RefBackend be(c, host.weights, nullptr, o);
@@ -56,7 +56,8 @@ TEST(MegakernelCpuRef, MatchesCpuRefOnSmallPreset) {
   std::printf("small preset, weight and case seed %llu (MEGADECODE_SEED reproduces)\n",
               static_cast<unsigned long long>(seed));
   const LoadedModel host = synthetic_model(c, seed);
-  cuda::CudaBackendOptions o;
+  BackendOptions o;
+  o.backend = "cuda-mk";
   o.n_kv_blocks = kBlocks;
   o.kv_block_size = 16;
   cuda::CudaBackend be(cuda::DeviceWeights::synthetic(c, seed), o);

@@ -15,10 +15,11 @@ TEST(MegakernelFull, MatchesCudaOpsOnTheFullShape) {
   const uint64_t seed = test_seed();
   std::printf("qwen3-30b-a3b shape, weight seed %llu\n", static_cast<unsigned long long>(seed));
   std::shared_ptr<cuda::DeviceWeights> w = cuda::DeviceWeights::synthetic(c, seed);
-  cuda::CudaBackendOptions o;
+  BackendOptions o;
+  o.backend = "cuda-mk";
   o.n_kv_blocks = 1500;  // 1.5 MB per block of 16 tokens over 48 layers
   cuda::CudaBackend mk(w, o);
-  o.per_op = true;
+  o.backend = "cuda-ops";
   cuda::CudaBackend ops(w, o);
   mk.set_poison_activations(true);
   ops.set_poison_activations(true);

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda/mk/cuda_backend.h"
+#include "cuda/backend/cuda_backend.h"
 #include "gpu_test_util.h"
 #include "model/presets.h"
 
@@ -41,8 +41,8 @@ TEST(MegakernelHf, MatchesTransformersOnSmallPreset) {
 
   std::shared_ptr<const cuda::DeviceWeights> dev = cuda::DeviceWeights::synthetic(c, 0);
   for (bool per_op : {false, true}) {
-    cuda::CudaBackendOptions o;
-    o.per_op = per_op;
+    BackendOptions o;
+    o.backend = per_op ? "cuda-ops" : "cuda-mk";
     o.n_kv_blocks = 256;
     o.kv_block_size = 16;
     cuda::CudaBackend be(dev, o);

@@ -21,7 +21,8 @@ TEST(MegakernelTiny, BothBackendsMatchTheReferenceAndEachOther) {
   std::printf("tiny preset, seed %llu (MEGADECODE_SEED reproduces)\n", static_cast<unsigned long long>(seed));
   const LoadedModel host = synthetic_model(c, seed);
   std::shared_ptr<const cuda::DeviceWeights> dev = cuda::DeviceWeights::synthetic(c, seed);
-  cuda::CudaBackendOptions o;
+  BackendOptions o;
+  o.backend = "cuda-mk";
   o.n_kv_blocks = 128;
   o.kv_block_size = 16;
   if (const char* t = std::getenv("MEGADECODE_WAIT_TIMEOUT_MS")) o.wait_timeout_ms = std::atoll(t);
@@ -29,7 +30,7 @@ TEST(MegakernelTiny, BothBackendsMatchTheReferenceAndEachOther) {
   SplitMix64 rng(seed);
   Case k;
   for (int per_op = 0; per_op < 2; ++per_op) {
-    o.per_op = per_op == 1;
+    o.backend = (per_op == 1) ? "cuda-ops" : "cuda-mk";
     cuda::CudaBackend be(dev, o);
     be.set_poison_activations(true);
     if (per_op == 0) k = make_case(c, be, rng, 3, 700, {1, 37, 700});

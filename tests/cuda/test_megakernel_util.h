@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "core/rng.h"
-#include "cuda/mk/cuda_backend.h"
+#include "cuda/backend/cuda_backend.h"
 #include "test_megakernel_ref.h"
 
 namespace megadecode::test {

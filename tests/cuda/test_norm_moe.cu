@@ -7,8 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
-#include "cuda/ops.h"
+#include "cuda/common/kernels.h"
 #include "gpu_test_util.h"
+#include "kernels/kernels.h"
 
 namespace megadecode::cuda {
 namespace {

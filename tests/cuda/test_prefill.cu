@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "cuda/mk/cuda_backend.h"
+#include "cuda/backend/cuda_backend.h"
 #include "gpu_test_util.h"
 #include "model/loader.h"
 #include "model/presets.h"
@@ -51,11 +51,12 @@ std::shared_ptr<const cuda::DeviceWeights> device_weights(const ModelConfig& c, 
 }
 
 std::unique_ptr<cuda::CudaBackend> make_backend(std::shared_ptr<const cuda::DeviceWeights> w, int chunk, bool per_op) {
-  cuda::CudaBackendOptions o;
+  BackendOptions o;
+  o.backend = "cuda-mk";
   o.n_kv_blocks = kBlocks;
   o.kv_block_size = kBs;
   o.prefill_chunk = chunk;
-  o.per_op = per_op;
+  o.backend = per_op ? "cuda-ops" : "cuda-mk";
   return std::make_unique<cuda::CudaBackend>(std::move(w), o);
 }
 
@@ -196,7 +197,7 @@ TEST(Prefill, MatchesCpuRefOnSmallPreset) {
   for (int n : {1, 17, 255, 1000, 2500}) {
     const Prompt p = make_prompt(c, rng, n);
     const int split = n > 1 ? 1 + static_cast<int>(rng.below(n - 1)) : 0;
-    ref::RefBackendOptions ro;
+    BackendOptions ro;
     ro.kv_block_size = kBs;
     ro.n_kv_blocks = kBlocks;
     ref::RefBackend ref(c, host.weights, nullptr, ro);

@@ -1,4 +1,4 @@
-// The prefill kernels one at a time (src/cuda/prefill/prefill_ops.h) against plain host references,
+// The prefill kernels one at a time (src/cuda/prefill/prefill_kernels.h) against plain host references,
 // on small awkward shapes, so a failure of the end-to-end test (test_prefill.cu) points at one
 // kernel: the tensor-core GEMM (dense with gather, residual and SwiGLU epilogues; partial row, token
 // and k tiles), the device-built MoE lists and the grouped expert GEMMs, causal paged attention
@@ -14,9 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
-#include "cuda/ops.h"
-#include "cuda/ops/weight_pack.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/kernels.h"
+#include "cuda/common/weight_pack.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 #include "gpu_test_util.h"
 
 namespace megadecode::cuda::prefill {

@@ -6,9 +6,10 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
-#include "cuda/ops.h"
-#include "cuda/ops/weight_pack.cuh"
+#include "cuda/common/kernels.h"
+#include "cuda/common/weight_pack.cuh"
 #include "gpu_test_util.h"
+#include "kernels/kernels.h"
 
 namespace megadecode::cuda {
 namespace {

@@ -19,7 +19,7 @@
 #include "engine/backend.h"
 #include "engine/logits.h"
 #include "engine/request.h"
-#include "ref/sampling.h"
+#include "sampling/host_sampler.h"
 
 namespace megadecode::testing {
 
@@ -51,7 +51,7 @@ inline std::vector<float> fake_logits(std::span<const int32_t> history) {
 inline int32_t fake_sample(std::span<const float> logits, const SamplingParams& p, int position,
                            std::span<const int32_t> history, size_t n_prompt) {
   n_prompt = std::min(n_prompt, history.size());
-  return ref::sample_token(logits, p, position, ref::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)});
+  return sampling::sample_token(logits, p, position, sampling::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)});
 }
 
 // What the engine must produce for one sequence without end tokens: the reference next tokens.

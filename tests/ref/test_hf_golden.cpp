@@ -42,7 +42,7 @@ TEST(HfGolden, CpuRefMatchesTransformersOnTinyPreset) {
   LoadedModel model = synthetic_model("tiny", 0);
   ASSERT_EQ(model.config.vocab_size, vocab);
   auto owner = std::make_shared<LoadedModel>(std::move(model));
-  ref::RefBackendOptions options;
+  BackendOptions options;
   options.kv_block_size = 16;
   options.n_kv_blocks = 8;
   ref::RefBackend backend(owner->config, owner->weights, owner, options);

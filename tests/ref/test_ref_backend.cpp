@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <numeric>
 
+#include "cli/backend_factory.h"
 #include "core/check.h"
-#include "engine/backend_factory.h"
 #include "ref/ref_backend.h"
-#include "ref/sampling.h"
 #include "ref_test_util.h"
+#include "sampling/host_sampler.h"
 
 namespace megadecode {
 namespace {
@@ -27,7 +27,8 @@ struct Fixture {
   std::unique_ptr<Backend> backend;
   explicit Fixture(uint64_t seed, int block_size = 4, int n_blocks = 40) {
     weights = test::random_weights(config, Dtype::kBF16, seed);
-    backend = make_backend("cpu-ref", config, weights.weights, weights.store, BackendOptions{block_size, n_blocks, 2});
+    const BackendOptions o{.backend = "cpu-ref", .kv_block_size = block_size, .n_kv_blocks = n_blocks, .n_threads = 2};
+    backend = make_backend(config, weights.weights, weights.store, o);
   }
 };
 
@@ -38,12 +39,13 @@ TEST(RefBackend, FactoryMakesCpuRefAndRejectsUnknownNames) {
   EXPECT_EQ(f.backend->n_kv_blocks(), 40);
   EXPECT_EQ(f.backend->config().hidden_size, f.config.hidden_size);
   try {
-    make_backend("gpu-magic", f.config, f.weights.weights, f.weights.store, BackendOptions{4, 8, 1});
+    make_backend(f.config, f.weights.weights, f.weights.store,
+                 BackendOptions{.backend = "gpu-magic", .n_kv_blocks = 8});
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("cpu-ref"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(make_backend("cpu-ref", f.config, f.weights.weights, f.weights.store, BackendOptions{4, 0, 1}), Error);
+  EXPECT_THROW(make_backend(f.config, f.weights.weights, f.weights.store, BackendOptions{.n_kv_blocks = 0}), Error);
 }
 
 // Runs one decode step of `seqs` (each prefilled to its length beforehand) and returns the result.
@@ -98,8 +100,8 @@ TEST(RefBackend, DecodeSamplesFromItsLogitsAndIsBatchInvariant) {
     // The token is the host sampler's choice for the next position.
     const std::span<const float> ls(together.logits.data() + s * vocab, vocab);
     EXPECT_EQ(together.tokens[s],
-              ref::sample_token(ls, seqs[s].sampling, static_cast<int64_t>(seqs[s].tokens.size()),
-                                ref::TokenHistory{seqs[s].tokens, {}}));
+              sampling::sample_token(ls, seqs[s].sampling, static_cast<int64_t>(seqs[s].tokens.size()),
+                                sampling::TokenHistory{seqs[s].tokens, {}}));
   }
   DecodeResult no_logits;
   std::vector<DecodeSeq> one(1);

@@ -128,7 +128,7 @@ TEST(RefModel, BatchDecodeMatchesSequencesAlone) {
   const ModelConfig c = test::small_moe_config();
   SplitMix64 rng(seed);
   test::TestWeights tw = random_weights(c, Dtype::kBF16, rng.next());
-  ref::RefBackend backend(c, tw.weights, tw.store, {3, 64, 2});
+  ref::RefBackend backend(c, tw.weights, tw.store, {.kv_block_size = 3, .n_kv_blocks = 64, .n_threads = 2});
   backend.kv_store().fill(NAN);
   const size_t vocab = c.vocab_size;
   const std::vector<int> lengths = {1, 9, 4, 17};

@@ -12,8 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "cli/backend_factory.h"
 #include "cli/generate_loop.h"
-#include "engine/backend_factory.h"
 #include "model/loader.h"
 #include "server/model_text.h"
 #include "server_fixture.h"
@@ -60,7 +60,7 @@ struct TinyStack {
   explicit TinyStack(int kv_blocks = 512, int block_size = 16, int max_num_seqs = 8, int chunk = 32) {
     model = std::make_shared<LoadedModel>(load_model(tiny_model_dir()));
     tokenizer = Tokenizer::load(tiny_model_dir());
-    backend = make_backend("cpu-ref", model->config, model->weights, model,
+    backend = make_backend(model->config, model->weights, model,
                            BackendOptions{.kv_block_size = block_size, .n_kv_blocks = kv_blocks, .n_threads = 2});
     EngineConfig ec;
     ec.scheduler = SchedulerConfig{.max_num_seqs = max_num_seqs, .max_prefill_tokens = chunk, .check_invariants = true};
@@ -92,7 +92,7 @@ struct TinyServer {
 };
 
 std::vector<int32_t> reference_generate(const LoadedModel& model, const std::vector<int32_t>& prompt, int max_tokens) {
-  auto backend = make_backend("cpu-ref", model.config, model.weights, nullptr,
+  auto backend = make_backend(model.config, model.weights, nullptr,
                               BackendOptions{.kv_block_size = 16, .n_kv_blocks = 64, .n_threads = 2});
   GenerateRequest r;
   r.prompt = prompt;

@@ -3,16 +3,18 @@
 // token r / gs, head r % gs: the 8 query heads of a group share every K/V tile), 8 warps x 16 rows.
 // Keys stream in tiles of 64 from the cache ([block][group][slot][D] pages through the block table)
 // with cp.async, double-buffered; S = Q K^T and O += P V are mma.sync m16n8k16 (bf16 in, fp32
-// accumulate), the softmax is online in base 2 with fp32 running max/sum per row. Keys of a row are
+// accumulate), the softmax is online in base 2 with fp32 running max/sum per row
+// (cuda/common/attention_state.cuh). Keys of a row are
 // [0, its position]: earlier chunks' and this chunk's K/V (written by qk_norm_rope_store first).
 // Rounding: q, K, V and P are bf16 MMA inputs; the output is bf16 like the decode path's.
 #include <cmath>
 #include <mutex>
 
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops/ptx.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/attention_state.cuh"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/ptx.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {
@@ -132,12 +134,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
     float alpha[2], base[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m[h], mx[h]);
-      base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet: keep everything 0, not NaN
-      alpha[h] = exp2f(m[h] - base[h]);
-      m[h] = m_new;
+      const AttnRescale r = attn_rescale(m[h], quad_max(mx[h]));  // a row with no key yet: 0, not NaN
+      base[h] = r.m_use;
+      alpha[h] = r.alpha;
       l[h] *= alpha[h];
     }
     uint32_t pf[4][4];  // P as the A operand of P V: 4 k-steps of 16 keys
@@ -174,8 +173,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
   // Normalise and store bf16 rows [token][head * D + d].
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    l[h] = quad_sum(l[h]);
     if (qpos[h] < 0) continue;
     const int r = warp * 16 + g4 + 8 * h;
     const float inv = 1.0f / l[h];

@@ -11,11 +11,12 @@
 #include <mutex>
 
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops/moe.cuh"
-#include "cuda/ops/ptx.cuh"
-#include "cuda/ops/weight_pack.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/moe.cuh"
+#include "cuda/common/packed_mma.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/weight_pack.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {
@@ -107,30 +108,19 @@ __global__ void __launch_bounds__(kGemmThreads) gemm_kernel(const GemmArgs a) {
     const uint8_t* st = smem + (s % kGemmStages) * kStageBytes;
 #pragma unroll
     for (int kk = 0; kk < kKb; ++kk) {
-      uint32_t af[4][4], bf[4][2];
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const uint4 f = *reinterpret_cast<const uint4*>(st + ((warp_m * 4 + m) * kKb + kk) * kPackTileBytes + lane * 16);
-        af[m][0] = f.x;
-        af[m][1] = f.y;
-        af[m][2] = f.z;
-        af[m][3] = f.w;
-      }
+      uint32_t b0[4], b1[4];
 #pragma unroll
       for (int jj = 0; jj < 2; ++jj) {
         // Matrices: (tokens +0..7, k 0..7), (+0..7, k 8..15), (+8..15, k 0..7), (+8..15, k 8..15).
         const int tl = warp_n * 32 + jj * 16 + (lane >> 4) * 8 + (lane & 7);
         uint32_t r[4];
         ptx::ldmatrix_x4(r, st + kWBytes + tl * kXPitch + kk * 32 + ((lane >> 3) & 1) * 16);
-        bf[2 * jj][0] = r[0];
-        bf[2 * jj][1] = r[1];
-        bf[2 * jj + 1][0] = r[2];
-        bf[2 * jj + 1][1] = r[3];
+        b0[2 * jj] = r[0];
+        b1[2 * jj] = r[1];
+        b0[2 * jj + 1] = r[2];
+        b1[2 * jj + 1] = r[3];
       }
-#pragma unroll
-      for (int m = 0; m < 4; ++m)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) ptx::mma_bf16_16816(acc[m][j], af[m], bf[j][0], bf[j][1]);
+      packed_mma_k16<4, 4>(acc, [&](int m) { return st + ((warp_m * 4 + m) * kKb + kk) * kPackTileBytes; }, b0, b1);
     }
   }
   ptx::cp_async_wait<0>();

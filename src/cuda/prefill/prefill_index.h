@@ -1,5 +1,5 @@
 // Index math of the GPU prefill path (src/cuda/prefill), shared by the kernels and the host so the
-// CPU tests (tests/cuda_host/test_prefill_index.cpp) check what the device computes: tile shapes
+// CPU tests (tests/cuda/test_prefill_index.cpp) check what the device computes: tile shapes
 // and counts, the paged KV address of a position, the fused QKV and gate/up row orders of
 // DeviceWeights, the attention tile's (token, head) rows, the per-expert tile list of the grouped
 // expert GEMMs and how a long chunk is cut. Plain C++ (MD_HOST_DEVICE), no CUDA types.

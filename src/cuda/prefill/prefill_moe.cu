@@ -5,9 +5,9 @@
 // token, k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same
 // rows in the same order. Integer work only; the result does not depend on scheduling.
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops/moe.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/moe.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {

@@ -3,9 +3,9 @@
 // megakernel's order), and the final norm (same prologue, last token only). The MoE combine is
 // fused here so the residual stream is written once per layer and no float atomics are needed.
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops/rms_norm.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/rms_norm.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {

@@ -1,13 +1,13 @@
 // Prefill q/k per-head RMSNorm + RoPE + the paged KV write: one CTA per token, one warp per head
 // of the fused QKV row (group-major, prefill_index.h qkv_col). The arithmetic is the decode
-// megakernel's (mk_ops.cuh op_attn) step for step: normed = (x * rsqrt(mean x^2 + eps)) * w in
+// megakernel's (cuda/common/qk_norm_rope.cuh, as the attention items use it): normed = (x * rsqrt(mean x^2 + eps)) * w in
 // fp32 (lane + 32j element order, butterfly sum), RoPE (NeoX halves) with the host's inv_freq table
 // and cosf/sinf of float(pos) * inv_freq, then K = bf16(rope(k)), V = bf16(v). q is rounded to bf16
 // here because the attention MMAs take bf16 (decode keeps q in fp32).
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops/rms_norm.cuh"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/qk_norm_rope.cuh"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
         if (lane + 32 * i < D) dst[lane + 32 * i] = float_to_bf16_bits(v[i]);
       continue;
     }
-    const float r = rsqrtf(warp_sum(ss) / static_cast<float>(D) + a.eps);
+    const float r = head_rms_scale(ss, D, a.eps);
     const uint16_t* nw = j < gs ? a.q_norm : a.k_norm;
 #pragma unroll
     for (int i = 0; i < kMaxDim / 32; ++i) {
@@ -56,11 +56,7 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
     for (int i = 0; i < kMaxDim / 32; ++i) {
       const int d = lane + 32 * i;
       if (d >= D) continue;
-      const float ang = static_cast<float>(pos) * a.inv_freq[d % half];
-      const float c = cosf(ang), s = sinf(ang);
-      const float x = normed[warp][d];
-      const float y = d < half ? x * c - normed[warp][d + half] * s : x * c + normed[warp][d - half] * s;
-      dst[d] = float_to_bf16_bits(y);
+      dst[d] = float_to_bf16_bits(rope_neox(normed[warp], d, half, pos, a.inv_freq));
     }
     __syncwarp();  // `normed` is rewritten by this warp's next job
   }

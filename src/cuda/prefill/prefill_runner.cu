@@ -1,14 +1,14 @@
 // PrefillRunner: workspace layout, host-side checks of a piece, and the per-layer launch sequence
-// (prefill_ops.h). One host sync per piece, at the end (logits and the device error word).
+// (prefill_kernels.h). One host sync per piece, at the end (logits and the device error word).
 #include "cuda/prefill/prefill_runner.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
-#include "cuda/cuda_check.h"
-#include "cuda/ops.h"
-#include "cuda/prefill/prefill_ops.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/kernels.h"
+#include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {
@@ -69,11 +69,12 @@ size_t PrefillRunner::workspace_bytes(const ModelConfig& config, int max_chunk) 
   return c.bytes();
 }
 
-PrefillRunner::PrefillRunner(std::shared_ptr<const DeviceWeights> weights, int max_chunk)
-    : weights_(std::move(weights)), max_chunk_(max_chunk) {
-  MD_REQUIRE(weights_ != nullptr, "PrefillRunner needs weights");
-  const ModelConfig& cfg = weights_->config();
-  check_supported(cfg);
+PrefillRunner::PrefillRunner(const ModelConfig& config, const MkModelWeights& view,
+                             std::span<const MkLayerWeights> layers, int max_chunk)
+    : config_(config), view_(view), layers_(layers.begin(), layers.end()), max_chunk_(max_chunk) {
+  const ModelConfig& cfg = config_;
+  MD_REQUIRE(layers_.size() == static_cast<size_t>(cfg.n_layers), "PrefillRunner: ", layers_.size(),
+             " layers of weights for a model of ", cfg.n_layers);
   MD_REQUIRE(max_chunk >= 1 && max_chunk <= 65536, "prefill chunk size ", max_chunk, " outside 1..65536");
   MD_REQUIRE(int64_t{max_chunk} * cfg.n_experts_per_tok <= (int64_t{1} << 24),
              "prefill chunk size ", max_chunk, " x top-k is too large");
@@ -118,7 +119,7 @@ PrefillRunner::~PrefillRunner() {
 
 size_t PrefillRunner::check(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
                             const KvCacheView& kv) const {
-  const ModelConfig& c = weights_->config();
+  const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(tokens.size());
   MD_REQUIRE(T >= 1, "prefill: empty chunk");
   MD_REQUIRE(kv.data != nullptr && kv.block_size >= 1 && kv.n_blocks >= 1, "prefill: no KV cache");
@@ -138,7 +139,7 @@ size_t PrefillRunner::check(std::span<const int32_t> tokens, int start_pos, std:
 
 void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
                         const KvCacheView& kv, std::span<float> last_logits, cudaStream_t stream) {
-  const ModelConfig& c = weights_->config();
+  const ModelConfig& c = config_;
   const int T = static_cast<int>(tokens.size());
   MD_REQUIRE(T >= 1 && T <= max_chunk_, "prefill: piece of ", tokens.size(), " tokens outside 1..", max_chunk_);
   MD_REQUIRE(last_logits.empty() || last_logits.size() == static_cast<size_t>(c.vocab_size), "prefill: last_logits has ",
@@ -171,7 +172,7 @@ void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::spa
   for (int l = 0; l < c.n_layers; ++l) enqueue_layer(l, T, start_pos, kv, stream);
 
   // The last layer's MoE residual of the last token, final norm, LM head.
-  const MkModelWeights& w = weights_->view();
+  const MkModelWeights& w = view_;
   ResidualNormArgs fn;
   fn.h = h_;
   fn.down = down_;
@@ -207,9 +208,9 @@ void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::spa
 }
 
 void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView& kv, cudaStream_t stream) {
-  const ModelConfig& c = weights_->config();
-  const MkModelWeights& w = weights_->view();
-  const MkLayerWeights& lw = weights_->layer(l);
+  const ModelConfig& c = config_;
+  const MkModelWeights& w = view_;
+  const MkLayerWeights& lw = layers_[l];
   const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, E = c.n_experts,
             K = c.n_experts_per_tok, I = c.moe_intermediate_size, nq = c.q_size(), qkv_rows = G * (gs + 2) * D;
   const int64_t layer_elems = int64_t{2} * kv.n_blocks * G * kv.block_size * D;

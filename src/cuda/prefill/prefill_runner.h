@@ -3,7 +3,8 @@
 // + paged KV write / causal attention / O-proj + residual / norm / router / top-k / device-built
 // expert lists / grouped gate-up and down GEMMs / combine (fused into the next norm) — then the
 // final norm and LM head of the last token. Owns its activation workspace (sized for max_chunk
-// at construction); the KV cache belongs to the caller (CudaBackend).
+// at construction); the weights (cuda/backend/device_weights.h builds them) and the KV cache
+// belong to the caller (CudaBackend), which keeps them alive while the runner lives.
 // Threading: one caller at a time.
 #pragma once
 
@@ -11,11 +12,13 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/mk/device_weights.h"
+#include "cuda/megakernel/types.h"
 #include "cuda/prefill/prefill_index.h"
+#include "model/config.h"
 
 namespace megadecode::cuda::prefill {
 
@@ -28,7 +31,9 @@ struct KvCacheView {
 
 class PrefillRunner {
  public:
-  PrefillRunner(std::shared_ptr<const DeviceWeights> weights, int max_chunk);
+  // `view`: the device pointers of every weight; `layers`: a host copy of each layer's pointers.
+  PrefillRunner(const ModelConfig& config, const MkModelWeights& view, std::span<const MkLayerWeights> layers,
+                int max_chunk);
   ~PrefillRunner();
   PrefillRunner(const PrefillRunner&) = delete;
   PrefillRunner& operator=(const PrefillRunner&) = delete;
@@ -53,7 +58,9 @@ class PrefillRunner {
  private:
   void enqueue_layer(int layer, int n_tokens, int start_pos, const KvCacheView& kv, cudaStream_t stream);
 
-  std::shared_ptr<const DeviceWeights> weights_;
+  ModelConfig config_;
+  MkModelWeights view_;
+  std::vector<MkLayerWeights> layers_;
   int max_chunk_ = 0;
   uint8_t* arena_ = nullptr;
   size_t arena_bytes_ = 0;

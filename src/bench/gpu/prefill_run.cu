@@ -1,0 +1,124 @@
+// `megadecode bench prefill` (CUDA builds): synthetic weights of the preset generated on the
+// device, one CudaBackend with the prefill kernels (cuda-mk; prefill is the same for cuda-ops),
+// one prompt of random tokens per length prefilled piece by piece (each piece one prefill() call
+// at its start position, timed on the host around the synchronous call), then tokens/s, ms per
+// piece and TFLOP/s; --json writes one record per length.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/bench.h"
+#include "bench/prefill_options.h"
+#include "bench/results.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/common/cuda_check.h"
+
+namespace megadecode {
+namespace {
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Prefills `tokens` piece by piece; returns each piece's milliseconds.
+std::vector<double> timed_prefill(cuda::CudaBackend& be, const std::vector<int32_t>& tokens,
+                                  const std::vector<int32_t>& table, int piece, std::vector<float>& logits) {
+  std::vector<double> ms;
+  const int n = static_cast<int>(tokens.size());
+  for (int b = 0; b < n; b += piece) {
+    const int len = std::min(piece, n - b);
+    SeqChunk c;
+    c.tokens = std::span<const int32_t>(tokens).subspan(b, len);
+    c.start_pos = b;
+    c.block_table = table;
+    const double t0 = now_ms();
+    be.prefill(c, b + len == n ? std::span<float>(logits) : std::span<float>());
+    ms.push_back(now_ms() - t0);
+  }
+  return ms;
+}
+
+}  // namespace
+
+int bench_prefill(int argc, char** argv) {
+  const PrefillBenchOptions o = parse_prefill_bench_args(argc, argv);
+  if (o.help) {
+    std::printf("%s", kPrefillBenchUsage);
+    return 0;
+  }
+  const ModelConfig& c = o.config;
+  const int longest = *std::max_element(o.lengths.begin(), o.lengths.end());
+  const int n_blocks = (longest + o.kv_block_size - 1) / o.kv_block_size + 1;
+  std::printf("bench prefill: %s, lengths", o.preset.c_str());
+  for (int n : o.lengths) std::printf(" %d", n);
+  std::printf(", pieces of %d tokens, %d reps (+%d warmup), seed %llu\n", o.chunk, o.reps, o.warmup,
+              static_cast<unsigned long long>(o.seed));
+  const double t_w = now_ms();
+  std::shared_ptr<const cuda::DeviceWeights> weights = cuda::DeviceWeights::synthetic(c, o.seed);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::printf("weights: %.2f GB generated on the device in %.1f s\n", static_cast<double>(weights->bytes()) / 1e9,
+              (now_ms() - t_w) / 1e3);
+  BackendOptions bo;
+  bo.backend = "cuda-mk";
+  bo.kv_block_size = o.kv_block_size;
+  bo.n_kv_blocks = n_blocks;
+  bo.prefill_chunk = o.chunk;
+  cuda::CudaBackend be(weights, bo);
+
+  SplitMix64 rng(o.seed ^ 0xbe7c4ull);
+  std::vector<int32_t> table(n_blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<float> logits(c.vocab_size);
+  nlohmann::json records = nlohmann::json::array();
+  std::printf("%8s %8s %12s %12s %12s %10s  %s\n", "tokens", "pieces", "total ms", "tokens/s", "TFLOP/s", "first ms",
+              "ms per piece (median rep)");
+  for (int n : o.lengths) {
+    std::vector<int32_t> tokens(n);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(c.vocab_size));
+    for (int i = 0; i < o.warmup; ++i) timed_prefill(be, tokens, table, o.chunk, logits);
+    std::vector<std::vector<double>> reps;
+    std::vector<double> totals;
+    for (int i = 0; i < o.reps; ++i) {
+      reps.push_back(timed_prefill(be, tokens, table, o.chunk, logits));
+      totals.push_back(std::accumulate(reps.back().begin(), reps.back().end(), 0.0));
+    }
+    const double total = median(totals);
+    const size_t med_rep = static_cast<size_t>(std::find(totals.begin(), totals.end(), total) - totals.begin());
+    const std::vector<double>& pieces = reps[med_rep];
+    const double flops = prefill_flops(c, 0, n);
+    const double tok_s = n / (total / 1e3), tflops = flops / (total / 1e3) / 1e12;
+    std::printf("%8d %8zu %12.2f %12.0f %12.1f %10.2f ", n, pieces.size(), total, tok_s, tflops, pieces.front());
+    for (double m : pieces) std::printf(" %.2f", m);
+    std::printf("\n");
+    records.push_back({{"backend", "prefill-kernels"}, {"preset", o.preset}, {"tokens", n}, {"chunk", o.chunk},
+                       {"total_ms", total}, {"tokens_per_s", tok_s}, {"tflops", tflops}, {"piece_ms", pieces},
+                       {"ms_per_piece_mean", total / static_cast<double>(pieces.size())}, {"total_ms_reps", totals}});
+  }
+  if (o.one_token) {
+    // The baseline: the decode path one token per step, on the first length.
+    BackendOptions so = bo;
+    so.prefill_chunk = 0;
+    cuda::CudaBackend slow(weights, so);
+    const int n = o.lengths.front();
+    std::vector<int32_t> tokens(n);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(c.vocab_size));
+    const std::vector<double> ms = timed_prefill(slow, tokens, table, n, logits);
+    std::printf("one-token path: %d tokens in %.1f ms (%.0f tokens/s)\n", n, ms.front(), n / (ms.front() / 1e3));
+    records.push_back({{"backend", "one-token-decode-path"}, {"preset", o.preset}, {"tokens", n},
+                       {"total_ms", ms.front()}, {"tokens_per_s", n / (ms.front() / 1e3)}});
+  }
+  if (!o.json_path.empty()) {
+    nlohmann::json out = {{"command", o.command}, {"records", records}};
+    write_json(o.json_path, out);
+    std::printf("wrote %s\n", o.json_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace megadecode

@@ -1,0 +1,484 @@
+// CudaBackend: per step, plan (src/plan) → upload inputs and task lists → zero counters and the
+// error word → one megakernel launch (cuda-mk) or one launch per wave in a CUDA graph (cuda-ops)
+// → check the device error word (naming the counter on a timeout) → read tokens and logits.
+#include "cuda/backend/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/megakernel/launch.h"
+#include "plan/planner.h"
+#include "sampling/host_sampler.h"
+#include "sampling/params.h"
+
+namespace megadecode::cuda {
+namespace {
+
+constexpr size_t kActivationReserve = size_t(512) << 20;  // arena, plan and staging headroom
+
+template <typename T>
+void grow(T*& ptr, size_t& capacity, size_t need) {
+  if (need <= capacity) return;
+  CUDA_CHECK(cudaFree(ptr));
+  CUDA_CHECK(cudaMalloc(&ptr, need * sizeof(T)));
+  capacity = need;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const BackendOptions& options)
+    : weights_(std::move(weights)),
+      options_(options),
+      per_op_(options.backend == "cuda-ops"),
+      attention_(parse_attention(options.attention)),
+      policy_(policy_by_name(options.policy)) {
+  MD_REQUIRE(weights_ != nullptr, "CudaBackend needs weights");
+  MD_REQUIRE(options_.backend == "cuda-mk" || per_op_, "CudaBackend runs cuda-mk or cuda-ops, not \"", options_.backend,
+             "\"");
+  MD_REQUIRE(options_.kv_block_size >= 1 && options_.kv_block_size <= 1024, "--kv-block-size must be in 1..1024, got ",
+             options_.kv_block_size);
+  MD_REQUIRE(options_.gpu_memory_utilization > 0.0 && options_.gpu_memory_utilization <= 1.0,
+             "--gpu-memory-utilization must be in (0, 1], got ", options_.gpu_memory_utilization);
+  MD_REQUIRE(options_.wait_timeout_ms >= 1, "wait timeout must be >= 1 ms");
+  MD_REQUIRE(options_.prefill_chunk >= 0 && options_.prefill_chunk <= 65536, "--prefill-chunk must be in 0..65536, got ",
+             options_.prefill_chunk);
+  // Before the KV cache is sized, so the prefill workspace counts as used memory.
+  if (options_.prefill_chunk > 0) {
+    prefill_ = std::make_unique<prefill::PrefillRunner>(weights_->config(), weights_->view(), weights_->layers(),
+                                                        options_.prefill_chunk);
+  }
+  const ModelConfig& c = config();
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
+  const size_t block_bytes =
+      static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;
+  if (options_.n_kv_blocks > 0) {
+    n_kv_blocks_ = options_.n_kv_blocks;
+  } else {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double budget = options_.gpu_memory_utilization * static_cast<double>(total_b) -
+                          static_cast<double>(total_b - free_b) - static_cast<double>(kActivationReserve);
+    MD_REQUIRE(budget >= static_cast<double>(block_bytes), "no GPU memory left for the KV cache: ", free_b >> 20,
+               " MiB free of ", total_b >> 20, " MiB at --gpu-memory-utilization ", options_.gpu_memory_utilization);
+    n_kv_blocks_ = static_cast<int>(std::min<double>(budget / static_cast<double>(block_bytes), 1 << 30));
+  }
+  CUDA_CHECK(cudaMalloc(&kv_, block_bytes * n_kv_blocks_));
+  CUDA_CHECK(cudaMemset(kv_, 0, block_bytes * n_kv_blocks_));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaMalloc(&error_, sizeof(MkError)));
+  CUDA_CHECK(cudaMallocHost(&error_host_, sizeof(MkError)));
+}
+
+CudaBackend::~CudaBackend() {
+  if (bench_exec_) cudaGraphExecDestroy(bench_exec_);
+  cudaFree(trace_);
+  cudaFree(trace_counts_);
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+  cudaStreamDestroy(stream_);
+  cudaFree(kv_);
+  cudaFree(arena_);
+  cudaFree(counters_);
+  cudaFree(tasks_);
+  cudaFree(ranges_);
+  cudaFree(error_);
+  cudaFreeHost(error_host_);
+  cudaFreeHost(staging_);
+}
+
+size_t CudaBackend::kv_cache_elements() const {
+  const ModelConfig& c = config();
+  return static_cast<size_t>(c.n_layers) * 2 * n_kv_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
+}
+
+void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
+  MD_REQUIRE(!chunk.tokens.empty(), "prefill: empty chunk");
+  MD_REQUIRE(last_logits.empty() || last_logits.size() == static_cast<size_t>(config().vocab_size),
+             "prefill: last_logits has ", last_logits.size(), " floats, vocab is ", config().vocab_size);
+  if (prefill_) {
+    const int n = static_cast<int>(chunk.tokens.size()), piece = options_.prefill_chunk;
+    const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size};
+    (void)prefill_->check(chunk.tokens, chunk.start_pos, chunk.block_table, kv);  // all of it before any piece runs
+    for (int i = 0; i < prefill::prefill_n_pieces(n, piece); ++i) {
+      const int b = prefill::prefill_piece_begin(i, piece), len = prefill::prefill_piece_length(i, n, piece);
+      const bool last = b + len == n;
+      prefill_->run(chunk.tokens.subspan(b, len), chunk.start_pos + b, chunk.block_table, kv,
+                    last ? last_logits : std::span<float>(), stream_);
+    }
+    return;
+  }
+  // The decode path one token at a time (prefill_chunk = 0).
+  DecodeResult r;
+  for (size_t i = 0; i < chunk.tokens.size(); ++i) {
+    DecodeSeq s;
+    s.chunk.seq_id = chunk.seq_id;
+    s.chunk.tokens = chunk.tokens.subspan(i, 1);
+    s.chunk.start_pos = chunk.start_pos + static_cast<int>(i);
+    s.chunk.block_table = chunk.block_table;
+    s.sampling.temperature = 0.0f;
+    const bool last = i + 1 == chunk.tokens.size();
+    decode(std::span<const DecodeSeq>(&s, 1), last && !last_logits.empty(), r);
+    if (last && !last_logits.empty()) std::copy(r.logits.begin(), r.logits.end(), last_logits.begin());
+  }
+}
+
+void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
+  const ModelConfig& c = config();
+  MD_REQUIRE(!seqs.empty() && seqs.size() <= 64, "decode: batch of ", seqs.size(), " sequences; the CUDA backends run 1..64");
+  BatchState batch;
+  batch.kv_block_size = options_.kv_block_size;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DecodeSeq& s = seqs[i];
+    MD_REQUIRE(s.chunk.tokens.size() == 1, "decode: sequence ", i, " has ", s.chunk.tokens.size(), " tokens, expected 1");
+    MD_REQUIRE(s.chunk.tokens[0] >= 0 && s.chunk.tokens[0] < c.vocab_size, "decode: sequence ", i, ": token ",
+               s.chunk.tokens[0], " outside the vocabulary");
+    MD_REQUIRE(s.chunk.start_pos >= 0 && s.chunk.start_pos < c.max_position_embeddings, "decode: sequence ", i,
+               ": position ", s.chunk.start_pos, " outside [0, ", c.max_position_embeddings, ")");
+    sampling::validate(s.sampling);
+    const int n_ctx = s.chunk.start_pos + 1;
+    const size_t need = (static_cast<size_t>(n_ctx) + batch.kv_block_size - 1) / batch.kv_block_size;
+    MD_REQUIRE(s.chunk.block_table.size() >= need, "decode: sequence ", i, ": block table covers ",
+               s.chunk.block_table.size(), " blocks, position ", s.chunk.start_pos, " needs ", need);
+    for (size_t b = 0; b < need; ++b)
+      MD_REQUIRE(s.chunk.block_table[b] >= 0 && s.chunk.block_table[b] < n_kv_blocks_, "decode: sequence ", i,
+                 ": block ", s.chunk.block_table[b], " outside the cache's ", n_kv_blocks_, " blocks");
+    batch.seqs.push_back(SeqState{n_ctx, s.chunk.block_table.first(need)});
+  }
+  run_step(batch, seqs);
+  const int B = static_cast<int>(seqs.size());
+  result.tokens.assign(B, 0);
+  CUDA_CHECK(cudaMemcpy(result.tokens.data(), arena_ + plan_.params.buffers.out_tokens.offset, B * 4,
+                        cudaMemcpyDeviceToHost));
+  if (want_logits) {
+    result.logits.assign(static_cast<size_t>(B) * c.vocab_size, 0.0f);
+    CUDA_CHECK(cudaMemcpy(result.logits.data(), arena_ + plan_.params.buffers.logits.offset,
+                          result.logits.size() * 4, cudaMemcpyDeviceToHost));
+  } else {
+    result.logits.clear();
+  }
+  resample_penalised(seqs, result);
+}
+
+// Presence/frequency/repetition penalties need each sequence's token history, which the device
+// sampler does not have: such sequences (rare in serving) read their logits row back and are
+// sampled by the host sampler (sampling/host_sampler.h, the cpu backends' own, vLLM's order), replacing
+// the device's token. Costs one 4*vocab-byte copy per penalised sequence.
+void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result) {
+  const size_t V = static_cast<size_t>(config().vocab_size);
+  std::vector<float> row;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DecodeSeq& s = seqs[i];
+    if (!s.sampling.has_penalties()) continue;
+    if (!result.logits.empty()) {
+      row.assign(result.logits.begin() + i * V, result.logits.begin() + (i + 1) * V);
+    } else {
+      row.resize(V);
+      CUDA_CHECK(cudaMemcpy(row.data(), arena_ + plan_.params.buffers.logits.offset + i * V * sizeof(float),
+                            V * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", i, ": history_prompt_len ",
+               s.history_prompt_len, " beyond its history of ", s.history.size());
+    const sampling::TokenHistory h{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
+    result.tokens[i] = sampling::sample_token(row, s.sampling, s.chunk.start_pos + 1, h);
+  }
+}
+
+void CudaBackend::ensure_capacity(const Plan& plan) {
+  const PlanShape& s = plan.params.shape;
+  // Shapes the device ops assume (planner tiles are policy-dependent).
+  auto rows_ok = [](int rows, int dim) { return rows % 16 == 0 || rows == dim; };
+  MD_REQUIRE(rows_ok(s.qkv_rows, s.qkv_group_rows) && s.qkv_group_rows % 16 == 0 && rows_ok(s.o_rows, s.hidden) &&
+                 rows_ok(s.router_rows, s.n_experts) && rows_ok(s.lm_rows, s.vocab) &&
+                 rows_ok(s.down_rows, s.hidden) && s.up_cols % 8 == 0,
+             "plan policy ", plan.policy, ": tile rows must be multiples of 16 (expert up columns of 8)");
+  grow(arena_, arena_bytes_, plan.params.buffers.total_bytes);
+  grow(counters_, counters_bytes_, static_cast<size_t>(plan.params.counters.n_counters) * kCounterStrideBytes);
+  grow(tasks_, tasks_capacity_, plan.tasks.size());
+  grow(ranges_, ranges_capacity_, (plan.waves.size() + 1) * 2 * static_cast<size_t>(n_sms_));
+}
+
+void CudaBackend::upload_inputs(std::span<const DecodeSeq> seqs) {
+  const PlanShape& s = plan_.params.shape;
+  const BufferLayout& b = plan_.params.buffers;
+  const int B = s.batch;
+  // Host inputs, packed into one pinned buffer laid out like the arena's first buffers.
+  const size_t need = b.attn_items.offset + b.attn_items.bytes;
+  if (need > staging_bytes_) {
+    CUDA_CHECK(cudaFreeHost(staging_));
+    CUDA_CHECK(cudaMallocHost(&staging_, need));
+    staging_bytes_ = need;
+  }
+  std::memset(staging_, 0, need);
+  auto* tok = reinterpret_cast<int32_t*>(staging_ + b.token_ids.offset);
+  auto* len = reinterpret_cast<int32_t*>(staging_ + b.seq_len.offset);
+  auto* bt = reinterpret_cast<int32_t*>(staging_ + b.block_tables.offset);
+  auto* sp = reinterpret_cast<SamplingParams*>(staging_ + b.sampling.offset);
+  for (int i = 0; i < B; ++i) {
+    const DecodeSeq& q = seqs[i];
+    tok[i] = q.chunk.tokens[0];
+    len[i] = q.chunk.start_pos + 1;
+    const size_t nb = std::min<size_t>(q.chunk.block_table.size(), s.max_blocks_per_seq);
+    for (size_t j = 0; j < nb; ++j) bt[static_cast<size_t>(i) * s.max_blocks_per_seq + j] = q.chunk.block_table[j];
+    sp[i] = q.sampling;
+  }
+  std::memcpy(staging_ + b.attn_items.offset, plan_.attn_items.data(), plan_.attn_items.size() * sizeof(AttnItem));
+  CUDA_CHECK(cudaMemcpyAsync(arena_, staging_, need, cudaMemcpyHostToDevice, stream_));
+  // The planner validated the item count against the capacity; check the bytes anyway.
+  MD_CHECK(plan_.attn_items.size() * sizeof(AttnItem) <= b.attn_items.bytes);
+}
+
+void CudaBackend::run_step(const BatchState& batch, std::span<const DecodeSeq> seqs) {
+  PlanOptions popt;
+  popt.n_sms = n_sms_;
+  plan_ = make_plan(config(), batch, policy_, popt);
+  ensure_capacity(plan_);
+  if (stuck_task_ >= 0 && stuck_task_ < static_cast<int>(plan_.tasks.size()) && plan_.tasks[stuck_task_].n_waits > 0)
+    plan_.tasks[stuck_task_].wait[0].target += 1;
+  if (poison_) CUDA_CHECK(cudaMemsetAsync(arena_, 0xff, plan_.params.buffers.total_bytes, stream_));  // NaN
+  upload_inputs(seqs);
+  if (uploaded_tasks_.size() != plan_.tasks.size() ||
+      std::memcmp(uploaded_tasks_.data(), plan_.tasks.data(), plan_.tasks.size() * sizeof(Task)) != 0) {
+    CUDA_CHECK(cudaMemcpyAsync(tasks_, plan_.tasks.data(), plan_.tasks.size() * sizeof(Task), cudaMemcpyHostToDevice,
+                               stream_));
+    uploaded_tasks_ = plan_.tasks;
+  }
+  // Launch ranges: launch 0 = whole lists (cuda-mk); launch 1 + w = wave w (cuda-ops).
+  const size_t n_waves = plan_.waves.size();
+  std::vector<int32_t> ranges((n_waves + 1) * 2 * n_sms_, 0);
+  for (int sm = 0; sm < n_sms_; ++sm) {
+    ranges[sm] = plan_.list_begin[sm];
+    ranges[n_sms_ + sm] = plan_.list_begin[sm + 1];
+    int t = plan_.list_begin[sm];
+    for (size_t w = 0; w < n_waves; ++w) {
+      int32_t* r = ranges.data() + (w + 1) * 2 * n_sms_;
+      r[sm] = t;
+      while (t < plan_.list_begin[sm + 1] && plan_.task_wave[t] == static_cast<int>(w)) ++t;
+      r[n_sms_ + sm] = t;
+    }
+    MD_CHECK(t == plan_.list_begin[sm + 1], "plan lists are not sorted by wave");
+  }
+  CUDA_CHECK(cudaMemcpyAsync(ranges_, ranges.data(), ranges.size() * 4, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable `ranges` must be consumed before it goes away
+  launch(stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_error();
+}
+
+void CudaBackend::launch(cudaStream_t stream) {
+  MkParams p{};
+  p.plan = plan_.params;
+  p.tasks = tasks_;
+  p.counters = counters_;
+  p.arena = arena_;
+  p.kv = kv_;
+  const ModelConfig& c = config();
+  p.kv_layer_stride = static_cast<int64_t>(2) * n_kv_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
+  p.kv_v_offset = p.kv_layer_stride / 2;
+  p.w = weights_->view();
+  p.error = error_;
+  p.timeout_ns = options_.wait_timeout_ms * 1000000;
+  p.flags = options_.kernel_flags;
+  p.attn_impl = attention_.impl;
+  p.attn_terms = attention_.terms;
+  p.trace = trace_;
+  p.trace_counts = trace_counts_;
+  p.trace_capacity = trace_capacity_;
+  const size_t trace_count_bytes = static_cast<size_t>(n_sms_) * kTraceRoles * sizeof(int32_t);
+  const size_t counter_bytes = static_cast<size_t>(plan_.params.counters.n_counters) * kCounterStrideBytes;
+  if (!per_op_) {
+    CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
+    CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
+    if (trace_) CUDA_CHECK(cudaMemsetAsync(trace_counts_, 0, trace_count_bytes, stream));
+    p.list_begin = ranges_;
+    p.list_end = ranges_ + n_sms_;
+    launch_megakernel(p, stream);
+    return;
+  }
+  // cuda-ops: every wave is its own launch of the same kernel; captured, then replayed as a graph.
+  (void)megakernel_shape(plan_.params.shape.batch, attention_.impl);  // one-time kernel configuration outside the capture
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
+  CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
+  if (trace_) CUDA_CHECK(cudaMemsetAsync(trace_counts_, 0, trace_count_bytes, stream));
+  for (size_t w = 0; w < plan_.waves.size(); ++w) {
+    p.list_begin = ranges_ + (w + 1) * 2 * n_sms_;
+    p.list_end = p.list_begin + n_sms_;
+    launch_megakernel(p, stream);
+  }
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  bool updated = false;
+  if (graph_exec_) {
+    cudaGraphExecUpdateResultInfo info{};
+    updated = cudaGraphExecUpdate(graph_exec_, graph, &info) == cudaSuccess;
+    if (!updated) {
+      (void)cudaGetLastError();
+      CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
+      graph_exec_ = nullptr;
+    }
+  }
+  if (!updated) CUDA_CHECK(cudaGraphInstantiate(&graph_exec_, graph, 0));
+  if (graph_) CUDA_CHECK(cudaGraphDestroy(graph_));
+  graph_ = graph;
+  CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream));
+}
+
+void CudaBackend::check_error() {
+  CUDA_CHECK(cudaMemcpy(error_host_, error_, sizeof(MkError), cudaMemcpyDeviceToHost));
+  const MkError& e = *error_host_;
+  if (e.code == kMkOk) return;
+  const std::string where = e.task >= 0 && e.task < static_cast<int>(plan_.tasks.size())
+                                ? describe_task(plan_, e.task)
+                                : cat("SM ", e.sm);
+  switch (e.code) {
+    case kMkWaitTimeout: {
+      // The first SM to time out may be downstream of the real culprit: name the unsatisfied wait
+      // of the earliest wave instead (every earlier wait was satisfied, so that one is stuck).
+      const std::vector<int32_t> v = read_counters();
+      std::vector<std::pair<int, int>> order;  // (wave, task)
+      for (size_t t = 0; t < plan_.tasks.size(); ++t) order.push_back({plan_.task_wave[t], static_cast<int>(t)});
+      std::sort(order.begin(), order.end());
+      for (const auto& [wave, t] : order) {
+        const Task& task = plan_.tasks[t];
+        for (int i = 0; i < task.n_waits; ++i)
+          if (v[task.wait[i].counter] < task.wait[i].target)
+            throw Error(cat(name(), ": decode step abandoned: counter ", counter_name(plan_, task.wait[i].counter),
+                            " stuck at ", v[task.wait[i].counter], ", target ", task.wait[i].target, " (",
+                            describe_task(plan_, t), "; waited ", options_.wait_timeout_ms, " ms)"));
+      }
+      throw Error(cat(name(), ": decode step abandoned: counter ", counter_name(plan_, e.counter), " stuck at ",
+                      e.value, ", target ", e.target, " (", where, ", waited ", options_.wait_timeout_ms, " ms)"));
+    }
+    case kMkBarrierTimeout:
+      throw Error(cat(name(), ": decode step abandoned: an in-SM handshake (", e.detail, ") timed out on SM ", e.sm));
+    case kMkQueueOverflow:
+      throw Error(cat(name(), ": decode step abandoned: MoE queue overflow (", e.value, " items, capacity ", e.target,
+                      ") in ", where));
+    case kMkBadItem:
+      throw Error(cat(name(), ": decode step abandoned: bad queue item or input (value ", e.value, ", limit ",
+                      e.target, ", item ", e.detail, ") in ", where));
+    default:
+      throw Error(cat(name(), ": decode step abandoned: device error ", e.code, " in ", where));
+  }
+}
+
+std::vector<int32_t> CudaBackend::read_counters() const {
+  const int n = plan_.params.counters.n_counters;
+  std::vector<int32_t> raw(static_cast<size_t>(n) * kCounterStrideBytes / 4);
+  CUDA_CHECK(cudaMemcpy(raw.data(), counters_, raw.size() * 4, cudaMemcpyDeviceToHost));
+  std::vector<int32_t> out(n);
+  for (int i = 0; i < n; ++i) out[i] = raw[static_cast<size_t>(i) * kCounterStrideBytes / 4];
+  return out;
+}
+
+std::string CudaBackend::check_counter_totals() const {
+  const std::vector<int32_t> v = read_counters();
+  std::string bad;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const CounterInfo& info = plan_.counters[i];
+    if (info.kind == CounterKind::kUnused) continue;
+    const bool ok = info.exact ? v[i] == info.total : v[i] >= info.total;
+    if (!ok && bad.size() < 2000)
+      bad += cat(counter_name(plan_, static_cast<int32_t>(i)), " = ", v[i], " (planned ", info.total, "); ");
+  }
+  return bad;
+}
+
+// ---- benchmark hooks ----
+
+std::vector<float> CudaBackend::time_last_step(int warmup, int reps) {
+  MD_REQUIRE(!plan_.tasks.empty(), name(), ": time_last_step needs a decode step first");
+  MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
+  cudaGraphExec_t exec = graph_exec_;
+  if (!per_op_) {
+    // The step's memsets + launch as one graph, captured for the current plan.
+    if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
+    bench_exec_ = nullptr;
+    (void)megakernel_shape(plan_.params.shape.batch, attention_.impl);  // kernel configuration outside the capture
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    launch(stream_);
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&bench_exec_, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    exec = bench_exec_;
+  }
+  MD_CHECK(exec != nullptr, "no step graph to replay");
+  cudaEvent_t a = nullptr, b = nullptr;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  ms.reserve(reps);
+  for (int i = 0; i < warmup + reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, stream_));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    CUDA_CHECK(cudaEventRecord(b, stream_));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    check_error();  // throws naming the counter; the events are leaked only on that path
+    float t = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    if (i >= warmup) ms.push_back(t);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  return ms;
+}
+
+std::vector<uint8_t> CudaBackend::read_buffer(const BufferSpan& span) const {
+  MD_REQUIRE(arena_ != nullptr && span.offset + span.bytes <= arena_bytes_, "read_buffer: span outside the arena");
+  std::vector<uint8_t> out(span.bytes);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(out.data(), arena_ + span.offset, span.bytes, cudaMemcpyDeviceToHost));
+  return out;
+}
+
+void CudaBackend::enable_trace(int capacity_per_sm) {
+  MD_REQUIRE(capacity_per_sm >= 0, "trace capacity must be >= 0");
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Captured steps refer to the old trace buffers: drop them (the next decode() captures again).
+  if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
+  if (graph_exec_) CUDA_CHECK(cudaGraphExecDestroy(graph_exec_));
+  if (graph_) CUDA_CHECK(cudaGraphDestroy(graph_));
+  bench_exec_ = nullptr;
+  graph_exec_ = nullptr;
+  graph_ = nullptr;
+  plan_ = Plan{};  // time_last_step needs a decode() with the new setting first
+  CUDA_CHECK(cudaFree(trace_));
+  CUDA_CHECK(cudaFree(trace_counts_));
+  trace_ = nullptr;
+  trace_counts_ = nullptr;
+  trace_capacity_ = capacity_per_sm;
+  if (capacity_per_sm == 0) return;
+  const size_t slots = static_cast<size_t>(n_sms_) * kTraceRoles;
+  CUDA_CHECK(cudaMalloc(&trace_, slots * capacity_per_sm * sizeof(TraceRecord)));
+  CUDA_CHECK(cudaMalloc(&trace_counts_, slots * sizeof(int32_t)));
+  CUDA_CHECK(cudaMemset(trace_counts_, 0, slots * sizeof(int32_t)));
+}
+
+std::vector<TraceRecord> CudaBackend::read_trace(int64_t* dropped) const {
+  MD_REQUIRE(trace_ != nullptr, "read_trace: tracing is off (enable_trace first)");
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const size_t slots = static_cast<size_t>(n_sms_) * kTraceRoles;
+  std::vector<int32_t> counts(slots);
+  CUDA_CHECK(cudaMemcpy(counts.data(), trace_counts_, slots * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  std::vector<TraceRecord> all(slots * trace_capacity_);
+  CUDA_CHECK(cudaMemcpy(all.data(), trace_, all.size() * sizeof(TraceRecord), cudaMemcpyDeviceToHost));
+  std::vector<TraceRecord> out;
+  int64_t lost = 0;
+  for (size_t s = 0; s < slots; ++s) {
+    const int n = std::min(counts[s], trace_capacity_);
+    lost += counts[s] - n;
+    out.insert(out.end(), all.begin() + static_cast<int64_t>(s) * trace_capacity_,
+               all.begin() + static_cast<int64_t>(s) * trace_capacity_ + n);
+  }
+  if (dropped) *dropped = lost;
+  return out;
+}
+
+}  // namespace megadecode::cuda

@@ -1,0 +1,116 @@
+// The CUDA backends: `cuda-mk` runs a decode step as ONE launch of the persistent megakernel;
+// `cuda-ops` runs the same device tile code one launch per operation wave (per op, per layer),
+// captured in a CUDA graph — the baseline the megakernel is measured against. Both execute the
+// Plan from src/plan (the same tasks and counters cpu-mk runs).
+// Options: BackendOptions (engine/backend.h), as the factory got them.
+// Prefill: with prefill_chunk > 0, ordinary kernels over pieces of at most prefill_chunk tokens
+// (src/cuda/prefill); with 0, the decode path one token at a time (the comparison baseline).
+// Sampling runs on the device (greedy, temperature, top-k, top-p, min-p; seeded by (seed,
+// position)); a sequence with presence/frequency/repetition penalties (they need its token
+// history) reads its logits row back and is sampled by the host sampler, the same Gumbel draw.
+// Threading: one caller at a time (Backend's contract).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/backend/attention_choice.h"
+#include "cuda/backend/device_weights.h"
+#include "cuda/prefill/prefill_runner.h"
+#include "engine/backend.h"
+#include "plan/plan.h"
+#include "plan/policy.h"
+
+namespace megadecode::cuda {
+
+class CudaBackend : public Backend {
+ public:
+  // options.backend: cuda-mk or cuda-ops; the CUDA fields of BackendOptions apply.
+  CudaBackend(std::shared_ptr<const DeviceWeights> weights, const BackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return options_.backend; }
+  const ModelConfig& config() const override { return weights_->config(); }
+  int kv_block_size() const override { return options_.kv_block_size; }
+  int n_kv_blocks() const override { return n_kv_blocks_; }
+
+  void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
+  void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;
+
+  // ---- test hooks ----
+  // The paged KV cache: [n_layers][2 (K, V)][n_kv_blocks][n_kv_heads][block_size][head_dim] bf16.
+  uint16_t* kv_cache() const { return kv_; }
+  size_t kv_cache_elements() const;
+  // The plan of the last step and its counters after the step.
+  const Plan& last_plan() const { return plan_; }
+  std::vector<int32_t> read_counters() const;
+  // Counters that differ from the plan's exact totals after the last step ("" when none).
+  std::string check_counter_totals() const;
+  // Test only: adds 1 to the first wait target of plan task `task` in the next steps (-1: off),
+  // so that wait can never be satisfied.
+  void set_stuck_task(int task) { stuck_task_ = task; }
+  // Test only: fills every activation buffer of the step with NaN before the launch.
+  void set_poison_activations(bool on) { poison_ = on; }
+
+  // ---- benchmark hooks (bench decode) ----
+  // Replays the last decode step `warmup` + `reps` times as a CUDA graph (cuda-ops: its per-wave
+  // graph; cuda-mk: the counter/error memsets and the one launch, captured once) and returns the
+  // milliseconds of each timed replay (CUDA events around the graph launch). The step is
+  // idempotent (same inputs, same KV slot written), so replays do the same work; the device
+  // error word is checked after every replay.
+  std::vector<float> time_last_step(int warmup, int reps);
+  // Bytes of one buffer of the last step's arena (e.g. moe_n_items), copied to the host.
+  std::vector<uint8_t> read_buffer(const BufferSpan& span) const;
+  // Per-SM trace of the following launches (trace.h): capacity records per SM and role; 0 turns
+  // it off. Either way a decode() must follow before time_last_step. read_trace() returns every
+  // SM's records of the last launch (the last graph replay for cuda-ops: all its waves) and the
+  // number dropped for lack of capacity.
+  void enable_trace(int capacity_per_sm);
+  std::vector<TraceRecord> read_trace(int64_t* dropped = nullptr) const;
+
+ private:
+  void run_step(const BatchState& batch, std::span<const DecodeSeq> seqs);
+  void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result);
+  void ensure_capacity(const Plan& plan);
+  void upload_inputs(std::span<const DecodeSeq> seqs);
+  void launch(cudaStream_t stream);
+  void check_error();
+
+  std::shared_ptr<const DeviceWeights> weights_;
+  BackendOptions options_;
+  bool per_op_ = false;  // cuda-ops: one launch per wave
+  AttentionChoice attention_;
+  Policy policy_;
+  int n_sms_ = 0;
+  int n_kv_blocks_ = 0;
+  uint16_t* kv_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+
+  Plan plan_;
+  uint8_t* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  uint8_t* counters_ = nullptr;
+  size_t counters_bytes_ = 0;
+  Task* tasks_ = nullptr;
+  size_t tasks_capacity_ = 0;
+  std::vector<Task> uploaded_tasks_;
+  int32_t* ranges_ = nullptr;  // [n_waves + 1][2][n_sms]: per launch, begin and end of each SM's tasks
+  size_t ranges_capacity_ = 0;
+  MkError* error_ = nullptr;
+  MkError* error_host_ = nullptr;  // pinned
+  uint8_t* staging_ = nullptr;     // pinned host inputs
+  size_t staging_bytes_ = 0;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t graph_exec_ = nullptr;
+  int stuck_task_ = -1;
+  bool poison_ = false;
+  cudaGraphExec_t bench_exec_ = nullptr;  // cuda-mk step graph of time_last_step
+  TraceRecord* trace_ = nullptr;
+  int32_t* trace_counts_ = nullptr;
+  int trace_capacity_ = 0;
+  std::unique_ptr<prefill::PrefillRunner> prefill_;  // prefill_chunk > 0
+};
+
+}  // namespace megadecode::cuda

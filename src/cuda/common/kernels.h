@@ -1,0 +1,40 @@
+// Host entry points of the standalone kernels: one launch each, asynchronous on `stream`,
+// graph-capturable. The prefill path (rms_norm, router_topk, skinny_gemm), the device weights
+// (pack_weight) and the GEMM benchmark call them; their device code is the cuda/common/*.cuh
+// routine each names, which the megakernel runs per tile.
+// Invalid shapes or arguments are a megadecode::Error naming the argument.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/common/gemm_args.h"
+
+namespace megadecode::cuda {
+
+// ---- weights (weight_pack.cuh) ----
+// packed[packed_elements(n_rows, k)] bf16 <- w[n_rows][k] bf16 row-major; padding zero-filled.
+void pack_weight(const uint16_t* w, uint16_t* packed, int n_rows, int k, cudaStream_t stream);
+
+// ---- skinny GEMM (skinny_gemm.cuh) ----
+// Y[n_tokens][n_rows] fp32 = X[n_tokens][k] bf16 * W^T; grid-strides over tiles, one CTA per SM.
+void skinny_gemm(const SkinnyGemmArgs& args, cudaStream_t stream);
+
+// ---- normalisation (rms_norm.cuh) ----
+// out[r][:] = bf16( bf16(x[r][:] * rsqrt(mean(x[r]^2) + eps)) * weight ), fp32 statistics.
+// x: [n_rows][x_stride] (bf16 or fp32), weight [n] bf16, out [n_rows][out_stride] bf16.
+void rms_norm(const uint16_t* x, int x_stride, const uint16_t* weight, uint16_t* out, int out_stride, int n_rows,
+              int n, float eps, cudaStream_t stream);
+void rms_norm(const float* x, int x_stride, const uint16_t* weight, uint16_t* out, int out_stride, int n_rows, int n,
+              float eps, cudaStream_t stream);
+
+// ---- MoE pieces (moe.cuh) ----
+// Per token: p = softmax(logits) in fp32 over n_experts; the top_k largest (ties to the lower index)
+// in descending order; weights p (divided by their sum, summed in top-k order, when renormalize).
+void router_topk(const float* logits, int logits_stride, int n_tokens, int n_experts, int top_k, bool renormalize,
+                 int32_t* expert_ids, float* expert_weights, cudaStream_t stream);
+
+}  // namespace megadecode::cuda
+

@@ -1,0 +1,64 @@
+// Standalone kernels for RMSNorm and the router (one launch each): the prefill path's norms and top-k.
+#include "core/check.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/kernels.h"
+#include "cuda/common/moe.cuh"  // router_topk_warp
+#include "cuda/common/rms_norm.cuh"
+
+namespace megadecode::cuda {
+namespace {
+
+template <typename T>
+__global__ void rms_norm_kernel(const T* x, int x_stride, const uint16_t* weight, uint16_t* out, int out_stride, int n,
+                                float eps) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  rms_norm_row(x + r * x_stride, weight, out + r * out_stride, n, eps, scratch);
+}
+
+__global__ void router_kernel(const float* logits, int stride, int n_tokens, int n_experts, int top_k, bool renorm,
+                              int32_t* ids, float* weights) {
+  const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (t >= n_tokens) return;
+  router_topk_warp(logits + int64_t(t) * stride, n_experts, top_k, renorm, ids + int64_t(t) * top_k,
+                   weights + int64_t(t) * top_k);
+}
+
+void check_rms(int x_stride, int out_stride, int n_rows, int n) {
+  MD_REQUIRE(n_rows >= 0 && n > 0, "rms_norm: bad shape [", n_rows, ", ", n, "]");
+  MD_REQUIRE(x_stride >= n && out_stride >= n, "rms_norm: strides must be >= n");
+}
+
+}  // namespace
+
+void rms_norm(const uint16_t* x, int x_stride, const uint16_t* weight, uint16_t* out, int out_stride, int n_rows, int n,
+              float eps, cudaStream_t stream) {
+  check_rms(x_stride, out_stride, n_rows, n);
+  if (n_rows == 0) return;
+  rms_norm_kernel<<<n_rows, 256, 0, stream>>>(x, x_stride, weight, out, out_stride, n, eps);
+  CUDA_CHECK_LAST();
+}
+
+void rms_norm(const float* x, int x_stride, const uint16_t* weight, uint16_t* out, int out_stride, int n_rows, int n,
+              float eps, cudaStream_t stream) {
+  check_rms(x_stride, out_stride, n_rows, n);
+  if (n_rows == 0) return;
+  rms_norm_kernel<<<n_rows, 256, 0, stream>>>(x, x_stride, weight, out, out_stride, n, eps);
+  CUDA_CHECK_LAST();
+}
+
+void router_topk(const float* logits, int logits_stride, int n_tokens, int n_experts, int top_k, bool renormalize,
+                 int32_t* expert_ids, float* expert_weights, cudaStream_t stream) {
+  MD_REQUIRE(n_experts >= 1 && n_experts <= kRouterMaxExperts, "router_topk: n_experts ", n_experts, " outside 1..",
+             kRouterMaxExperts);
+  MD_REQUIRE(top_k >= 1 && top_k <= n_experts && top_k <= kRouterMaxTopK, "router_topk: top_k ", top_k,
+             " outside 1..min(n_experts, ", kRouterMaxTopK, ")");
+  MD_REQUIRE(logits_stride >= n_experts, "router_topk: logits_stride < n_experts");
+  if (n_tokens <= 0) return;
+  constexpr int kWarps = 4;
+  router_kernel<<<(n_tokens + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(logits, logits_stride, n_tokens, n_experts,
+                                                                           top_k, renormalize, expert_ids, expert_weights);
+  CUDA_CHECK_LAST();
+}
+
+}  // namespace megadecode::cuda

@@ -1,0 +1,208 @@
+// The megakernel's tensor-core attention item (the kernel instantiated for MkParams::attn_impl =
+// kMkAttnTc; the scalar item of tile_ops.cuh is the default): q heads of one KV group of one sequence over key positions
+// [pos_begin, pos_end) on m16n8k16 MMAs (q heads = MMA rows). Each consumer warp pipelines its
+// own 16-token chunks c = warp, warp + 8, ... (K of chunk c+8 streams during P.V of chunk c; no
+// CTA barrier per chunk). Its first chunk is requested BEFORE the QKV wait, which the consumers
+// do here (the producer does not wait for it in this mode). Precision: q and P as p.attn_terms
+// bf16 terms; each chunk's P.V starts from zero and is added to the running output in fp32.
+// Determinism: fixed chunk-to-warp map, warps merged in warp order, splits in split order.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/megakernel/attention.cuh"
+
+namespace megadecode::cuda::mk {
+
+__device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScratch& sc) {
+  const PlanShape& s = p.plan.shape;
+  const BufferLayout& b = p.plan.buffers;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const AttnItem it = buf<const AttnItem>(p, b.attn_items)[wk.arg[0]];
+  const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim, n_terms = p.attn_terms;
+  if (gs > kAttnMaxGroup || D > kAttnMaxDim || D % 16 != 0 || n_terms < 1 || n_terms > kAttnMaxTerms) {
+    if (tid == 0) set_error(p, kMkBadShape, -1, gs, D, wk.task, wk.arg[0]);
+    return false;
+  }
+  const int n = buf<int32_t>(p, b.seq_len)[it.seq];
+  const bool appends = it.pos_end == n;
+  uint16_t* kc = p.kv + static_cast<int64_t>(wk.layer) * p.kv_layer_stride;
+  uint16_t* vc = kc + p.kv_v_offset;
+  const AttnGeo geo{buf<int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq,
+                    G, it.group, s.kv_block_size, D, it.pos_begin, it.pos_end, n - 1};
+  const int n_chunks = attn_n_chunks(it.pos_begin, it.pos_end);
+  uint8_t* ks = sc.stage[warp][0];
+  uint8_t* vs = sc.stage[warp][1];
+
+  // 0. this warp's first chunk streams while the QKV projection of this group finishes.
+  if (warp < n_chunks) {
+    attn_tc_load(geo, kc, warp, ks, lane);
+    attn_tc_load(geo, vc, warp, vs, lane);
+  }
+  bool ok = true;
+  if (tid == 0)
+    ok = mk_wait_counter(p, layer_counter(p.plan.counters, wk.layer, p.plan.counters.qkv_done + it.group),
+                         s.qkv_tiles_per_group, wk.task);
+  if (consumer_any(!ok)) {
+    ptx::cp_async_wait<0>();  // no copy may land after this op gave the shared memory up
+    return false;
+  }
+  // 1-2. norms, RoPE, append, q terms.
+  attn_tc_prologue(p, wk, it, geo, appends, kc, vc, sc);
+
+  // 3. this warp's chunks. Per lane: rows g, g + 8 of the accumulators (log2 domain).
+  const float scale_log2 = p.w.attn_scale * 1.4426950408889634f;
+  const int n_kc = D / 16;
+  float o[kAttnMaxDim / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < kAttnMaxDim / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  // Group accounting (per thread, every lane commits alike): before the loop K(c0), V(c0); each
+  // iteration commits K(c+8) then V(c+8) (an empty group past the end), so wait_group 1 at the
+  // top leaves only V(c) pending, and after K(c+8)'s commit only K(c+8).
+  for (int c = warp; c < n_chunks; c += kConsumerWarps) {
+    ptx::cp_async_wait<1>();  // K of chunk c
+    __syncwarp();             // every lane's copies of K(c) are visible to the warp
+    if (appends) attn_tc_patch(geo, c, sc.knew, ks, lane);
+    float sv[2][4] = {};  // scores: [n8 tile][element], attn_score_coord
+#pragma unroll
+    for (int kk = 0; kk < kAttnMaxDim / 16; ++kk) {
+      if (kk < n_kc) {
+        uint32_t bk[4];
+        const AttnRC a = attn_k_ldm(lane, kk);
+        ptx::ldmatrix_x4(bk, ks + a.row * kAttnPitch + a.col * 2);
+#pragma unroll
+        for (int term = 0; term < kAttnMaxTerms; ++term) {
+          if (term < n_terms) {
+            const uint32_t qa[4] = {sc.qfrag[term][kk][0][lane], sc.qfrag[term][kk][1][lane],
+                                    sc.qfrag[term][kk][2][lane], sc.qfrag[term][kk][3][lane]};
+            ptx::mma_bf16_16816(sv[0], qa, bk[0], bk[1]);
+            ptx::mma_bf16_16816(sv[1], qa, bk[2], bk[3]);
+          }
+        }
+      }
+    }
+    __syncwarp();  // every lane's ldmatrix of K(c) is done: the stage may be refilled
+    const int next = c + kConsumerWarps;
+    if (next < n_chunks) attn_tc_load(geo, kc, next, ks, lane);
+    else ptx::cp_async_commit();  // an empty group keeps the wait counts uniform
+    // Masking past the split's end (zero-filled rows), online softmax over the quad of lanes
+    // that shares a row (xor 1, 2).
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nn = 0; nn < 2; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int tok = geo.token(c, attn_score_coord(lane, nn, e).col);
+        sv[nn][e] = tok < it.pos_end ? sv[nn][e] * scale_log2 : -INFINITY;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], sv[nn][e]);
+      }
+    AttnRescale rs[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) rs[h] = attn_rescale(m[h], quad_max(tile_max[h]));
+    float row_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nn = 0; nn < 2; ++nn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sv[nn][e] = exp2f(sv[nn][e] - rs[e >> 1].m_use);
+        row_sum[e >> 1] += sv[nn][e];
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * rs[h].alpha + quad_sum(row_sum[h]);
+    // P as A fragments: a0 (row g, tokens 2t..) = tile 0 e0,e1; a1 (row g+8) = tile 0 e2,e3;
+    // a2, a3 the same of tile 1.
+    uint32_t pa[kAttnMaxTerms][4];
+    attn_pack_terms(sv[0][0], sv[0][1], n_terms, &pa[0][0], 4);
+    attn_pack_terms(sv[0][2], sv[0][3], n_terms, &pa[0][1], 4);
+    attn_pack_terms(sv[1][0], sv[1][1], n_terms, &pa[0][2], 4);
+    attn_pack_terms(sv[1][2], sv[1][3], n_terms, &pa[0][3], 4);
+    ptx::cp_async_wait<1>();  // V of chunk c (K of the next chunk may still be in flight)
+    __syncwarp();
+    if (appends) attn_tc_patch(geo, c, sc.vnew, vs, lane);
+    // O = O * alpha + P V, the chunk's P V from zero (tensor-core sums stay short).
+#pragma unroll
+    for (int dn = 0; dn < kAttnMaxDim / 8; dn += 2) {
+      if (dn < D / 8) {
+        uint32_t bv[4];
+        const AttnRC a = attn_v_ldm(lane, dn);
+        ptx::ldmatrix_x4_trans(bv, vs + a.row * kAttnPitch + a.col * 2);
+        float a0[4] = {}, a1[4] = {};
+#pragma unroll
+        for (int term = 0; term < kAttnMaxTerms; ++term) {
+          if (term < n_terms) {
+            const uint32_t pt[4] = {pa[term][0], pa[term][1], pa[term][2], pa[term][3]};
+            ptx::mma_bf16_16816(a0, pt, bv[0], bv[1]);
+            ptx::mma_bf16_16816(a1, pt, bv[2], bv[3]);
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          o[dn][e] = fmaf(o[dn][e], rs[e >> 1].alpha, a0[e]);
+          o[dn + 1][e] = fmaf(o[dn + 1][e], rs[e >> 1].alpha, a1[e]);
+        }
+      }
+    }
+    __syncwarp();  // every lane's ldmatrix of V(c) is done
+    if (next < n_chunks) attn_tc_load(geo, vc, next, vs, lane);
+    else ptx::cp_async_commit();
+  }
+  ptx::cp_async_wait<0>();
+  consumer_sync();  // every warp is done with the stages: they become the merge area
+
+  // 4. the warps' states merged in warp order -> the item's partial (unnormalised o, m, l).
+  float* red_o = reinterpret_cast<float*>(sc.stage);  // [warp][gs][D]
+  float* red_ml = red_o + kConsumerWarps * gs * D;    // [warp][gs][2]
+#pragma unroll
+  for (int dn = 0; dn < kAttnMaxDim / 8; ++dn) {
+    if (dn < D / 8) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const AttnRC rc = attn_out_coord(lane, dn, e);
+        if (rc.row < gs) red_o[(warp * gs + rc.row) * D + rc.col] = o[dn][e];
+      }
+    }
+  }
+  if ((lane & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = (lane >> 2) + 8 * h;
+      if (row < gs) {
+        red_ml[(warp * gs + row) * 2] = m[h];
+        red_ml[(warp * gs + row) * 2 + 1] = l[h];
+      }
+    }
+  }
+  consumer_sync();
+  const int item_part = it.part_base + it.split;
+  float* po = buf<float>(p, b.attn_part_o) + static_cast<int64_t>(item_part) * gs * D;
+  float* pml = buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(item_part) * gs * 2;
+  for (int idx = tid; idx < gs * D; idx += kConsumerThreads) {
+    const int row = idx / D, d = idx % D;
+    float mx, sum;
+    po[idx] = attn_merge(kConsumerWarps, [&](int w) { return red_ml[(w * gs + row) * 2]; }, [&](int w) {
+      const float* ml = red_ml + (w * gs + row) * 2;
+      return AttnPartial{ml[0], ml[1], red_o[(w * gs + row) * D + d]};
+    }, mx, sum);
+    if (d == 0) {
+      pml[row * 2] = mx;
+      pml[row * 2 + 1] = sum;
+    }
+  }
+  // 5. publish; the last of the (seq, group)'s splits to arrive merges them (split order).
+  const int elected = attn_publish_split(p, wk, it, sc.old);
+  if (elected <= 0) return elected == 0;
+  const AttnMergeRefs mr = attn_merge_refs(p, it);
+  for (int idx = tid; idx < gs * D; idx += kConsumerThreads) {
+    const int h = idx / D;
+    float mx, den;
+    const float num = attn_merge(it.n_splits, [&](int sp) { return __ldcg(mr.ml + (sp * gs + h) * 2); }, [&](int sp) {
+      return AttnPartial{__ldcg(mr.ml + (sp * gs + h) * 2), __ldcg(mr.ml + (sp * gs + h) * 2 + 1),
+                         __ldcg(mr.o + static_cast<int64_t>(sp) * gs * D + idx)};
+    }, mx, den);
+    mr.out[idx] = float_to_bf16_bits(attn_normalise(num, den));
+  }
+  return attn_merged(p, wk, it);
+}
+
+}  // namespace megadecode::cuda::mk

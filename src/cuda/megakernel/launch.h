@@ -1,0 +1,28 @@
+// Host entry point of the megakernel: picks the token-group instantiation for the batch, checks
+// that one CTA per SM fits and that the whole grid can be resident (a persistent kernel whose
+// CTAs are not all resident deadlocks), and launches it on a stream (graph-capturable).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/megakernel/types.h"
+
+namespace megadecode::cuda {
+
+struct MkLaunchShape {
+  int token_groups;  // kNT: tokens padded to 8 * kNT
+  int page_slots;    // pages in the shared-memory ring
+  int page_bytes;
+  int smem_bytes;    // dynamic shared memory per CTA
+};
+
+// The launch shape for a batch and attention implementation (MkAttnImpl; Error when the device
+// cannot hold it).
+MkLaunchShape megakernel_shape(int batch, int32_t attn_impl = kMkAttnScalar);
+
+// Launches grid = params.plan.shape.n_sms CTAs. Error when the grid cannot be fully resident.
+void launch_megakernel(const MkParams& params, cudaStream_t stream);
+
+}  // namespace megadecode::cuda

@@ -1,0 +1,33 @@
+// SAMPLE on the device, one token row at a time by the 256 consumer threads: the row sampler of
+// cuda/common/sampling.cuh (the contract of sampling/params.h: vLLM's order, greedy below
+// kGreedyTemperature, top-k keeps exactly k tokens, ties to the lower token id, a Gumbel-max draw
+// keyed by (seed, position, token)), reading logits other SMs wrote in this launch with
+// ld.global.cg and meeting at the consumer barrier.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/sampling.cuh"
+#include "cuda/megakernel/tile_ops.cuh"
+#include "sampling/params.h"
+
+namespace megadecode::cuda::mk {
+
+using SampleScratch = RowSampleScratch<kConsumerThreads>;
+
+// Samples rows [arg0, arg1).
+__device__ inline bool op_sample(const MkParams& p, const Work& wk, SampleScratch& sc) {
+  const PlanShape& s = p.plan.shape;
+  const BufferLayout& b = p.plan.buffers;
+  for (int t = wk.arg[0]; t < wk.arg[1]; ++t) {
+    const float* row = buf<float>(p, b.logits) + static_cast<int64_t>(t) * s.vocab;
+    const SamplingParams sp = buf<const SamplingParams>(p, b.sampling)[t];
+    const int64_t position = buf<int32_t>(p, b.seq_len)[t];
+    const int32_t token = sample_row<kConsumerThreads>([&](int i) { return __ldcg(row + i); }, s.vocab, sp, position,
+                                                       sc, [] { consumer_sync(); });
+    if (threadIdx.x == 0) buf<int32_t>(p, b.out_tokens)[t] = token;
+  }
+  return true;
+}
+
+}  // namespace megadecode::cuda::mk

@@ -1,0 +1,101 @@
+// Plain data shared by the megakernel (device) and its host side: the device weight view, the
+// kernel parameters, the device error record and the error codes. POD only, sizes asserted.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/megakernel/trace.h"
+#include "plan/task.h"
+
+namespace megadecode::cuda {
+
+// Weights of one layer in device memory. "packed" = the skinny GEMM's fragment-major layout
+// (cuda/common/weight_pack.cuh), all bf16.
+struct MkLayerWeights {
+  const uint16_t* qkv;         // packed [G*(gs+2)*D rows, H]: group g = [q heads of g | k head g | v head g]
+  const uint16_t* o_proj;      // packed [H rows, n_heads*D]
+  const uint16_t* router;      // packed [E rows, H]
+  const uint16_t* experts_up;  // E x packed [2*I rows, H]: row block j = gate rows 8j..8j+7, up rows 8j..8j+7
+  const uint16_t* experts_down;  // E x packed [H rows, I]
+  const uint16_t* input_norm;    // [H]
+  const uint16_t* post_norm;     // [H]
+  const uint16_t* q_norm;        // [D]
+  const uint16_t* k_norm;        // [D]
+  int64_t expert_up_elems;       // packed elements of one expert's up matrix (stride between experts)
+  int64_t expert_down_elems;
+};
+
+struct MkModelWeights {
+  const uint16_t* embed;       // [V, H] row-major (lookup)
+  const uint16_t* final_norm;  // [H]
+  const uint16_t* lm_head;     // packed [V rows, H]
+  const float* rope_inv_freq;  // [D/2] fp32, computed on the host as HF does
+  const MkLayerWeights* layers;  // [n_layers] (device array)
+  float rms_eps;
+  float attn_scale;  // 1/sqrt(D)
+  int32_t norm_topk;
+  int32_t pad;
+};
+
+// The first failure of a step (first writer wins); all zero when the step succeeded.
+enum MkErrorCode : int32_t {
+  kMkOk = 0,
+  kMkWaitTimeout = 1,    // a counter did not reach its target in time
+  kMkBarrierTimeout = 2, // an in-CTA handshake (page or work ring) did not complete in time
+  kMkQueueOverflow = 3,  // a device-built queue would exceed its capacity
+  kMkBadItem = 4,        // a queue item out of range
+  kMkBadShape = 5,       // the kernel was launched with a shape it cannot run
+};
+
+struct MkError {
+  int32_t code;
+  int32_t counter;  // counter index (wait timeouts), else -1
+  int32_t value;    // its value when given up
+  int32_t target;
+  int32_t sm;
+  int32_t task;     // index into the plan's task array, -1 when not a task
+  int32_t detail;   // op or item index
+  int32_t pad;
+};
+static_assert(sizeof(MkError) == 32);
+
+// Benchmark switches (MkParams::flags; 0 in production). Ablations of `bench decode --ablations`.
+enum MkFlag : uint32_t {
+  kMkNoPrefetch = 1u << 0,     // a GEMM's weight pages are issued only after its activation wait
+  kMkStaticQueues = 1u << 1,   // drain tasks take items sm, sm + S, ... instead of claiming them
+  kMkL2Lookahead = 1u << 2,    // while polling, prefetch later static tasks' weights into L2 (past
+                               // the expert drains the shared-memory prefetch stops at)
+};
+
+// Attention item implementation (MkParams::attn_impl): the scalar item (tile_ops.cuh, the default)
+// or the tensor-core one (attention_item.cuh: consumers wait for QKV themselves, items are claimed
+// one at a time), whose q and P go to the MMAs as MkParams::attn_terms bf16 terms (2 or 3).
+enum MkAttnImpl : int32_t {
+  kMkAttnScalar = 0,
+  kMkAttnTc = 1,
+};
+
+// Kernel parameters (passed by value, < 4 KB).
+struct MkParams {
+  PlanParams plan;
+  const Task* tasks;              // all lists concatenated
+  const int32_t* list_begin;      // [n_sms] first task of SM s in this launch
+  const int32_t* list_end;        // [n_sms] one past its last task in this launch
+  uint8_t* counters;              // n_counters * stride_bytes, zeroed before the step
+  uint8_t* arena;                 // the BufferLayout arena
+  uint16_t* kv;                   // [n_layers][2][n_blocks][G][block_size][D] bf16
+  int64_t kv_layer_stride;        // elements per layer (both K and V)
+  int64_t kv_v_offset;            // elements from K to V of one layer
+  MkModelWeights w;
+  MkError* error;
+  int64_t timeout_ns;             // bound on any single wait
+  int32_t attn_impl;              // MkAttnImpl
+  int32_t attn_terms;             // bf16 terms of q and P in the tensor-core item (1..3)
+  // ---- benchmark switches and trace (trace.h); zero/null in production ----
+  uint32_t flags;                 // MkFlag bits
+  int32_t trace_capacity;         // records per SM per role
+  TraceRecord* trace;             // [n_sms][kTraceRoles][trace_capacity], nullptr: no trace
+  int32_t* trace_counts;          // [n_sms][kTraceRoles], zeroed before the launch
+};
+
+}  // namespace megadecode::cuda

@@ -1,0 +1,71 @@
+// CPU tile implementations of every decode op, the bodies the cpu-mk emulator dispatches a Task
+// to. Each computes exactly the outputs its task owns (rows, tokens or queue items of one layer)
+// in fp32 from the model's weights, reading and writing the step's buffers through the plan's
+// BufferLayout, and synchronising only through `Sync` (the emulated counters). Reductions have a
+// fixed order (ref::dot's lanes; O-proj groups 0..G-1; attention splits 0..n-1; experts in top-k
+// order), so results never depend on which thread ran what, or when.
+// The math is the reference's (src/ref/math.h); only the tiling differs: O-proj sums over KV groups
+// and attention merges splits by log-sum-exp, everything else is bitwise the reference's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "plan/task.h"
+#include "ref/kv_store.h"
+#include "sampling/params.h"
+
+namespace megadecode::emu {
+
+// How a tile waits, arrives and claims: implemented by the emulator's workers (std::atomic
+// counters with acquire/release, bounded spins, injected delays).
+class Sync {
+ public:
+  virtual ~Sync() = default;
+  virtual void wait(int32_t counter, int32_t target) = 0;          // until counter >= target (acquire)
+  virtual void arrive(int32_t counter, int32_t amount) = 0;        // release
+  virtual int32_t fetch_add(int32_t counter, int32_t amount) = 0;  // acq_rel; returns the old value
+  virtual int32_t claim(int32_t head_counter) = 0;                 // next queue index (relaxed fetch_add)
+  virtual void pause() = 0;                                        // an injected delay point
+};
+
+// Host sampler for SAMPLE: (sequence index in the batch, its logits [vocab]) -> token.
+using HostSampler = std::function<int32_t(int seq, std::span<const float> logits)>;
+
+// Small weights widened to fp32 once per emulator.
+struct WidenedNorms {
+  std::vector<std::vector<float>> input, post_attn, q, k;  // [n_layers][hidden or head_dim]
+  std::vector<float> final_norm;                           // [hidden]
+  std::vector<float> inv_freq;                             // [head_dim / 2] RoPE
+  float attn_scale = 0;                                    // head_dim^-0.5
+};
+WidenedNorms widen_norms(const ModelConfig& config, const ModelWeights& weights);
+
+// Everything a tile reads: model, KV storage and the step's buffers (pointers into the arena).
+struct StepView {
+  const ModelConfig* config = nullptr;
+  const ModelWeights* weights = nullptr;
+  const WidenedNorms* norms = nullptr;
+  ref::KvStore* kv = nullptr;
+  const PlanParams* params = nullptr;
+  const HostSampler* sampler = nullptr;
+#define MD_STEP_VIEW_FIELD(name, type, shape) type* name = nullptr;
+  MD_BUFFERS(MD_STEP_VIEW_FIELD)
+#undef MD_STEP_VIEW_FIELD
+
+  const PlanShape& shape() const { return params->shape; }
+  const CounterLayout& counters() const { return params->counters; }
+  const AttnItem* items() const { return reinterpret_cast<const AttnItem*>(attn_items); }
+  const SamplingParams* sampling_params() const { return reinterpret_cast<const SamplingParams*>(sampling); }
+};
+
+// One function per op, named after the op table (tile_<snake_name>).
+#define MD_TILE_DECL(e, name, drain) void tile_##name(const StepView& v, Sync& sync, const Task& task);
+MD_OPS(MD_TILE_DECL)
+#undef MD_TILE_DECL
+
+}  // namespace megadecode::emu

@@ -1,0 +1,115 @@
+// The attention drain: claims (sequence, KV group, split) items. An item applies q_norm and RoPE
+// to its group's query heads, and (when it holds the sequence's last position) k_norm + RoPE to the
+// new key and appends K/V to the paged cache; then computes, per query head, the split's running
+// max m, sum of exp l and unnormalised output o over its positions. The split that finishes last
+// (elected by an acq_rel fetch_add on attn_split[seq, g]) merges all splits by log-sum-exp in split
+// order, writes attn_out and arrives on attn_done[g]. A one-split sequence is its own last split.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "emu/tiles.h"
+#include "ref/math.h"
+
+namespace megadecode::emu {
+namespace {
+
+std::span<const int32_t> block_table(const StepView& v, int seq) {
+  const PlanShape& s = v.shape();
+  return {v.block_tables + static_cast<size_t>(seq) * s.max_blocks_per_seq, static_cast<size_t>(s.max_blocks_per_seq)};
+}
+
+// Position `pos` of `x` [head_dim] normed (when the model has q/k norms) and rotated.
+void norm_rope(const StepView& v, const std::vector<float>& norm, const float* in, int pos, float* out) {
+  const int D = v.shape().head_dim;
+  std::copy(in, in + D, out);
+  if (v.config->qk_norm) ref::rms_norm(out, norm.data(), v.config->rms_norm_eps, D, out);
+  ref::apply_rope(out, D, pos, v.norms->inv_freq, v.config->rope_style);
+}
+
+void attn_split(const StepView& v, int L, const AttnItem& it, int index) {
+  const PlanShape& s = v.shape();
+  const int D = s.head_dim, gs = s.group_size, g = it.group;
+  const int n_ctx = v.seq_len[it.seq];
+  MD_REQUIRE(it.pos_end <= n_ctx, "attention item ", index, " reaches position ", it.pos_end, " past context ", n_ctx);
+  const int pos = n_ctx - 1;
+  const float* raw = v.qkv + (static_cast<size_t>(it.seq) * s.n_kv_heads + g) * s.qkv_group_rows;
+  const auto table = block_table(v, it.seq);
+  if (it.pos_end == n_ctx) {  // this split holds the new token: append its K/V
+    const ref::KvStore::Slot here = v.kv->locate(table, pos);
+    norm_rope(v, v.norms->k[L], raw + gs * D, pos, v.kv->key(L, here) + g * D);
+    std::copy(raw + (gs + 1) * D, raw + (gs + 2) * D, v.kv->value(L, here) + g * D);
+  }
+  std::vector<float> q(D), scores(it.pos_end - it.pos_begin);
+  std::vector<const float*> values(scores.size());
+  for (int h = 0; h < gs; ++h) {
+    norm_rope(v, v.norms->q[L], raw + h * D, pos, q.data());
+    float m = -std::numeric_limits<float>::infinity();
+    for (int j = it.pos_begin; j < it.pos_end; ++j) {
+      const ref::KvStore::Slot sl = v.kv->locate(table, j);
+      scores[j - it.pos_begin] = ref::dot(q.data(), v.kv->key(L, sl) + g * D, D) * v.norms->attn_scale;
+      values[j - it.pos_begin] = v.kv->value(L, sl) + g * D;
+      m = std::max(m, scores[j - it.pos_begin]);
+    }
+    float l = 0.0f;
+    float* o = v.attn_part_o + (static_cast<size_t>(index) * gs + h) * D;
+    std::fill(o, o + D, 0.0f);
+    for (size_t j = 0; j < scores.size(); ++j) {
+      const float p = std::exp(scores[j] - m);
+      l += p;
+      for (int d = 0; d < D; ++d) o[d] += p * values[j][d];
+    }
+    float* ml = v.attn_part_ml + (static_cast<size_t>(index) * gs + h) * 2;
+    ml[0] = m;
+    ml[1] = l;
+  }
+}
+
+void attn_merge(const StepView& v, const AttnItem& it) {
+  const PlanShape& s = v.shape();
+  const int D = s.head_dim, gs = s.group_size;
+  std::vector<float> o(D);
+  for (int h = 0; h < gs; ++h) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < it.n_splits; ++i) m = std::max(m, v.attn_part_ml[(static_cast<size_t>(it.part_base + i) * gs + h) * 2]);
+    float l = 0.0f;
+    std::fill(o.begin(), o.end(), 0.0f);
+    for (int i = 0; i < it.n_splits; ++i) {
+      const size_t part = static_cast<size_t>(it.part_base + i) * gs + h;
+      const float scale = std::exp(v.attn_part_ml[part * 2] - m);
+      l += v.attn_part_ml[part * 2 + 1] * scale;
+      const float* po = v.attn_part_o + part * D;
+      for (int d = 0; d < D; ++d) o[d] += po[d] * scale;
+    }
+    float* out = v.attn_out + static_cast<size_t>(it.seq) * s.n_heads * D + (static_cast<size_t>(it.group) * gs + h) * D;
+    for (int d = 0; d < D; ++d) out[d] = o[d] / l;
+  }
+}
+
+}  // namespace
+
+void tile_attn(const StepView& v, Sync& sync, const Task& task) {
+  const PlanShape& s = v.shape();
+  const CounterLayout& c = v.counters();
+  const int L = task.layer;
+  for (;;) {
+    const int32_t i = sync.claim(layer_counter(c, L, c.attn_head));
+    if (i >= s.n_attn_items) break;
+    sync.pause();
+    const AttnItem& it = v.items()[i];
+    sync.wait(layer_counter(c, L, c.qkv_done + it.group), s.qkv_tiles_per_group);
+    attn_split(v, L, it, i);
+    sync.pause();
+    const int32_t before = sync.fetch_add(layer_counter(c, L, c.attn_split + it.seq * s.n_kv_heads + it.group), 1);
+    MD_REQUIRE(before < it.n_splits, "attention item ", i, ": split counter of seq ", it.seq, " g", it.group,
+               " passed its ", it.n_splits, " splits");
+    if (before == it.n_splits - 1) {
+      attn_merge(v, it);
+      sync.arrive(layer_counter(c, L, c.attn_done + it.group), 1);
+    }
+  }
+}
+
+}  // namespace megadecode::emu

@@ -1,0 +1,87 @@
+// Tests of the composition root's inputs: the backend flags give BackendOptions' own defaults when
+// absent and reject bad values naming the flag; the factory hands the options to the backend
+// unchanged (what a backend reports back equals what was asked).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../ref/ref_test_util.h"
+#include "cli/backend_factory.h"
+#include "cli/backend_flags.h"
+#include "core/check.h"
+
+namespace megadecode {
+namespace {
+
+BackendOptions parse(std::vector<std::string> words, const std::string& default_backend = "cpu-ref") {
+  words.insert(words.begin(), "test");
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  const Args args(static_cast<int>(argv.size()), argv.data(),
+                  {"backend", "block-size", "threads", "gpu-memory-utilization", "prefill-chunk", "attention"}, {});
+  return backend_options_from(args, default_backend);
+}
+
+std::string error_of(const std::vector<std::string>& words) {
+  try {
+    parse(words);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BackendFlags, AbsentFlagsKeepTheOneSetOfDefaults) {
+  const BackendOptions d;
+  const BackendOptions o = parse({}, "cuda-mk");
+  EXPECT_EQ(o.backend, "cuda-mk");
+  EXPECT_EQ(o.kv_block_size, d.kv_block_size);
+  EXPECT_EQ(o.n_kv_blocks, d.n_kv_blocks);
+  EXPECT_EQ(o.n_threads, d.n_threads);
+  EXPECT_EQ(o.gpu_memory_utilization, d.gpu_memory_utilization);
+  EXPECT_EQ(o.prefill_chunk, d.prefill_chunk);
+  EXPECT_EQ(o.attention, d.attention);
+  EXPECT_EQ(o.policy, d.policy);
+  EXPECT_EQ(o.n_sms, d.n_sms);
+  EXPECT_EQ(o.wait_timeout_ms, d.wait_timeout_ms);
+  EXPECT_EQ(o.kernel_flags, d.kernel_flags);
+}
+
+TEST(BackendFlags, GivenFlagsAreRead) {
+  const BackendOptions o = parse({"--backend", "cuda-ops", "--block-size", "32", "--threads", "3",
+                                  "--gpu-memory-utilization", "0.5", "--prefill-chunk", "2048", "--attention", "tc2"});
+  EXPECT_EQ(o.backend, "cuda-ops");
+  EXPECT_EQ(o.kv_block_size, 32);
+  EXPECT_EQ(o.n_threads, 3);
+  EXPECT_EQ(o.gpu_memory_utilization, 0.5);
+  EXPECT_EQ(o.prefill_chunk, 2048);
+  EXPECT_EQ(o.attention, "tc2");
+}
+
+TEST(BackendFlags, BadValuesNameTheFlag) {
+  EXPECT_NE(error_of({"--block-size", "0"}).find("--block-size"), std::string::npos);
+  EXPECT_NE(error_of({"--threads", "-2"}).find("--threads"), std::string::npos);
+  EXPECT_NE(error_of({"--gpu-memory-utilization", "1.5"}).find("--gpu-memory-utilization"), std::string::npos);
+  EXPECT_NE(error_of({"--prefill-chunk", "-1"}).find("--prefill-chunk"), std::string::npos);
+  EXPECT_NE(error_of({"--backend", "cuda-mk", "--attention", "flash"}).find("--attention"), std::string::npos);
+  // The attention item is a choice of the CUDA backends only.
+  EXPECT_NE(error_of({"--attention", "tc"}).find("not of cpu-ref"), std::string::npos);
+}
+
+TEST(BackendFactory, HandsTheOptionsToTheBackendUnchanged) {
+  const ModelConfig c = test::small_moe_config();
+  test::TestWeights w = test::random_weights(c, Dtype::kBF16, 5);
+  for (const char* name : {"cpu-ref", "cpu-mk"}) {
+    const BackendOptions o{.backend = name, .kv_block_size = 7, .n_kv_blocks = 13, .n_threads = 2};
+    const auto backend = make_backend(c, w.weights, w.store, o);
+    EXPECT_EQ(backend->name(), name);
+    EXPECT_EQ(backend->kv_block_size(), 7) << name;
+    EXPECT_EQ(backend->n_kv_blocks(), 13) << name;
+  }
+  EXPECT_THROW(make_backend(c, w.weights, w.store, BackendOptions{.backend = "cpu-ref"}), Error);  // no KV blocks
+  EXPECT_THROW(make_backend_with_random_weights(c, 0, BackendOptions{.backend = "cpu-mk", .n_kv_blocks = 8}), Error);
+}
+
+}  // namespace
+}  // namespace megadecode
