@@ -14,7 +14,7 @@
 #include "core/check.h"
 #include "model/config.h"
 #include "model/presets.h"
-#include "plan_test_util.h"
+#include "../plan/plan_test_util.h"
 
 namespace megadecode {
 namespace {
