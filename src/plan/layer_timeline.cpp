@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/stats.h"
 #include "plan/op_table.h"
 
 namespace megadecode {
@@ -16,12 +17,6 @@ namespace {
 std::string op_label(int op) { return op >= 0 && op < kNumOps ? op_name(static_cast<Op>(op)) : "op" + std::to_string(op); }
 
 }  // namespace
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 LayerTimeline layer_timeline(std::span<const WorkSlice> slices) {
   struct Wave {
@@ -55,15 +50,15 @@ LayerTimeline layer_timeline(std::span<const WorkSlice> slices) {
     for (const auto& [op, wv] : layers[ids[i]]) {
       start[op].push_back(wv.first - l0);
       end[op].push_back(wv.last - l0);
-      p50[op].push_back(median_of(wv.dur));
+      p50[op].push_back(median(wv.dur));
       mx[op].push_back(*std::max_element(wv.dur.begin(), wv.dur.end()));
       count[op].push_back(static_cast<double>(wv.dur.size()));
     }
   }
-  t.layer_us = median_of(layer_len);
+  t.layer_us = median(layer_len);
   for (const auto& [op, v] : start)
-    t.waves.push_back({op_label(op), median_of(v), median_of(end[op]), 0, median_of(p50[op]), median_of(mx[op]),
-                       static_cast<int>(median_of(count[op]))});
+    t.waves.push_back({op_label(op), median(v), median(end[op]), 0, median(p50[op]), median(mx[op]),
+                       static_cast<int>(median(count[op]))});
   std::sort(t.waves.begin(), t.waves.end(), [](const WaveTiming& a, const WaveTiming& b) { return a.start_us < b.start_us; });
   for (size_t i = 1; i < t.waves.size(); ++i) t.waves[i].gap_us = t.waves[i].start_us - t.waves[i - 1].end_us;
   return t;

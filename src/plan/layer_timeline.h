@@ -41,6 +41,5 @@ std::vector<WaveTiming> wave_timings_from_json(const nlohmann::json& j);  // Err
 // The table bench decode prints: "one layer ...: X us" then one row per wave.
 std::string format_layer_timeline(const LayerTimeline& t);
 
-double median_of(std::vector<double> v);  // 0 for an empty vector
 
 }  // namespace megadecode
