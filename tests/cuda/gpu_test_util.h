@@ -26,6 +26,14 @@
 
 namespace megadecode::test {
 
+// MEGADECODE_GPU_QUICK=1 (set by `scripts/gpu quick`): tests run at reduced sizes (fewer batches,
+// shorter contexts and prompts) so the whole correctness loop fits a few minutes. The checks and
+// their bounds are the same; only the sizes shrink.
+inline bool gpu_quick() {
+  const char* v = std::getenv("MEGADECODE_GPU_QUICK");
+  return v != nullptr && v[0] != '\0' && v[0] != '0';
+}
+
 template <typename T>
 class DeviceBuffer {
  public:
