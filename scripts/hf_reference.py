@@ -6,11 +6,23 @@ Runs on the GPU machine (torch + transformers installed there), on a directory w
 
   python3 scripts/hf_reference.py MODEL_DIR --tokens 1,2,3 [--tokens 4,5 ...] \\
       [--positions last|all] [--dtype float32|bfloat16] --out PREFIX
+  python3 scripts/hf_reference.py MODEL_DIR --forced-routing ROUTING.json [--dtype ...] --out PREFIX
   python3 scripts/hf_reference.py MODEL_DIR --check-load [--tokens 1,2,3] [--dtype ...]
 
 Each --tokens sequence runs as one full forward pass (no KV cache, no padding, batch of one).
 --check-load only loads the model, reports missing/unexpected weights and the parameter count, and
 prints one forward's argmax (it shows `make-model` output loads in transformers as is).
+
+--forced-routing runs the sequences of ROUTING.json (instead of --tokens) with the top-k of every
+sparse MoE block's gate replaced by the given experts (their weights: the gate's own softmax
+probabilities at those experts, renormalised when norm_topk_prob), and audits every (token, layer)
+where transformers' own top-k set would have differed (the tie gap of megadecode's model/routing.h):
+  ROUTING.json: {"format": "megadecode-routing-v1", "n_layers": L, "top_k": K,
+                 "sequences": [{"tokens": [int, ...],                     # n tokens
+                                "experts": [[[int] * K] * L] * n}]}       # [token][layer][k]
+Every sequence's logits are stored at the last position, and PREFIX.json's sequences gain
+  "routing_audit": {"n_forced": int,                        # (token, layer) decisions forced
+                    "diffs": [[pos, layer, gap], ...]}      # where transformers' own set differs
 
 Output, PREFIX.json (metadata):
   {
@@ -83,6 +95,74 @@ def float32_bytes(tensor):
         return bytes(tensor.view(torch.uint8).flatten().tolist())
 
 
+def moe_gates(model):
+    """The gate (router) module of each layer's sparse MoE block, in layer order."""
+    gates = []
+    for i, layer in enumerate(model.model.layers):
+        gate = getattr(getattr(layer, "mlp", None), "gate", None)
+        if gate is None or not hasattr(gate, "weight"):
+            raise SystemExit(f"--forced-routing: layer {i} has no MoE gate with a weight (is this a qwen3_moe model?)")
+        gates.append(gate)
+    return gates
+
+
+def tie_gap(probs, forced, k):
+    """megadecode's RouteDiff gap for one token: (largest own-but-not-forced probability minus the
+    smallest forced-but-not-own one) / the own K-th probability; None when the sets agree."""
+    order = sorted(range(len(probs)), key=lambda e: (-probs[e], e))
+    own = set(order[:k])
+    forced_set = set(forced)
+    dropped = [probs[e] for e in own - forced_set]
+    if not dropped:
+        return None
+    added = [probs[e] for e in forced_set - own]
+    return (max(dropped) - min(added)) / max(abs(probs[order[k - 1]]), 1e-30)
+
+
+class ForcedRouting:
+    """Replaces every gate's forward: softmax over the gate's logits (fp32), the given experts as the
+    top-k, their probabilities as weights. The original forward runs too, so the returned values
+    keep transformers' own types and the first output (router logits) is transformers' own."""
+
+    def __init__(self, model):
+        self.gates = moe_gates(model)
+        self.experts = None  # [token][layer][k] of the sequence being run
+        self.audit = None
+        for layer, gate in enumerate(self.gates):
+            gate.forward = self._forward(layer, gate, gate.forward)
+
+    def _forward(self, layer, gate, original):
+        import torch
+        import torch.nn.functional as F
+
+        def forward(hidden_states):
+            out = original(hidden_states)
+            if not (isinstance(out, tuple) and len(out) == 3):
+                raise SystemExit("--forced-routing: this transformers' MoE gate does not return "
+                                 "(router_logits, weights, indices); update scripts/hf_reference.py")
+            h = hidden_states.reshape(-1, gate.weight.shape[1])
+            probs = F.softmax(F.linear(h.float(), gate.weight.float()), dim=-1, dtype=torch.float32)
+            n, k = out[2].shape
+            if self.experts is None or len(self.experts) != n:
+                raise SystemExit(f"--forced-routing: the gate of layer {layer} saw {n} tokens, the routing "
+                                 f"file has {0 if self.experts is None else len(self.experts)}")
+            idx = torch.tensor([self.experts[t][layer] for t in range(n)], dtype=torch.long, device=probs.device)
+            if idx.shape != (n, k):
+                raise SystemExit(f"--forced-routing: {tuple(idx.shape)} experts for a top-{k} gate")
+            w = probs.gather(1, idx)
+            if getattr(gate, "norm_topk_prob", True):
+                w = w / w.sum(dim=-1, keepdim=True)
+            host = probs.cpu().tolist()
+            for t in range(n):
+                self.audit["n_forced"] += 1
+                gap = tie_gap(host[t], self.experts[t][layer], k)
+                if gap is not None:
+                    self.audit["diffs"].append([t, layer, gap])
+            return out[0], w.to(out[1].dtype), idx.to(out[2].dtype)
+
+        return forward
+
+
 def check_load(args, device):
     import torch
     import transformers
@@ -114,6 +194,19 @@ def dump(args, device):
     import torch
     import transformers
 
+    forced = None
+    if args.forced_routing:
+        if args.tokens:
+            raise SystemExit("--forced-routing takes its sequences from the routing file, not --tokens")
+        with open(args.forced_routing) as f:
+            forced = json.load(f)
+        if forced.get("format") != "megadecode-routing-v1":
+            raise SystemExit(f"{args.forced_routing}: not a megadecode-routing-v1 file")
+        args.tokens = [s["tokens"] for s in forced["sequences"]]
+        for s in forced["sequences"]:
+            if len(s["experts"]) != len(s["tokens"]):
+                raise SystemExit(f"{args.forced_routing}: {len(s['experts'])} routed tokens for a sequence of "
+                                 f"{len(s['tokens'])}")
     if not args.tokens:
         raise SystemExit("give at least one --tokens sequence")
     if not args.out:
@@ -121,18 +214,27 @@ def dump(args, device):
     model, info = load_model(args.model_dir, args.dtype, device)
     if info.get("missing_keys") or info.get("unexpected_keys"):
         raise SystemExit(f"checkpoint did not load cleanly: {info}")
+    router = ForcedRouting(model) if forced else None
+    if forced and (forced["n_layers"] != len(router.gates) or forced["top_k"] != model.config.num_experts_per_tok):
+        raise SystemExit(f"routing file of {forced['n_layers']} layers x top-{forced['top_k']} for a model of "
+                         f"{len(router.gates)} x top-{model.config.num_experts_per_tok}")
     vocab = model.config.vocab_size
     sequences = []
     offset = 0
     with open(args.out + ".f32", "wb") as f:
-        for tokens in args.tokens:
+        for i, tokens in enumerate(args.tokens):
             if max(tokens) >= vocab:
                 raise SystemExit(f"token {max(tokens)} is outside the vocabulary ({vocab})")
+            if router:
+                router.experts = forced["sequences"][i]["experts"]
+                router.audit = {"n_forced": 0, "diffs": []}
             logits = forward_logits(model, tokens, device)
             assert logits.shape == (len(tokens), vocab), logits.shape
             positions = list(range(len(tokens))) if args.positions == "all" else [len(tokens) - 1]
             f.write(float32_bytes(logits[positions].contiguous()))
             sequences.append({"tokens": tokens, "positions": positions, "offset": offset})
+            if router:
+                sequences[-1]["routing_audit"] = router.audit
             offset += len(positions) * vocab
     meta = {
         "format": "megadecode-hf-logits-v1",
@@ -164,6 +266,7 @@ def main():
     p.add_argument("--out", help="output prefix: writes PREFIX.json and PREFIX.f32")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--check-load", action="store_true")
+    p.add_argument("--forced-routing", help="ROUTING.json: run its sequences with their MoE routing forced")
     args = p.parse_args()
 
     import torch

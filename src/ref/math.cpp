@@ -176,12 +176,20 @@ std::vector<int> top_k(const float* scores, int n, int k) {
   return idx;
 }
 
-std::vector<std::pair<int, float>> route(const float* router_logits, const ModelConfig& config) {
-  const int n = config.n_experts, k = config.n_experts_per_tok;
+std::vector<float> route_scores(const float* router_logits, const ModelConfig& config) {
+  const int n = config.n_experts;
   std::vector<float> scores(router_logits, router_logits + n);
   if (config.router == RouterKind::kSoftmaxTopK) softmax(scores.data(), n);
+  return scores;
+}
+
+namespace {
+
+// (expert, weight) for the given experts in their order, weighed as route() weighs its choice.
+std::vector<std::pair<int, float>> weigh(const std::vector<float>& scores, const ModelConfig& config,
+                                         std::span<const int> experts) {
   std::vector<std::pair<int, float>> out;
-  for (int e : top_k(scores.data(), n, k)) {
+  for (int e : experts) {
     const float w = config.router == RouterKind::kSoftmaxTopK ? scores[e] : 1.0f / (1.0f + std::exp(-scores[e]));
     out.emplace_back(e, w);
   }
@@ -191,6 +199,26 @@ std::vector<std::pair<int, float>> route(const float* router_logits, const Model
     for (auto& ew : out) ew.second /= sum;
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<int, float>> route(const float* router_logits, const ModelConfig& config) {
+  const std::vector<float> scores = route_scores(router_logits, config);
+  const std::vector<int> chosen = top_k(scores.data(), config.n_experts, config.n_experts_per_tok);
+  return weigh(scores, config, chosen);
+}
+
+std::vector<std::pair<int, float>> route_forced(const float* router_logits, const ModelConfig& config,
+                                                std::span<const int32_t> experts) {
+  MD_REQUIRE(static_cast<int>(experts.size()) == config.n_experts_per_tok, "forced routing: ", experts.size(),
+             " experts, the model routes to ", config.n_experts_per_tok);
+  std::vector<int> chosen;
+  for (int32_t e : experts) {
+    MD_REQUIRE(e >= 0 && e < config.n_experts, "forced routing: expert ", e, " outside [0, ", config.n_experts, ")");
+    chosen.push_back(e);
+  }
+  return weigh(route_scores(router_logits, config), config, chosen);
 }
 
 }  // namespace megadecode::ref

@@ -69,5 +69,11 @@ std::vector<int> top_k(const float* scores, int n, int k);
 //   kSigmoidTopK: top-k of the logits; weights sigmoid(logit).
 // With norm_topk_prob the k weights are divided by their sum (summed in top-k order).
 std::vector<std::pair<int, float>> route(const float* router_logits, const ModelConfig& config);
+// The scores route() ranks: softmax probabilities (kSoftmaxTopK) or the logits (kSigmoidTopK).
+std::vector<float> route_scores(const float* router_logits, const ModelConfig& config);
+// route() with the experts given (a forced routing, in its order): their weights as route() would
+// weigh them (renormalised over the given experts under norm_topk_prob).
+std::vector<std::pair<int, float>> route_forced(const float* router_logits, const ModelConfig& config,
+                                                std::span<const int32_t> experts);
 
 }  // namespace megadecode::ref

@@ -34,6 +34,11 @@ class RefBackend : public Backend {
   void prefill_all_logits(const SeqChunk& chunk, std::span<float> logits);
   // The KV storage (tests poison it).
   KvStore& kv_store() { return kv_; }
+  // Comparisons with the CUDA paths (ref_model.h): the device's bf16 rounding points, and a forced
+  // routing audited against this model's own choice.
+  void set_device_rounding(bool on) { model_.set_device_rounding(on); }
+  void set_forced_routing(const RoutingLog* forced, RoutingAudit* audit) { model_.set_forced_routing(forced, audit); }
+  void set_routing_record(RoutingLog* log) { model_.set_routing_record(log); }
 
  private:
   const ModelConfig config_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "ref/math.h"
 
@@ -68,32 +69,57 @@ void RefModel::forward(const SeqChunk& chunk, KvStore& kv, std::span<float> logi
     } else if (!logits.empty() && i + 1 == n) {
       out = logits.data();
     }
-    forward_token(chunk.tokens[i], chunk.start_pos + static_cast<int>(i), chunk.block_table, kv, out);
+    forward_token(chunk.seq_id, chunk.tokens[i], chunk.start_pos + static_cast<int>(i), chunk.block_table, kv, out);
   }
 }
 
-void RefModel::forward_token(int32_t token, int pos, std::span<const int32_t> block_table, KvStore& kv,
+float RefModel::round(float x) const { return device_rounding_ ? round_bf16(x) : x; }
+
+void RefModel::norm(const float* x, const std::vector<float>& weight, float* out) const {
+  const int h = config_.hidden_size;
+  if (!device_rounding_) {
+    rms_norm(x, weight.data(), config_.rms_norm_eps, h, out);
+    return;
+  }
+  // The device's rounding points: bf16(bf16(x * r) * w).
+  const float inv_rms = 1.0f / std::sqrt(dot(x, x, h) / static_cast<float>(h) + config_.rms_norm_eps);
+  for (int i = 0; i < h; ++i) out[i] = round_bf16(round_bf16(x[i] * inv_rms) * weight[i]);
+}
+
+void RefModel::forward_token(int64_t seq, int32_t token, int pos, std::span<const int32_t> block_table, KvStore& kv,
                              float* logits) {
   const int h = config_.hidden_size;
-  const float eps = config_.rms_norm_eps;
+  const TokenRouting* forced = forced_ ? forced_->find(seq, pos) : nullptr;
+  if (forced)
+    MD_REQUIRE(forced_->n_layers() == config_.n_layers && forced_->top_k() == config_.n_experts_per_tok,
+               "forced routing of ", forced_->n_layers(), " layers x ", forced_->top_k(), " experts for a model of ",
+               config_.n_layers, " x ", config_.n_experts_per_tok);
+  if (record_) {
+    MD_REQUIRE(record_->n_layers() == config_.n_layers && record_->top_k() == config_.n_experts_per_tok,
+               "routing record of ", record_->n_layers(), " layers x ", record_->top_k(), " experts for a model of ",
+               config_.n_layers, " x ", config_.n_experts_per_tok);
+    token_experts_.assign(static_cast<size_t>(config_.n_layers) * config_.n_experts_per_tok, -1);
+    token_weights_.assign(token_experts_.size(), 0.0f);
+  }
   load_row(weights_.embed, token, x_.data());
   for (int l = 0; l < config_.n_layers; ++l) {
-    rms_norm(x_.data(), norms_[l].input.data(), eps, h, xn_.data());
+    norm(x_.data(), norms_[l].input, xn_.data());
     attention(l, pos, block_table, kv);
     if (config_.block == BlockKind::kSequential) {
       // h = x + Attn(N_in x); out = h + FFN(N_post h)
       for (int i = 0; i < h; ++i) x_[i] += attn_out_[i];
-      rms_norm(x_.data(), norms_[l].post_attn.data(), eps, h, xn_.data());
-      ffn(l);
+      norm(x_.data(), norms_[l].post_attn, xn_.data());
+      ffn(l, forced, seq, pos);
       for (int i = 0; i < h; ++i) x_[i] += ffn_out_[i];
     } else {
       // out = (x + Attn(N_in x)) + FFN(N_in x): both branches read the same normed input.
-      ffn(l);
+      ffn(l, forced, seq, pos);
       for (int i = 0; i < h; ++i) x_[i] = (x_[i] + attn_out_[i]) + ffn_out_[i];
     }
   }
+  if (record_) record_->record(seq, pos, token_experts_, token_weights_);
   if (logits == nullptr) return;
-  rms_norm(x_.data(), final_norm_.data(), eps, h, xn_.data());
+  norm(x_.data(), final_norm_, xn_.data());
   matvec(weights_.lm_head, xn_.data(), logits, pool_);
 }
 
@@ -116,6 +142,10 @@ void RefModel::attention(int layer, int pos, std::span<const int32_t> block_tabl
     if (config_.qk_norm) rms_norm(k, norms_[layer].k.data(), eps, d, k);
     if (spec.use_rope) apply_rope(k, d, pos, inv_freq_, config_.rope_style);
   }
+  if (device_rounding_) {  // the cache holds bf16
+    for (float& x : k_) x = round_bf16(x);
+    for (float& x : v_) x = round_bf16(x);
+  }
   const KvStore::Slot here = kv.locate(block_table, pos);
   std::copy(k_.begin(), k_.end(), kv.key(layer, here));
   std::copy(v_.begin(), v_.end(), kv.value(layer, here));
@@ -136,10 +166,12 @@ void RefModel::attention(int layer, int pos, std::span<const int32_t> block_tabl
       attention_head(q_.data() + hd * d, keys_, values_, d, attn_scale_, attn_.data() + hd * d);
     }
   }
+  if (device_rounding_)
+    for (float& x : attn_) x = round_bf16(x);
   matvec(w.o_proj, attn_.data(), attn_out_.data(), pool_);
 }
 
-void RefModel::ffn(int layer) {
+void RefModel::ffn(int layer, const TokenRouting* forced, int64_t seq, int pos) {
   const LayerWeights& w = weights_.layers[layer];
   if (config_.layers[layer].ffn == FfnKind::kDense) {
     swiglu(w.mlp_gate, w.mlp_up, w.mlp_down, ffn_out_.data());
@@ -147,8 +179,28 @@ void RefModel::ffn(int layer) {
   }
   matvec(w.router, xn_.data(), router_logits_.data(), pool_);
   std::fill(ffn_out_.begin(), ffn_out_.end(), 0.0f);
+  std::vector<std::pair<int, float>> chosen;
+  if (forced) {
+    const int k = config_.n_experts_per_tok;
+    const std::span<const int32_t> experts(forced->experts.data() + static_cast<size_t>(layer) * k, k);
+    chosen = route_forced(router_logits_.data(), config_, experts);
+    std::vector<float> scores = route_scores(router_logits_.data(), config_);
+    bool differs = false;
+    const double gap = forced_route_gap(scores, experts, &differs);
+    if (audit_) {
+      ++audit_->n_forced;
+      if (differs) audit_->diffs.push_back(RouteDiff{seq, pos, layer, gap});
+    }
+  } else {
+    chosen = route(router_logits_.data(), config_);
+  }
+  if (record_)
+    for (size_t j = 0; j < chosen.size(); ++j) {
+      token_experts_[layer * chosen.size() + j] = chosen[j].first;
+      token_weights_[layer * chosen.size() + j] = chosen[j].second;
+    }
   // Sum over the selected experts in top-k order (largest weight first).
-  for (const auto& [expert, weight] : route(router_logits_.data(), config_)) {
+  for (const auto& [expert, weight] : chosen) {
     const ExpertWeights& e = w.experts[expert];
     swiglu(e.gate, e.up, e.down, expert_out_.data());
     for (int i = 0; i < config_.hidden_size; ++i) ffn_out_[i] += weight * expert_out_[i];
@@ -159,7 +211,7 @@ void RefModel::swiglu(const TensorView& gate, const TensorView& up, const Tensor
   const int64_t inter = gate.shape[0];
   matvec(gate, xn_.data(), gate_.data(), pool_);
   matvec(up, xn_.data(), up_.data(), pool_);
-  for (int64_t i = 0; i < inter; ++i) gate_[i] = silu(gate_[i]) * up_[i];
+  for (int64_t i = 0; i < inter; ++i) gate_[i] = round(silu(gate_[i]) * up_[i]);
   matvec(down, gate_.data(), out, pool_);
 }
 

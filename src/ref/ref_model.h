@@ -4,6 +4,13 @@
 // logits of a full recomputation bitwise. Structure follows ModelConfig's generality: sequential
 // or parallel blocks, per-layer sliding window / NoPE / dense-or-MoE FFN, softmax or sigmoid
 // router, tied embeddings, NeoX or interleaved RoPE.
+// Options for comparisons with the CUDA paths (tests):
+//  - device rounding: round to bf16 where the device stores bf16 (the RMSNorm outputs, as
+//    bf16(bf16(x * r) * w); the K/V cache; the attention output; SiLU(gate) * up), so that only
+//    summation order separates the two;
+//  - a forced routing: tokens found in the log use its experts (weighted by this model's own
+//    router probabilities, renormalised as the config says); every forced decision is audited
+//    against this model's own top-k (model/routing.h).
 // Threading: one caller at a time; matvecs fan out over the given pool.
 #pragma once
 
@@ -13,6 +20,7 @@
 
 #include "engine/backend.h"
 #include "model/config.h"
+#include "model/routing.h"
 #include "model/weights.h"
 #include "ref/kv_store.h"
 #include "ref/parallel.h"
@@ -31,14 +39,27 @@ class RefModel {
   // [n_tokens, vocab] (every position's). Error for bad token ids, positions or block tables.
   void forward(const SeqChunk& chunk, KvStore& kv, std::span<float> logits);
 
+  void set_device_rounding(bool on) { device_rounding_ = on; }
+  // `forced` and `audit` must outlive their use; nullptr turns forcing off.
+  void set_forced_routing(const RoutingLog* forced, RoutingAudit* audit) {
+    forced_ = forced;
+    audit_ = audit;
+  }
+  // Records every token's routing (forced or own) into `log` (nullptr: off).
+  void set_routing_record(RoutingLog* log) { record_ = log; }
+
  private:
   struct LayerNorms {
     std::vector<float> input, post_attn, q, k;  // [hidden], [hidden], [head_dim], [head_dim]
   };
 
-  void forward_token(int32_t token, int pos, std::span<const int32_t> block_table, KvStore& kv, float* logits);
+  void forward_token(int64_t seq, int32_t token, int pos, std::span<const int32_t> block_table, KvStore& kv,
+                     float* logits);
   void attention(int layer, int pos, std::span<const int32_t> block_table, KvStore& kv);  // xn_ -> attn_out_
-  void ffn(int layer);                                                                   // xn_ -> ffn_out_
+  // xn_ -> ffn_out_; `forced`: this token's forced routing or nullptr.
+  void ffn(int layer, const TokenRouting* forced, int64_t seq, int pos);
+  void norm(const float* x, const std::vector<float>& weight, float* out) const;  // xn_ = RMSNorm, rounded
+  float round(float x) const;  // bf16 under device rounding, else x
   // out[hidden] = down(silu(gate xn) * (up xn)).
   void swiglu(const TensorView& gate, const TensorView& up, const TensorView& down, float* out);
 
@@ -49,6 +70,12 @@ class RefModel {
   std::vector<float> final_norm_;  // [hidden]
   std::vector<float> inv_freq_;    // [head_dim / 2]
   float attn_scale_;               // head_dim^-0.5
+  bool device_rounding_ = false;
+  const RoutingLog* forced_ = nullptr;
+  RoutingAudit* audit_ = nullptr;
+  RoutingLog* record_ = nullptr;
+  std::vector<int32_t> token_experts_;  // [n_layers * top_k] of the token being run (record_)
+  std::vector<float> token_weights_;
 
   // Per-token scratch.
   std::vector<float> x_;              // [hidden] residual stream

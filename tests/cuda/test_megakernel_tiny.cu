@@ -1,5 +1,5 @@
-// cuda-mk and cuda-ops on the `tiny` preset: one ragged decode step each against the host
-// reference, and equal to each other bitwise. Small enough that scripts/gpu also runs this binary
+// cuda-mk and cuda-ops on the `tiny` preset: one ragged decode step each against cpu-ref
+// (routing-exact, device rounding points), and equal to each other bitwise. Small enough that scripts/gpu also runs this binary
 // under compute-sanitizer (memcheck, racecheck, synccheck); there the counter waits get a long
 // bound (MEGADECODE_WAIT_TIMEOUT_MS), since the tools slow the kernel down by orders of magnitude.
 #include <cstdlib>
@@ -35,9 +35,12 @@ TEST(MegakernelTiny, BothBackendsMatchTheReferenceAndEachOther) {
     be.set_poison_activations(true);
     if (per_op == 0) k = make_case(c, be, rng, 3, 700, {1, 37, 700});
     std::vector<int32_t> tokens;
-    logits[per_op] = run_case(be, k, &tokens);
+    RoutingLog routing;
+    logits[per_op] = run_case(be, k, &tokens, &routing);
     EXPECT_EQ(be.check_counter_totals(), "") << be.name();
-    const auto ref = ref_decode_all(c, host.weights, RefKv{k.kv.data(), be.n_kv_blocks(), 16}, k.seqs);
+    RoutingAudit audit;
+    const auto ref = cpu_ref_step(c, host.weights, k, be.n_kv_blocks(), routing, true, audit);
+    expect_routing_exact(audit, 3 * c.n_layers, kRouteNearTie, be.name());
     const Compare cmp = compare(logits[per_op], ref, tokens, c.vocab_size, 1e-2);
     std::printf("%s: max |err| / max |ref| = %.3g, %d bad rows, %d token mismatches\n", be.name().c_str(), cmp.max_err,
                 cmp.n_bad, cmp.token_mismatch);

@@ -1,12 +1,14 @@
 // Shared setup of the megakernel GPU tests: random ragged batches over a shuffled paged KV cache
 // whose history is random bf16 (identical on host and device) and whose every other slot holds
-// large noise, a decode step on a CUDA backend, and the comparison against the host reference.
+// large noise, a decode step on a CUDA backend, and the routing-exact comparison against cpu-ref
+// (routing_exact.h).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -14,12 +16,20 @@
 
 #include "core/rng.h"
 #include "cuda/backend/cuda_backend.h"
-#include "test_megakernel_ref.h"
+#include "gpu_test_util.h"
+#include "routing_exact.h"
 
 namespace megadecode::test {
 
+// One sequence of a case: its new token at position n_ctx - 1 over the KV history in `table`.
+struct CaseSeq {
+  int32_t token;
+  int n_ctx;
+  std::vector<int32_t> table;  // physical KV blocks
+};
+
 struct Case {
-  std::vector<RefSeq> seqs;
+  std::vector<CaseSeq> seqs;
   std::vector<uint16_t> kv;  // host copy of the whole device cache
   std::vector<SamplingParams> sampling;
 };
@@ -34,7 +44,7 @@ inline Case make_case(const ModelConfig& c, const cuda::CudaBackend& be, SplitMi
   for (int i = nb - 1; i > 0; --i) std::swap(perm[i], perm[rng.below(i + 1)]);
   int next = 0;
   for (int i = 0; i < batch; ++i) {
-    RefSeq s;
+    CaseSeq s;
     s.n_ctx = i < static_cast<int>(forced_ctx.size()) ? forced_ctx[i] : 1 + static_cast<int>(rng.below(max_ctx));
     s.token = static_cast<int32_t>(rng.below(c.vocab_size));
     const int blocks = (s.n_ctx + bs - 1) / bs;
@@ -49,7 +59,7 @@ inline Case make_case(const ModelConfig& c, const cuda::CudaBackend& be, SplitMi
   k.kv.resize(be.kv_cache_elements());
   for (auto& x : k.kv) x = float_to_bf16_bits((rng.unit() < 0.5f ? -1.0f : 1.0f) * (1000.0f + 30000.0f * rng.unit()));
   const int G = c.n_kv_heads, D = c.head_dim;
-  for (const RefSeq& s : k.seqs)
+  for (const CaseSeq& s : k.seqs)
     for (int L = 0; L < c.n_layers; ++L)
       for (int kvi = 0; kvi < 2; ++kvi)
         for (int j = 0; j + 1 < s.n_ctx; ++j)
@@ -74,14 +84,61 @@ inline std::vector<DecodeSeq> decode_seqs(const Case& k) {
   return ds;
 }
 
-inline std::vector<float> run_case(cuda::CudaBackend& be, const Case& k, std::vector<int32_t>* tokens = nullptr) {
+// The case's decode step on `be`; with `routing`, the device's routing of it (captured).
+inline std::vector<float> run_case(cuda::CudaBackend& be, const Case& k, std::vector<int32_t>* tokens = nullptr,
+                                   RoutingLog* routing = nullptr) {
   if (cudaMemcpy(be.kv_cache(), k.kv.data(), k.kv.size() * 2, cudaMemcpyHostToDevice) != cudaSuccess)
     throw std::runtime_error("KV upload failed");
   const std::vector<DecodeSeq> ds = decode_seqs(k);
   DecodeResult r;
+  if (routing) {
+    *routing = RoutingLog(be.config().n_layers, be.config().n_experts_per_tok);
+    be.set_routing_capture(routing);
+  }
   be.decode(ds, true, r);
+  be.set_routing_capture(nullptr);
   if (tokens) *tokens = r.tokens;
   return r.logits;
+}
+
+// cpu-ref's decode of the case's step (the device-layout bf16 KV history copied into its fp32
+// store, everything else poisoned with NaN), its routing forced to `forced` and audited into
+// `audit`; `device_rounding` selects the reference's rounding points (ref/ref_model.h).
+inline std::vector<std::vector<float>> cpu_ref_step(const ModelConfig& c, const ModelWeights& w, const Case& k,
+                                                    int device_blocks, const RoutingLog& forced, bool device_rounding,
+                                                    RoutingAudit& audit) {
+  const int bs = 16, G = c.n_kv_heads, D = c.head_dim;
+  int n_blocks = 0;  // only the blocks the case uses: the store is fp32, the device cache may be large
+  for (const CaseSeq& s : k.seqs)
+    for (int32_t b : s.table) n_blocks = std::max(n_blocks, b + 1);
+  BackendOptions o;
+  o.kv_block_size = bs;
+  o.n_kv_blocks = std::max(n_blocks, 1);
+  ref::RefBackend be(c, w, nullptr, o);
+  be.kv_store().fill(std::nanf(""));  // anything the step reads must come from the history below
+  for (const CaseSeq& s : k.seqs)
+    for (int j = 0; j + 1 < s.n_ctx; ++j) {
+      const ref::KvStore::Slot slot = be.kv_store().locate(s.table, j);
+      for (int L = 0; L < c.n_layers; ++L)
+        for (int kvi = 0; kvi < 2; ++kvi) {
+          float* dst = kvi == 0 ? be.kv_store().key(L, slot) : be.kv_store().value(L, slot);
+          for (int g = 0; g < G; ++g)
+            for (int d = 0; d < D; ++d) {
+              const int64_t i = ((((static_cast<int64_t>(L) * 2 + kvi) * device_blocks + s.table[j / bs]) * G + g) * bs +
+                                 j % bs) * D + d;
+              dst[g * D + d] = bf16_bits_to_float(k.kv[i]);
+            }
+        }
+    }
+  be.set_device_rounding(device_rounding);
+  be.set_forced_routing(&forced, &audit);
+  const std::vector<DecodeSeq> ds = decode_seqs(k);
+  DecodeResult r;
+  be.decode(ds, true, r);
+  std::vector<std::vector<float>> out(k.seqs.size());
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  for (size_t i = 0; i < out.size(); ++i) out[i].assign(r.logits.begin() + i * V, r.logits.begin() + (i + 1) * V);
+  return out;
 }
 
 struct Compare {

@@ -18,6 +18,7 @@ namespace megadecode::cuda {
 namespace {
 
 constexpr size_t kActivationReserve = size_t(512) << 20;  // arena, plan and staging headroom
+constexpr int kMaxBatch = 64;  // sequences per decode step (the megakernel's token groups)
 
 template <typename T>
 void grow(T*& ptr, size_t& capacity, size_t need) {
@@ -90,6 +91,29 @@ CudaBackend::~CudaBackend() {
   cudaFree(error_);
   cudaFreeHost(error_host_);
   cudaFreeHost(staging_);
+  cudaFree(route_ids_);
+  cudaFree(route_w_);
+}
+
+void CudaBackend::set_routing_capture(RoutingLog* log) {
+  const ModelConfig& c = config();
+  MD_REQUIRE(log == nullptr || (log->n_layers() == c.n_layers && log->top_k() == c.n_experts_per_tok),
+             "routing capture: a log of ", log ? log->n_layers() : 0, " layers x ", log ? log->top_k() : 0,
+             " experts for a model of ", c.n_layers, " x ", c.n_experts_per_tok);
+  routing_log_ = log;
+  if (prefill_) prefill_->set_routing_capture(log != nullptr);
+  if (log != nullptr && route_ids_ == nullptr) {
+    const size_t n = static_cast<size_t>(kMaxBatch) * c.n_layers * c.n_experts_per_tok;
+    CUDA_CHECK(cudaMalloc(&route_ids_, n * sizeof(int32_t)));
+    CUDA_CHECK(cudaMalloc(&route_w_, n * sizeof(float)));
+  }
+}
+
+void CudaBackend::record_routing(int64_t seq, int first_pos, int n_tokens, const int32_t* experts,
+                                 const float* weights) {
+  const size_t per = static_cast<size_t>(config().n_layers) * config().n_experts_per_tok;
+  for (int i = 0; i < n_tokens; ++i)
+    routing_log_->record(seq, first_pos + i, std::span(experts + i * per, per), std::span(weights + i * per, per));
 }
 
 size_t CudaBackend::kv_cache_elements() const {
@@ -110,6 +134,12 @@ void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
       const bool last = b + len == n;
       prefill_->run(chunk.tokens.subspan(b, len), chunk.start_pos + b, chunk.block_table, kv,
                     last ? last_logits : std::span<float>(), stream_);
+      if (routing_log_) {
+        std::vector<int32_t> ids;
+        std::vector<float> w;
+        prefill_->read_routing(len, ids, w);
+        record_routing(chunk.seq_id, chunk.start_pos + b, len, ids.data(), w.data());
+      }
     }
     return;
   }
@@ -130,7 +160,8 @@ void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
 
 void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
   const ModelConfig& c = config();
-  MD_REQUIRE(!seqs.empty() && seqs.size() <= 64, "decode: batch of ", seqs.size(), " sequences; the CUDA backends run 1..64");
+  MD_REQUIRE(!seqs.empty() && seqs.size() <= static_cast<size_t>(kMaxBatch), "decode: batch of ", seqs.size(), " sequences; the CUDA backends run 1..",
+             kMaxBatch);
   BatchState batch;
   batch.kv_block_size = options_.kv_block_size;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -152,6 +183,15 @@ void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Deco
   }
   run_step(batch, seqs);
   const int B = static_cast<int>(seqs.size());
+  if (routing_log_) {
+    const size_t per = static_cast<size_t>(c.n_layers) * c.n_experts_per_tok;
+    std::vector<int32_t> ids(B * per);
+    std::vector<float> w(B * per);
+    CUDA_CHECK(cudaMemcpy(ids.data(), route_ids_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(w.data(), route_w_, w.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < B; ++i)
+      record_routing(seqs[i].chunk.seq_id, seqs[i].chunk.start_pos, 1, ids.data() + i * per, w.data() + i * per);
+  }
   result.tokens.assign(B, 0);
   CUDA_CHECK(cudaMemcpy(result.tokens.data(), arena_ + plan_.params.buffers.out_tokens.offset, B * 4,
                         cudaMemcpyDeviceToHost));
@@ -286,6 +326,8 @@ void CudaBackend::launch(cudaStream_t stream) {
   p.flags = options_.kernel_flags;
   p.attn_impl = attention_.impl;
   p.attn_terms = attention_.terms;
+  p.route_ids = routing_log_ ? route_ids_ : nullptr;
+  p.route_w = routing_log_ ? route_w_ : nullptr;
   p.trace = trace_;
   p.trace_counts = trace_counts_;
   p.trace_capacity = trace_capacity_;

@@ -20,6 +20,7 @@
 #include "cuda/backend/device_weights.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "engine/backend.h"
+#include "model/routing.h"
 #include "plan/plan.h"
 #include "plan/policy.h"
 
@@ -53,6 +54,10 @@ class CudaBackend : public Backend {
   void set_stuck_task(int task) { stuck_task_ = task; }
   // Test only: fills every activation buffer of the step with NaN before the launch.
   void set_poison_activations(bool on) { poison_ = on; }
+  // Test only: records into `log` the experts and weights every processed token (decode steps and
+  // prefill pieces, keyed by sequence id and position) chose in every layer; nullptr turns it off.
+  // The log must outlive its use.
+  void set_routing_capture(RoutingLog* log);
 
   // ---- benchmark hooks (bench decode) ----
   // Replays the last decode step `warmup` + `reps` times as a CUDA graph (cuda-ops: its per-wave
@@ -77,6 +82,7 @@ class CudaBackend : public Backend {
   void upload_inputs(std::span<const DecodeSeq> seqs);
   void launch(cudaStream_t stream);
   void check_error();
+  void record_routing(int64_t seq, int first_pos, int n_tokens, const int32_t* experts, const float* weights);
 
   std::shared_ptr<const DeviceWeights> weights_;
   BackendOptions options_;
@@ -106,6 +112,9 @@ class CudaBackend : public Backend {
   cudaGraphExec_t graph_exec_ = nullptr;
   int stuck_task_ = -1;
   bool poison_ = false;
+  RoutingLog* routing_log_ = nullptr;
+  int32_t* route_ids_ = nullptr;  // [64][n_layers][top_k] decode-step capture (device)
+  float* route_w_ = nullptr;
   cudaGraphExec_t bench_exec_ = nullptr;  // cuda-mk step graph of time_last_step
   TraceRecord* trace_ = nullptr;
   int32_t* trace_counts_ = nullptr;

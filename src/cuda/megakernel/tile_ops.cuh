@@ -418,7 +418,14 @@ __device__ inline bool op_dispatch(const MkParams& p, const Work& wk, DispatchSc
     router_topk_warp(buf<float>(p, b.router_logits) + static_cast<int64_t>(t) * E, E, K, p.w.norm_topk != 0,
                      topk_ids + t * K, topk_w + t * K);
   consumer_sync();  // global writes of this CTA are visible to its own threads after the barrier
-  for (int i = tid; i < B * K; i += kConsumerThreads) sc.ids[i] = topk_ids[i];
+  for (int i = tid; i < B * K; i += kConsumerThreads) {
+    sc.ids[i] = topk_ids[i];
+    if (p.route_ids) {  // routing capture (tests): [token][layer][k]
+      const int64_t at = (static_cast<int64_t>(i / K) * s.n_layers + L) * K + i % K;
+      p.route_ids[at] = topk_ids[i];
+      p.route_w[at] = topk_w[i];
+    }
+  }
   consumer_sync();
   // 2. tokens per expert, prefix sum, slots in (expert, token, k) order.
   for (int e = tid; e < E; e += kConsumerThreads) {

@@ -91,6 +91,9 @@ struct MkParams {
   int64_t timeout_ns;             // bound on any single wait
   int32_t attn_impl;              // MkAttnImpl
   int32_t attn_terms;             // bf16 terms of q and P in the tensor-core item (1..3)
+  // Routing capture (tests; nullptr when off): [batch][n_layers][top_k] chosen experts and weights.
+  int32_t* route_ids;
+  float* route_w;
   // ---- benchmark switches and trace (trace.h); zero/null in production ----
   uint32_t flags;                 // MkFlag bits
   int32_t trace_capacity;         // records per SM per role

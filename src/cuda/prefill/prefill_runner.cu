@@ -115,6 +115,8 @@ PrefillRunner::~PrefillRunner() {
   cudaFree(block_table_);
   cudaFreeHost(staging_);
   cudaFreeHost(error_host_);
+  cudaFree(route_ids_);
+  cudaFree(route_w_);
 }
 
 size_t PrefillRunner::check(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
@@ -205,6 +207,30 @@ void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::spa
   CUDA_CHECK(cudaStreamSynchronize(stream));
   MD_REQUIRE(*error_host_ == 0, "prefill: the device reported error ", *error_host_,
              " (1: an expert id out of range, e.g. NaN router logits; 2: MoE tile list over capacity)");
+}
+
+void PrefillRunner::set_routing_capture(bool on) {
+  if (on == (route_ids_ != nullptr)) return;
+  if (!on) {
+    CUDA_CHECK(cudaFree(route_ids_));
+    CUDA_CHECK(cudaFree(route_w_));
+    route_ids_ = nullptr;
+    route_w_ = nullptr;
+    return;
+  }
+  const size_t n = static_cast<size_t>(max_chunk_) * config_.n_layers * config_.n_experts_per_tok;
+  CUDA_CHECK(cudaMalloc(&route_ids_, n * sizeof(int32_t)));
+  CUDA_CHECK(cudaMalloc(&route_w_, n * sizeof(float)));
+}
+
+void PrefillRunner::read_routing(int n_tokens, std::vector<int32_t>& experts, std::vector<float>& weights) const {
+  MD_REQUIRE(route_ids_ != nullptr, "prefill: routing capture is off");
+  MD_REQUIRE(n_tokens >= 1 && n_tokens <= max_chunk_, "prefill: routing of ", n_tokens, " tokens outside 1..", max_chunk_);
+  const size_t n = static_cast<size_t>(n_tokens) * config_.n_layers * config_.n_experts_per_tok;
+  experts.resize(n);
+  weights.resize(n);
+  CUDA_CHECK(cudaMemcpy(experts.data(), route_ids_, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(weights.data(), route_w_, n * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
 void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView& kv, cudaStream_t stream) {
@@ -309,6 +335,13 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   router.y_stride = E;
   gemm(router, GemmEpilogue::kStore, stream);
   router_topk(router_, E, T, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
+  if (route_ids_) {  // routing capture: token t's K choices of layer l at [t][l][*]
+    const size_t row = static_cast<size_t>(c.n_layers) * K;
+    CUDA_CHECK(cudaMemcpy2DAsync(route_ids_ + static_cast<size_t>(l) * K, row * sizeof(int32_t), topk_ids_,
+                                 K * sizeof(int32_t), K * sizeof(int32_t), T, cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaMemcpy2DAsync(route_w_ + static_cast<size_t>(l) * K, row * sizeof(float), topk_w_, K * sizeof(float),
+                                 K * sizeof(float), T, cudaMemcpyDeviceToDevice, stream));
+  }
 
   MoeListArgs ml;
   ml.topk_ids = topk_ids_;

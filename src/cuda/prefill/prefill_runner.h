@@ -55,6 +55,11 @@ class PrefillRunner {
   void run(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
            const KvCacheView& kv, std::span<float> last_logits, cudaStream_t stream);
 
+  // Routing capture (tests; off by default, nothing is copied when off): after run(), the
+  // experts and weights the piece's tokens chose, [n_tokens][n_layers][top_k] each.
+  void set_routing_capture(bool on);
+  void read_routing(int n_tokens, std::vector<int32_t>& experts, std::vector<float>& weights) const;
+
  private:
   void enqueue_layer(int layer, int n_tokens, int start_pos, const KvCacheView& kv, cudaStream_t stream);
 
@@ -94,6 +99,8 @@ class PrefillRunner {
   float* down_ = nullptr;           // [C*K][H] fp32 expert outputs per slot
   uint16_t* xf_ = nullptr;          // [H] bf16 final-normed last token
   float* logits_ = nullptr;         // [V] fp32
+  int32_t* route_ids_ = nullptr;    // [C][n_layers][K] routing capture (set_routing_capture)
+  float* route_w_ = nullptr;
 };
 
 }  // namespace megadecode::cuda::prefill
