@@ -13,6 +13,7 @@
 
 #include "bench/bench.h"
 #include "bench/gpu/bandwidth.h"
+#include "bench/gpu/stream.h"
 #include "bench/results.h"
 #include "core/args.h"
 #include "core/check.h"
@@ -95,9 +96,47 @@ int bench_bandwidth(int argc, char** argv) {
   nlohmann::json configs = nlohmann::json::array();
   const double best = cuda::measure_read_ceiling(bytes, reps, configs, true);
   std::printf("ceiling: %.1f GB/s\n", best);
+  // The megakernel's page stream alone (bench/gpu/stream.h): bulk copies into a ring per SM.
+  std::printf("page stream (cp.async.bulk into a shared-memory ring, one loader thread per SM), median of 5:\n");
+  nlohmann::json streams = nlohmann::json::array();
+  struct Case {
+    const char* what;
+    int n_sms, page_kb, slots;
+    bool l2;
+    int consumer;
+  };
+  const Case cases[] = {
+      {"1 SM, HBM", 1, 16, 2, false, cuda::kStreamTouch},       {"1 SM, HBM", 1, 16, 4, false, cuda::kStreamTouch},
+      {"1 SM, HBM", 1, 32, 4, false, cuda::kStreamTouch},       {"1 SM, HBM", 1, 32, 6, false, cuda::kStreamTouch},
+      {"all SMs, HBM", 0, 16, 2, false, cuda::kStreamTouch},    {"all SMs, HBM", 0, 16, 4, false, cuda::kStreamTouch},
+      {"all SMs, HBM", 0, 32, 2, false, cuda::kStreamTouch},    {"all SMs, HBM", 0, 32, 4, false, cuda::kStreamTouch},
+      {"all SMs, HBM", 0, 32, 6, false, cuda::kStreamTouch},    {"1 SM, L2", 1, 32, 4, true, cuda::kStreamTouch},
+      {"all SMs, L2", 0, 32, 4, true, cuda::kStreamTouch},      {"all SMs, L2", 0, 32, 6, true, cuda::kStreamTouch},
+      {"1 SM, release", 1, 16, 5, false, cuda::kStreamRelease}, {"1 SM, gemm", 1, 16, 5, false, cuda::kStreamGemm},
+      {"1 SM, gemm+red", 1, 16, 5, false, cuda::kStreamGemmReduce},
+      {"1 SM, L2 gemm+red", 1, 16, 5, true, cuda::kStreamGemmReduce},
+      {"all, release", 0, 16, 5, false, cuda::kStreamRelease},  {"all, gemm", 0, 16, 5, false, cuda::kStreamGemm},
+      {"all, gemm+red", 0, 16, 5, false, cuda::kStreamGemmReduce},
+      {"all, gemm+red", 0, 16, 8, false, cuda::kStreamGemmReduce}};
+  for (const Case& k : cases) {
+    cuda::StreamShape sh;
+    sh.consumer = k.consumer;
+    sh.n_sms = k.n_sms;
+    sh.page_bytes = k.page_kb << 10;
+    sh.slots = k.slots;
+    sh.bytes_per_sm = size_t(k.n_sms == 1 ? 256 : 24) << 20;
+    sh.region_bytes = k.l2 ? size_t(sh.slots) * sh.page_bytes * 2 : sh.bytes_per_sm;
+    const cuda::StreamResult r = cuda::measure_stream(sh, 5);
+    const int kb = k.page_kb * k.slots;
+    std::printf("  %-17s %2d KB pages x %d (%3d KB in flight): %7.1f GB/s per SM, %7.1f GB/s in all (%d SMs)\n",
+                k.what, k.page_kb, k.slots, kb, r.gbps_per_sm, r.gbps_total, r.n_sms);
+    streams.push_back({{"what", k.what}, {"n_sms", r.n_sms}, {"page_kb", k.page_kb}, {"slots", k.slots},
+                       {"l2", k.l2}, {"consumer", k.consumer}, {"bytes_per_sm", sh.bytes_per_sm}, {"ms", r.ms},
+                       {"gbps_per_sm", r.gbps_per_sm}, {"gbps_total", r.gbps_total}});
+  }
   if (args.has("json"))
     write_json(args.get("json", ""), {{"bench", "bandwidth"}, {"device", device_json()}, {"bytes", bytes},
-                                      {"configs", configs}, {"ceiling_gbps", best}});
+                                      {"configs", configs}, {"ceiling_gbps", best}, {"page_stream", streams}});
   return 0;
 }
 
