@@ -5,7 +5,7 @@
 // prefill, then the last token as a decode step, with the device's routing captured;
 // scripts/hf_reference.py --forced-routing then runs transformers on that routing and reports
 // where its own top-k would have differed. Those differences must be near-ties of transformers'
-// (fp32 bound kRouteNearTieFp32), and the step's logits within 1e-2 * max |ref| of transformers',
+// (bound kRouteNearTieMixed: fp32 against bf16 rounding points), and the step's logits within 1e-2 * max |ref| of transformers',
 // the greedy token equal where the top-2 margin allows.
 // Needs python3 with torch and transformers (the GPU machine): MEGADECODE_HF_PYTHON names the
 // interpreter (default python3), MEGADECODE_HF_SCRIPT the script (default: the source tree's).
@@ -152,7 +152,7 @@ TEST(MegakernelHf, MatchesTransformersOnSmallPreset) {
     const HfRun hf = run_transformers(dir / "model", dir / "routing.json", dir / "hf", c.vocab_size);
     int64_t n_tokens = 0;
     for (const auto& p : prompts) n_tokens += static_cast<int64_t>(p.size());
-    expect_routing_exact(hf.audit, n_tokens * c.n_layers, kRouteNearTieFp32, backend + " vs transformers");
+    expect_routing_exact(hf.audit, n_tokens * c.n_layers, kRouteNearTieMixed, backend + " vs transformers");
     ASSERT_EQ(hf.logits.size(), prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i) {
       const std::vector<float>& ref = hf.logits[i];
