@@ -13,7 +13,6 @@
 #include "bench/decode_report.h"
 #include "core/args.h"
 #include "core/check.h"
-#include "cuda/backend/attention_choice.h"
 #include "model/presets.h"
 #include "plan/policy.h"
 
@@ -23,11 +22,11 @@ const char* const kDecodeBenchUsage =
     "usage: megadecode bench decode [--preset qwen3-30b-a3b] [--context 8192[,L2..]] [--batch 1,2,4,8,16,32,64]\n"
     "         [--points CTX:B,...] [--steps 100] [--warmup 10] [--backends mk,ops] [--policy default]\n"
     "         [--ablations] [--ablation-batch 1,8] [--trace FILE] [--trace-batch 1] [--json FILE]\n"
-    "         [--seed S] [--kv-block-size 16] [--ceiling-mib 4096] [--attention scalar|tc|tc2]\n"
+    "         [--seed S] [--kv-block-size 16] [--ceiling-mib 4096]\n"
     "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points.\n"
-    "  --ablations: plan policies, weight prefetch off, static queues, cuda-ops, at --ablation-batch and the\n"
-    "  first context, and the tensor-core attention items (tc: q and P as 3 bf16 terms, tc2: 2 terms).\n"
-    "  --attention: the attention item of the main sweep and the trace (default scalar).\n"
+    "  --ablations: at --ablation-batch and the first context, one change each: grid-sync, the loader\n"
+    "  issuing a task's pages only once its consumers start it, no L2 prefetch in the routing gap, polls\n"
+    "  backing off to 256 ns, cuda-ops.\n"
     "  --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n";
 
 namespace {
@@ -53,7 +52,7 @@ int64_t DecodeBenchOptions::ablation_blocks() const {
 DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   Args args(argc, argv,
             {"preset", "context", "batch", "points", "steps", "warmup", "backends", "policy", "ablation-batch",
-             "trace", "trace-batch", "json", "seed", "kv-block-size", "ceiling-mib", "attention"},
+             "trace", "trace-batch", "json", "seed", "kv-block-size", "ceiling-mib"},
             {"ablations", "help"});
   DecodeBenchOptions o;
   o.help = args.flag("help");
@@ -77,8 +76,6 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
   o.backend.policy = args.get("policy", o.backend.policy);
   (void)policy_by_name(o.backend.policy);  // Error naming the known ones
-  o.backend.attention = args.get("attention", o.backend.attention);
-  (void)cuda::parse_attention(o.backend.attention);  // Error naming the known ones
   o.ablations = args.flag("ablations");
   o.ablation_batches.clear();
   for (int64_t b : args.get_int_list("ablation-batch", {1, 8})) {

@@ -1,6 +1,8 @@
 // Byte accounting of one decode step (decode_bytes.h).
 #include "bench/decode_bytes.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace megadecode {
@@ -68,19 +70,20 @@ StepBytes decode_step_bytes(const ModelConfig& c, std::span<const int> context_l
   return s;
 }
 
-std::vector<int> distinct_experts_from_items(std::span<const int32_t> moe_n_items, int n_layers, int up_blocks,
-                                             int down_blocks, int n_experts) {
-  MD_REQUIRE(moe_n_items.size() >= static_cast<size_t>(n_layers) * 2, "moe_n_items holds ", moe_n_items.size(),
-             " counts for ", n_layers, " layers");
-  MD_REQUIRE(up_blocks >= 1 && down_blocks >= 1, "up/down blocks must be >= 1");
+std::vector<int> distinct_experts(const RoutingLog& routing, int n_layers, int n_experts) {
+  MD_REQUIRE(routing.n_layers() == n_layers && routing.size() > 0, "distinct_experts: a routing of ",
+             routing.n_layers(), " layers and ", routing.size(), " tokens for ", n_layers, " layers");
   std::vector<int> out(n_layers);
+  const int K = routing.top_k();
   for (int l = 0; l < n_layers; ++l) {
-    const int32_t up = moe_n_items[2 * l], down = moe_n_items[2 * l + 1];
-    MD_REQUIRE(up >= 0 && up % up_blocks == 0 && down % down_blocks == 0 && up / up_blocks == down / down_blocks,
-               "layer ", l, ": ", up, " up items and ", down, " down items are not whole experts of ", up_blocks,
-               " + ", down_blocks, " blocks");
-    out[l] = up / up_blocks;
-    MD_REQUIRE(out[l] <= n_experts, "layer ", l, ": ", out[l], " distinct experts of ", n_experts);
+    std::vector<char> seen(n_experts, 0);
+    for (const auto& [key, t] : routing.tokens())
+      for (int k = 0; k < K; ++k) {
+        const int32_t e = t.experts[l * K + k];
+        MD_REQUIRE(e >= 0 && e < n_experts, "distinct_experts: layer ", l, " routes to expert ", e, " of ", n_experts);
+        seen[e] = 1;
+      }
+    out[l] = static_cast<int>(std::count(seen.begin(), seen.end(), 1));
   }
   return out;
 }

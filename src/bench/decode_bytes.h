@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/routing.h"
 
 namespace megadecode {
 
@@ -35,10 +36,7 @@ int64_t model_weight_bytes(const ModelConfig& c);
 StepBytes decode_step_bytes(const ModelConfig& c, std::span<const int> context_lens,
                             std::span<const int> distinct_experts);
 
-// Distinct experts per layer from DISPATCH's item counts (buffer moe_n_items, [n_layers][2]:
-// up items, down items): an active expert contributes exactly up_blocks up items and
-// down_blocks down items. Error when the counts are not whole multiples or disagree.
-std::vector<int> distinct_experts_from_items(std::span<const int32_t> moe_n_items, int n_layers, int up_blocks,
-                                             int down_blocks, int n_experts);
+// Distinct experts per layer of a step's routing (the CUDA backends' routing capture).
+std::vector<int> distinct_experts(const RoutingLog& routing, int n_layers, int n_experts);
 
 }  // namespace megadecode

@@ -27,7 +27,7 @@ GpuInfo gpu_info();
 
 struct DecodePointResult {
   std::vector<float> step_ms;          // each timed replay
-  std::vector<int> distinct_experts;   // [n_layers] from DISPATCH's item counts
+  std::vector<int> distinct_experts;   // [n_layers] from the step's routing (capture)
   std::vector<int> context_lens;       // [batch]
   int n_sms = 0;
   std::vector<TraceRecord> trace;      // when asked for

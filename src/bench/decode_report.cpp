@@ -34,7 +34,6 @@ nlohmann::json decode_record(const DecodePoint& p) {
           {"policy", p.options.policy},
           {"ablation", p.ablation},
           {"kernel_flags", p.options.kernel_flags},
-          {"attention", p.options.attention},
           {"batch", p.batch},
           {"context", p.context},
           {"n_sms", p.n_sms},

@@ -3,14 +3,12 @@
 #include <cstdint>
 
 #include "core/check.h"
-#include "cuda/backend/attention_choice.h"
 
 namespace megadecode {
 
 BackendOptions backend_options_from(const Args& args, const std::string& default_backend) {
   BackendOptions o;
   o.backend = args.get("backend", default_backend);
-  const bool cuda = o.backend == "cuda-mk" || o.backend == "cuda-ops";
   const int64_t block_size = args.get_int("block-size", o.kv_block_size);
   MD_REQUIRE(block_size >= 1 && block_size <= 4096, "--block-size must be in [1, 4096], got ", block_size);
   o.kv_block_size = static_cast<int>(block_size);
@@ -23,12 +21,6 @@ BackendOptions backend_options_from(const Args& args, const std::string& default
   const int64_t chunk = args.get_int("prefill-chunk", o.prefill_chunk);
   MD_REQUIRE(chunk >= 0 && chunk <= 65536, "--prefill-chunk must be in [0, 65536], got ", chunk);
   o.prefill_chunk = static_cast<int>(chunk);
-  if (args.has("attention")) {
-    o.attention = args.get("attention", o.attention);
-    MD_REQUIRE(cuda, "--attention ", o.attention, " is a choice of the CUDA backends (cuda-mk, cuda-ops), not of ",
-               o.backend);
-    (void)cuda::parse_attention(o.attention);  // Error naming the known ones
-  }
   return o;
 }
 

@@ -27,9 +27,9 @@ constexpr const char* kUsage =
     "         [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = off)] [--top-p P (1.0)] [--min-p M (0)]\n"
     "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X (1.0)] [--seed S (0)]\n"
     "         [--backend cpu-ref|cpu-mk|cuda-mk|cuda-ops] [--block-size B (16)] [--threads N (all)]\n"
-    "         [--gpu-memory-utilization F (0.9)] [--prefill-chunk N] [--attention scalar|tc|tc2]\n"
+    "         [--gpu-memory-utilization F (0.9)] [--prefill-chunk N]\n"
     "         [--ignore-eos] [--print-ids]\n"
-    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0, the default: the decode step one\n"
+    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 2048; 0: the decode step one\n"
     "  token at a time).\n"
     "  --random-weights: GPU backends only; the weights make-model --preset NAME --seed S would write,\n"
     "  generated on the GPU (no files).\n"
@@ -83,8 +83,7 @@ int cmd_generate(int argc, char** argv) {
   const Args args(argc, argv,
                   {"model", "prompt-ids", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p", "seed",
                    "presence-penalty", "frequency-penalty", "repetition-penalty", "backend", "block-size", "threads",
-                   "preset", "weights-seed", "gpu-memory-utilization", "prefill-chunk",
-                   "attention"},
+                   "preset", "weights-seed", "gpu-memory-utilization", "prefill-chunk"},
                   {"ignore-eos", "help", "chat", "print-ids", "random-weights"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);

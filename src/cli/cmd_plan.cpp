@@ -1,6 +1,6 @@
 // `megadecode plan`: builds and validates the decode plan for a model shape and batch without
 // loading weights (--preset uses the built-in shapes, --model reads only config.json), then prints
-// its statistics: tasks per op and per SM, counters, queues, the critical path. With --simulate it
+// its statistics: tasks per op and per SM, counters, attention items, the critical path. With --simulate it
 // also predicts the step's timing (plan/simulate.h), and with --trace compares it with a measurement.
 #include <cstdio>
 #include <iostream>
@@ -11,8 +11,6 @@
 #include "cli/commands.h"
 #include "core/args.h"
 #include "core/check.h"
-#include "cuda/backend/attention_choice.h"
-#include "engine/backend.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "plan/planner.h"
@@ -25,14 +23,13 @@ namespace {
 
 // --simulate: the statistics plus the predicted timing, and with --trace the error per op wave.
 int simulate_and_print(const Args& args, const Plan& plan, const PlanStats& stats) {
-  const std::string attention = args.get("attention", BackendOptions{}.attention);
-  SimParams params = v1_h200_params(cuda::parse_attention(attention).impl == cuda::kMkAttnTc);
+  SimParams params = v2_h200_params();
   if (args.has("sim-params")) params = read_sim_params(args.require("sim-params"), params);
   const SimResult sim = simulate_plan(plan, params);
   std::optional<TimelineComparison> cmp;
   if (args.has("trace")) {
     const MeasuredTimeline m = read_measured_timeline(args.require("trace"));
-    const nlohmann::json want = {{"batch", plan.params.shape.batch}, {"attention", attention}};
+    const nlohmann::json want = {{"batch", plan.params.shape.batch}};
     for (const auto& [key, v] : want.items())
       if (m.meta.contains(key) && m.meta[key] != v)
         std::fprintf(stderr, "note: the trace's %s is %s, the simulation's %s\n", key.c_str(), m.meta[key].dump().c_str(),
@@ -53,19 +50,18 @@ int simulate_and_print(const Args& args, const Plan& plan, const PlanStats& stat
 
 int cmd_plan(int argc, char** argv) {
   Args args(argc, argv,
-            {"model", "preset", "batch", "context", "policy", "sms", "block-size", "tile-kib", "lm-tile-kib",
-             "sim-params", "trace", "attention"},
+            {"model", "preset", "batch", "context", "policy", "sms", "block-size", "tiles-per-sm", "sim-params",
+             "trace"},
             {"json", "no-lm-head", "simulate", "help"});
   if (args.flag("help")) {
     std::printf(
         "usage: megadecode plan (--model DIR | --preset NAME) [--batch B] [--context L[,L2,...]] [--policy P]\n"
-        "                       [--sms S] [--block-size N] [--tile-kib K] [--lm-tile-kib K] [--no-lm-head] [--json]\n"
-        "                       [--simulate [--attention A] [--sim-params FILE.json] [--trace TRACE.json[.gz]]]\n"
+        "                       [--sms S] [--block-size N] [--tiles-per-sm N] [--no-lm-head] [--json]\n"
+        "                       [--simulate [--sim-params FILE.json] [--trace TRACE.json[.gz]]]\n"
         "  --context takes one length for every sequence, or one per sequence (cycled).\n"
-        "  --simulate predicts the step's timing with the H200-calibrated model of the megakernel running\n"
-        "  --attention A (%s; default %s); --sim-params overrides parameters (keys as in --json's \"params\");\n"
-        "  --trace compares with a trace of bench decode --trace (its per-layer timeline, error per op wave).\n",
-        cuda::kAttentionNames, BackendOptions{}.attention.c_str());
+        "  --simulate predicts the step's timing with the H200 model of the megakernel; --sim-params\n"
+        "  overrides parameters (keys as in --json's \"params\"); --trace compares with a trace of\n"
+        "  bench decode --trace (its per-layer timeline, error per op wave).\n");
     return 0;
   }
   MD_REQUIRE(args.has("model") != args.has("preset"), "give exactly one of --model DIR and --preset NAME");
@@ -77,8 +73,7 @@ int cmd_plan(int argc, char** argv) {
   for (int64_t c : contexts) MD_REQUIRE(c >= 1 && c <= (1 << 24), "--context must be in 1..16777216, got ", c);
 
   Policy policy = policy_by_name(args.get("policy", "default"));
-  if (args.has("tile-kib")) policy.tile_weight_bytes = args.get_int("tile-kib", 128) * 1024;
-  if (args.has("lm-tile-kib")) policy.lm_tile_weight_bytes = args.get_int("lm-tile-kib", 512) * 1024;
+  if (args.has("tiles-per-sm")) policy.tiles_per_sm = static_cast<int>(args.get_int("tiles-per-sm", 1));
   PlanOptions options;
   options.n_sms = static_cast<int>(args.get_int("sms", 132));
   options.lm_head = options.sample = !args.flag("no-lm-head");
@@ -102,8 +97,8 @@ int cmd_plan(int argc, char** argv) {
   validate_plan(plan);
   const PlanStats stats = plan_stats(plan);
   if (args.flag("simulate")) return simulate_and_print(args, plan, stats);
-  MD_REQUIRE(!args.has("sim-params") && !args.has("trace") && !args.has("attention"),
-             "--sim-params, --trace and --attention need --simulate");
+  MD_REQUIRE(!args.has("sim-params") && !args.has("trace") ,
+             "--sim-params and --trace need --simulate");
   if (args.flag("json")) {
     std::cout << plan_stats_json(stats).dump(2) << "\n";
   } else {

@@ -32,12 +32,12 @@ constexpr const char* kUsage =
     "         [--max-num-batched-tokens N (256)] [--block-size B (16)] [--kv-cache-tokens N]\n"
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
-    "         [--attention scalar|tc|tc2] [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
+    "         [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
     "         [--reasoning-parser qwen3|none]\n"
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
     "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
-    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (0, the default: the decode step one\n"
+    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 2048; 0: the decode step one\n"
     "  token at a time). The scheduler's chunk is --max-num-batched-tokens.\n"
     "  --tool-call-parser, --reasoning-parser: default from the chat template (Qwen3: hermes and qwen3;\n"
     "  Qwen3-Coder: qwen3_coder and none). --chat-template: a Qwen3 or Qwen3-Coder template file.\n";
@@ -55,7 +55,7 @@ int cmd_serve(int argc, char** argv) {
                   {"host", "port", "backend", "served-model-name", "max-num-seqs", "max-model-len",
                    "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
                    "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk",
-                   "attention", "chat-template", "tool-call-parser", "reasoning-parser"},
+                   "chat-template", "tool-call-parser", "reasoning-parser"},
                   {"no-enable-prefix-caching", "random-weights", "help"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);

@@ -20,9 +20,9 @@ CpuMkBackend::CpuMkBackend(const ModelConfig& config, const ModelWeights& weight
       kv_(config, options.kv_block_size, options.n_kv_blocks),
       emulator_(config_, weights_, kv_) {
   MD_REQUIRE(n_sms_ >= 1 && n_sms_ <= 132, "cpu-mk: emulated SMs (--threads) must be in 1..132, got ", n_sms_);
-  // 16-row tiles: a CPU-sized model still gets several tiles per op.
-  policy_.tile_weight_bytes = 16LL * std::max(config.hidden_size, config.moe_intermediate_size) * 2;
-  policy_.lm_tile_weight_bytes = 256LL * config.hidden_size * 2;
+  // Several tiles of each op per emulated SM, and short attention splits: a CPU-sized model still
+  // runs every path of the plan.
+  policy_.tiles_per_sm = 3;
   policy_.attn_min_split_tokens = 64;
 }
 

@@ -46,7 +46,6 @@ std::atomic<int32_t>& Worker::counter(int32_t index) {
 
 std::string Worker::where() const {
   std::string s = cat("SM ", sm_, ", ", describe_task(*shared_.plan, task_));
-  if (item_ >= 0) s += cat(", item ", item_);
   return s;
 }
 
@@ -86,11 +85,6 @@ void Worker::arrive(int32_t index, int32_t amount) { counter(index).fetch_add(am
 
 int32_t Worker::fetch_add(int32_t index, int32_t amount) {
   return counter(index).fetch_add(amount, std::memory_order_acq_rel);
-}
-
-int32_t Worker::claim(int32_t head) {
-  item_ = counter(head).fetch_add(1, std::memory_order_relaxed);
-  return item_;
 }
 
 void Worker::pause() {

@@ -1,7 +1,7 @@
 // The emulator's synchronisation: counters as padded std::atomic<int32_t> (one per cache line, as
 // the GPU keeps one per 128-byte line), and the per-SM Worker that implements Sync for the tiles:
 // acquire waits with bounded spins (yield, then short sleeps, then a timeout Error naming the
-// task), release arrivals, relaxed claims, and seeded random delays.
+// task), release arrivals, the attention items' acq_rel fetch_add, and seeded random delays.
 #pragma once
 
 #include <atomic>
@@ -60,14 +60,12 @@ class Worker final : public Sync {
   void wait(int32_t counter, int32_t target) override;
   void arrive(int32_t counter, int32_t amount) override;
   int32_t fetch_add(int32_t counter, int32_t amount) override;
-  int32_t claim(int32_t head_counter) override;
   void pause() override;
 
   void begin_task(int task) {
     task_ = task;
-    item_ = -1;
   }
-  std::string where() const;  // "SM 3, task 57 (...), item 12"
+  std::string where() const;  // "SM 3, task 57 (...)"
 
  private:
   std::atomic<int32_t>& counter(int32_t index);
@@ -75,7 +73,6 @@ class Worker final : public Sync {
   StepShared& shared_;
   int sm_;
   int task_ = -1;
-  int32_t item_ = -1;
   SplitMix64 rng_;
 };
 

@@ -1,11 +1,13 @@
 // CPU tile implementations of every decode op, the bodies the cpu-mk emulator dispatches a Task
-// to. Each computes exactly the outputs its task owns (rows, tokens or queue items of one layer)
-// in fp32 from the model's weights, reading and writing the step's buffers through the plan's
-// BufferLayout, and synchronising only through `Sync` (the emulated counters). Reductions have a
-// fixed order (ref::dot's lanes; O-proj groups 0..G-1; attention splits 0..n-1; experts in top-k
-// order), so results never depend on which thread ran what, or when.
-// The math is the reference's (src/ref/math.h); only the tiling differs: O-proj sums over KV groups
-// and attention merges splits by log-sum-exp, everything else is bitwise the reference's.
+// to. Each computes exactly the outputs its task owns (row blocks, an attention item, an MoE share
+// or tokens of one layer) in fp32 from the model's weights, reading and writing the step's buffers
+// through the plan's BufferLayout, and synchronising only through `Sync` (the emulated counters).
+// As on the GPU, every GEMM tile recomputes the RMSNorm of the residual it reads in its prologue,
+// and every MoE share derives the layer's routing from the router logits itself (plan/moe_split.h).
+// Reductions have a fixed order (ref::dot's lanes; attention splits 0..n-1; experts in top-k order),
+// so results never depend on which thread ran what, or when. The math is the reference's
+// (src/ref/math.h); only attention differs (splits merged by log-sum-exp): everything else is bitwise
+// the reference's.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +31,6 @@ class Sync {
   virtual void wait(int32_t counter, int32_t target) = 0;          // until counter >= target (acquire)
   virtual void arrive(int32_t counter, int32_t amount) = 0;        // release
   virtual int32_t fetch_add(int32_t counter, int32_t amount) = 0;  // acq_rel; returns the old value
-  virtual int32_t claim(int32_t head_counter) = 0;                 // next queue index (relaxed fetch_add)
   virtual void pause() = 0;                                        // an injected delay point
 };
 
@@ -64,8 +65,11 @@ struct StepView {
 };
 
 // One function per op, named after the op table (tile_<snake_name>).
-#define MD_TILE_DECL(e, name, drain) void tile_##name(const StepView& v, Sync& sync, const Task& task);
+#define MD_TILE_DECL(e, name) void tile_##name(const StepView& v, Sync& sync, const Task& task);
 MD_OPS(MD_TILE_DECL)
 #undef MD_TILE_DECL
+
+// RMSNorm of token t's row of an fp32 residual [batch, hidden] with `weight` (the tiles' prologue).
+std::vector<float> normed_row(const StepView& v, const float* residual, int t, const std::vector<float>& weight);
 
 }  // namespace megadecode::emu

@@ -1,9 +1,9 @@
-// The attention drain: claims (sequence, KV group, split) items. An item applies q_norm and RoPE
+// The attention item of an ATTN task (sequence, KV group, split). An item applies q_norm and RoPE
 // to its group's query heads, and (when it holds the sequence's last position) k_norm + RoPE to the
 // new key and appends K/V to the paged cache; then computes, per query head, the split's running
 // max m, sum of exp l and unnormalised output o over its positions. The split that finishes last
 // (elected by an acq_rel fetch_add on attn_split[seq, g]) merges all splits by log-sum-exp in split
-// order, writes attn_out and arrives on attn_done[g]. A one-split sequence is its own last split.
+// order, writes attn_out and arrives on attn_done. A one-split sequence is its own last split.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -93,22 +93,17 @@ void attn_merge(const StepView& v, const AttnItem& it) {
 void tile_attn(const StepView& v, Sync& sync, const Task& task) {
   const PlanShape& s = v.shape();
   const CounterLayout& c = v.counters();
-  const int L = task.layer;
-  for (;;) {
-    const int32_t i = sync.claim(layer_counter(c, L, c.attn_head));
-    if (i >= s.n_attn_items) break;
-    sync.pause();
-    const AttnItem& it = v.items()[i];
-    sync.wait(layer_counter(c, L, c.qkv_done + it.group), s.qkv_tiles_per_group);
-    attn_split(v, L, it, i);
-    sync.pause();
-    const int32_t before = sync.fetch_add(layer_counter(c, L, c.attn_split + it.seq * s.n_kv_heads + it.group), 1);
-    MD_REQUIRE(before < it.n_splits, "attention item ", i, ": split counter of seq ", it.seq, " g", it.group,
-               " passed its ", it.n_splits, " splits");
-    if (before == it.n_splits - 1) {
-      attn_merge(v, it);
-      sync.arrive(layer_counter(c, L, c.attn_done + it.group), 1);
-    }
+  const int L = task.layer, i = task.arg[0];
+  MD_REQUIRE(i >= 0 && i < s.n_attn_items, "attention task names item ", i, " of ", s.n_attn_items);
+  const AttnItem& it = v.items()[i];
+  attn_split(v, L, it, i);
+  sync.pause();
+  const int32_t before = sync.fetch_add(layer_counter(c, L, c.attn_split + it.seq * s.n_kv_heads + it.group), 1);
+  MD_REQUIRE(before < it.n_splits, "attention item ", i, ": split counter of seq ", it.seq, " g", it.group,
+             " passed its ", it.n_splits, " splits");
+  if (before == it.n_splits - 1) {
+    attn_merge(v, it);
+    sync.arrive(layer_counter(c, L, c.attn_done), 1);
   }
 }
 

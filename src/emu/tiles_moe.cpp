@@ -1,140 +1,111 @@
-// MoE tiles.
-//   DISPATCH: per token softmax → top-k → renormalise (ref::route); tokens per expert, prefix
-//     offsets, slot lists (expert-major, then token order); the layer's up and down item queues
-//     (active experts ascending); then credits up_done of every inactive expert and down_done for
-//     the inactive experts' blocks, so consumers' targets stay static.
-//   EXPERT_UP drain: item (e, column block): act[slot, cols] = silu(gate·hn) * (up·hn) for every
-//     slot of expert e; arrives up_done[e].
-//   EXPERT_DOWN drain: item (e, row block): waits up_done[e], down_out[slot, rows] = down·act[slot];
-//     arrives down_done.
+// MoE tiles (plan/moe_split.h). Every share first derives the layer's routing from the router
+// logits (softmax, top-k, renormalise: ref::route) and the slot numbering; then
+//   EXPERT_UP share: its up units (expert, 8 gate + 8 up columns): act[slot, cols] =
+//     silu(gate . hn) * (up . hn) for every slot of the unit's expert, hn = RMSNorm(h) recomputed;
+//   EXPERT_DOWN share: its hidden rows over every active expert: x[t, rows] = h[t, rows] +
+//     sum_k w_k * (down_k . act[slot(t, k)]), the sum in top-k order from zero (the reference's).
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
 #include "emu/tiles.h"
+#include "plan/moe_split.h"
 #include "ref/math.h"
 
 namespace megadecode::emu {
+namespace {
 
-void tile_dispatch(const StepView& v, Sync& sync, const Task& task) {
+struct LayerRouting {
+  std::vector<int32_t> ids;        // [B, K] experts of token t in top-k order
+  std::vector<float> w;            // [B, K] their weights
+  std::vector<int32_t> slot;       // [B, K] slot of (t, k): expert-major, tokens in order
+  std::vector<int32_t> offset;     // [E + 1] first slot of each expert
+  std::vector<int32_t> active;     // experts with a token, ascending
+  std::vector<int32_t> slot_token;  // [B * K]
+};
+
+LayerRouting route_layer(const StepView& v) {
   const PlanShape& s = v.shape();
-  const CounterLayout& c = v.counters();
-  const int L = task.layer, E = s.n_experts, K = s.top_k;
+  const int B = s.batch, K = s.top_k, E = s.n_experts;
+  LayerRouting r;
+  r.ids.resize(B * K);
+  r.w.resize(B * K);
   std::vector<int32_t> count(E, 0);
-  for (int t = 0; t < s.batch; ++t) {
-    const auto routes = ref::route(v.router_logits + static_cast<size_t>(t) * E, *v.config);
+  for (int t = 0; t < B; ++t) {
+    const float* logits = v.router_logits + static_cast<size_t>(t) * E;
+    for (int e = 0; e < E; ++e)
+      MD_REQUIRE(std::isfinite(logits[e]), "router logit ", e, " of token ", t,
+                 " is not finite (router tiles not run: missing dependency?)");
+    const auto routes = ref::route(logits, *v.config);
     MD_CHECK(static_cast<int>(routes.size()) == K);
     for (int k = 0; k < K; ++k) {
-      v.topk_ids[t * K + k] = routes[k].first;
-      v.topk_w[t * K + k] = routes[k].second;
+      r.ids[t * K + k] = routes[k].first;
+      r.w[t * K + k] = routes[k].second;
       ++count[routes[k].first];
     }
   }
-  v.expert_offset[0] = 0;
+  r.offset.assign(E + 1, 0);
   for (int e = 0; e < E; ++e) {
-    v.expert_count[e] = count[e];
-    v.expert_offset[e + 1] = v.expert_offset[e] + count[e];
+    r.offset[e + 1] = r.offset[e] + count[e];
+    if (count[e] > 0) r.active.push_back(e);
   }
+  r.slot.resize(B * K);
+  r.slot_token.resize(B * K);
   std::vector<int32_t> fill(E, 0);
-  for (int t = 0; t < s.batch; ++t)
+  for (int t = 0; t < B; ++t)
     for (int k = 0; k < K; ++k) {
-      const int e = v.topk_ids[t * K + k];
-      const int32_t slot = v.expert_offset[e] + fill[e]++;
-      v.expert_tokens[slot] = t;
-      v.token_slot[t * K + k] = slot;
+      const int e = r.ids[t * K + k];
+      const int32_t slot = r.offset[e] + fill[e]++;
+      r.slot[t * K + k] = slot;
+      r.slot_token[slot] = t;
     }
-  int32_t n_up = 0, n_down = 0, n_active = 0;
-  for (int e = 0; e < E; ++e) {
-    if (count[e] == 0) continue;
-    ++n_active;
-    MD_REQUIRE(n_up + s.up_blocks <= s.up_capacity && n_down + s.down_blocks <= s.down_capacity, "L", L,
-               " dispatch: expert items overflow the queues (up capacity ", s.up_capacity, ", down capacity ",
-               s.down_capacity, ")");
-    for (int j = 0; j < s.up_blocks; ++j) v.up_items[n_up++] = pack_moe_item(e, j);
-    for (int j = 0; j < s.down_blocks; ++j) v.down_items[n_down++] = pack_moe_item(e, j);
-  }
-  v.moe_n_items[L * 2] = n_up;
-  v.moe_n_items[L * 2 + 1] = n_down;
-  for (int e = 0; e < E; ++e)
-    if (count[e] == 0) sync.arrive(layer_counter(c, L, c.up_done + e), s.up_blocks);
-  if (n_active < E) sync.arrive(layer_counter(c, L, c.down_done), (E - n_active) * s.down_blocks);
-}
-
-namespace {
-
-// The slots [begin, end) of expert e, checked against the tables (a missing dependency shows as
-// unwritten tables, which must be an error, not a wild read).
-std::pair<int32_t, int32_t> expert_slots(const StepView& v, int e) {
-  const PlanShape& s = v.shape();
-  const int32_t begin = v.expert_offset[e], end = v.expert_offset[e + 1];
-  MD_REQUIRE(begin >= 0 && begin <= end && end <= s.batch * s.top_k, "expert ", e, " has slots ", begin, "..", end,
-             " (routing tables not written: missing dependency?)");
-  return {begin, end};
-}
-
-int32_t checked_item(const StepView& v, const int32_t* items, int32_t index, int blocks) {
-  const int32_t item = items[index];
-  MD_REQUIRE(item >= 0 && moe_item_expert(item) < v.shape().n_experts && moe_item_block(item) < blocks,
-             "MoE item ", index, " is ", item, " (queue not written: missing dependency?)");
-  return item;
-}
-
-int32_t n_items(const StepView& v, int L, int which, int32_t capacity) {
-  const int32_t n = v.moe_n_items[L * 2 + which];
-  MD_REQUIRE(n >= 0 && n <= capacity, "L", L, " MoE item count ", n, " outside [0, ", capacity, "]");
-  return n;
+  return r;
 }
 
 }  // namespace
 
-void tile_expert_up(const StepView& v, Sync& sync, const Task& task) {
+void tile_expert_up(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
-  const CounterLayout& c = v.counters();
   const int L = task.layer, H = s.hidden, I = s.moe_inter;
-  const int32_t n = n_items(v, L, 0, s.up_capacity);
+  const LayerRouting r = route_layer(v);
+  std::vector<std::vector<float>> hn;
+  for (int t = 0; t < s.batch; ++t) hn.push_back(normed_row(v, v.h, t, v.norms->post_attn[L]));
+  const MoeShare share = moe_share(static_cast<int32_t>(r.active.size()) * s.up_units, task.arg[0], task.arg[1]);
   std::vector<float> gate_row(H), up_row(H);
-  for (;;) {
-    const int32_t i = sync.claim(layer_counter(c, L, c.up_head));
-    if (i >= n) break;
-    sync.pause();
-    const int32_t item = checked_item(v, v.up_items, i, s.up_blocks);
-    const int e = moe_item_expert(item), j = moe_item_block(item);
+  for (int32_t u = share.begin; u < share.end; ++u) {
+    const int e = r.active[u / s.up_units], j = u % s.up_units;
     const ExpertWeights& w = v.weights->layers[L].experts[e];
-    const auto [begin, end] = expert_slots(v, e);
-    for (int col = j * s.up_cols; col < std::min(I, (j + 1) * s.up_cols); ++col) {
+    for (int col = j * 8; col < std::min(I, (j + 1) * 8); ++col) {
       ref::load_row(w.gate, col, gate_row.data());
       ref::load_row(w.up, col, up_row.data());
-      for (int32_t slot = begin; slot < end; ++slot) {
-        const float* x = v.hn + static_cast<size_t>(v.expert_tokens[slot]) * H;
-        v.act[static_cast<size_t>(slot) * I + col] = ref::silu(ref::dot(gate_row.data(), x, H)) * ref::dot(up_row.data(), x, H);
+      for (int32_t slot = r.offset[e]; slot < r.offset[e + 1]; ++slot) {
+        const std::vector<float>& x = hn[r.slot_token[slot]];
+        v.act[static_cast<size_t>(slot) * I + col] =
+            ref::silu(ref::dot(gate_row.data(), x.data(), H)) * ref::dot(up_row.data(), x.data(), H);
       }
     }
-    sync.arrive(layer_counter(c, L, c.up_done + e), 1);
   }
 }
 
-void tile_expert_down(const StepView& v, Sync& sync, const Task& task) {
+void tile_expert_down(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
-  const CounterLayout& c = v.counters();
-  const int L = task.layer, H = s.hidden, I = s.moe_inter;
-  const int32_t n = n_items(v, L, 1, s.down_capacity);
+  const int L = task.layer, H = s.hidden, I = s.moe_inter, K = s.top_k;
+  const LayerRouting r = route_layer(v);
+  const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1]);
   std::vector<float> row(I);
-  for (;;) {
-    const int32_t i = sync.claim(layer_counter(c, L, c.down_head));
-    if (i >= n) break;
-    sync.pause();
-    const int32_t item = checked_item(v, v.down_items, i, s.down_blocks);
-    const int e = moe_item_expert(item), j = moe_item_block(item);
-    sync.wait(layer_counter(c, L, c.up_done + e), s.up_blocks);
-    const ExpertWeights& w = v.weights->layers[L].experts[e];
-    const auto [begin, end] = expert_slots(v, e);
-    for (int r = j * s.down_rows; r < std::min(H, (j + 1) * s.down_rows); ++r) {
-      ref::load_row(w.down, r, row.data());
-      for (int32_t slot = begin; slot < end; ++slot)
-        v.down_out[static_cast<size_t>(slot) * H + r] = ref::dot(row.data(), v.act + static_cast<size_t>(slot) * I, I);
+  for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr)
+    for (int t = 0; t < s.batch; ++t) {
+      float moe = 0.0f;
+      for (int k = 0; k < K; ++k) {
+        ref::load_row(v.weights->layers[L].experts[r.ids[t * K + k]].down, rr, row.data());
+        const float* a = v.act + static_cast<size_t>(r.slot[t * K + k]) * I;
+        moe += r.w[t * K + k] * ref::dot(row.data(), a, I);
+      }
+      const size_t at = static_cast<size_t>(t) * H + rr;
+      v.x[at] = v.h[at] + moe;
     }
-    sync.arrive(layer_counter(c, L, c.down_done), 1);
-  }
 }
 
 }  // namespace megadecode::emu

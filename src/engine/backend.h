@@ -29,13 +29,9 @@ struct BackendOptions {
   int n_threads = 0;                    // cpu-ref: worker threads (0: one per hardware thread);
                                         // cpu-mk: emulated SMs (0: 8)
   double gpu_memory_utilization = 0.9;  // CUDA: share of the GPU's memory for weights + KV
-  // CUDA: tokens per prefill kernel pass; 0 runs prefill through the decode step one token at a
-  // time. 0 stays the default until the prefill kernels have passed tests/cuda/test_prefill on a
-  // GPU (then 2048).
-  int prefill_chunk = 0;
-  // CUDA: the megakernel's attention item, scalar | tc | tc2 (cuda/backend/attention_choice.h).
-  // Flip it when the GPU tests have shown another choice correct and faster.
-  std::string attention = "scalar";
+  // CUDA: tokens per prefill kernel pass (src/cuda/prefill; routing-exact against cpu-ref on the
+  // H200); 0 runs prefill through the decode step one token at a time (the comparison baseline).
+  int prefill_chunk = 2048;
   std::string policy = "default";       // CUDA: decode plan policy (plan/policy.h)
   int n_sms = 0;                        // CUDA: SMs the plan uses, 0: every SM of the device
   int64_t wait_timeout_ms = 2000;       // CUDA: bound on any single counter wait inside a step

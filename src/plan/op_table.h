@@ -1,57 +1,51 @@
 // The one list of decode-step operations (qwen3_moe). Everything that needs the set of ops — the
-// Op enum, the names, the CPU emulator's dispatch (src/emu/emulator.cpp) and the device dispatch
-// (src/cuda) — is generated from MD_OPS, so nothing is kept in sync by hand.
+// Op enum, the names, the CPU emulator's dispatch (src/emu/emulator.cpp), the device dispatch
+// (src/cuda/megakernel) and the timing model's table (src/plan/simulate_plan.cpp) — is generated
+// from MD_OPS, so nothing is kept in sync by hand.
 //
-// X(Enum, snake_name, is_drain): a drain op appears as one task per SM in its wave and claims
-// items from a queue (attention: built by the host; MoE: built on the device by DISPATCH).
-// Per layer the chain is: ATTN_NORM → QKV → ATTN → O_PROJ → MOE_NORM → ROUTER → DISPATCH →
-// EXPERT_UP → EXPERT_DOWN, then FINAL_NORM → LM_HEAD → SAMPLE. The MoE combine (Σ_k w_k·down_k,
-// fixed k order, + residual) is the prologue of the next ATTN_NORM / FINAL_NORM and the O-proj
-// reduction (Σ over KV groups, fixed order, + residual) the prologue of MOE_NORM: this saves a
-// dependent hop per layer (see task.h).
+// X(Enum, snake_name). Per layer the graph is (one counter hop per arrow, task.h):
+//   QKV tiles (prologue: RMSNorm of the residual x) -> attention items (q/k norm, RoPE, K/V append,
+//   split partial; the last split merges) -> O-proj tiles (epilogue: h = x + o) -> router tiles
+//   (prologue: RMSNorm of h) -> expert up (every SM derives the layer's routing and its share of
+//   the up units itself) -> expert down (its share of the row blocks over every active expert;
+//   epilogue: x = h + sum_k w_k down_k in top-k order)
+// then LM head tiles (prologue: the final RMSNorm) -> SAMPLE. No task runs on one SM alone for the
+// whole GPU: the norms are recomputed in every consumer tile's prologue and the routing on every SM.
 #pragma once
 
 #include <cstdint>
 
-#define MD_OPS(X)                 \
-  X(AttnNorm, attn_norm, false)   \
-  X(Qkv, qkv, false)              \
-  X(Attn, attn, true)             \
-  X(OProj, o_proj, false)         \
-  X(MoeNorm, moe_norm, false)     \
-  X(Router, router, false)        \
-  X(Dispatch, dispatch, false)    \
-  X(ExpertUp, expert_up, true)    \
-  X(ExpertDown, expert_down, true) \
-  X(FinalNorm, final_norm, false) \
-  X(LmHead, lm_head, false)       \
-  X(Sample, sample, false)
+#define MD_OPS(X)              \
+  X(Qkv, qkv)                  \
+  X(Attn, attn)                \
+  X(OProj, o_proj)             \
+  X(Router, router)            \
+  X(ExpertUp, expert_up)       \
+  X(ExpertDown, expert_down)   \
+  X(LmHead, lm_head)           \
+  X(Sample, sample)
 
 namespace megadecode {
 
 enum class Op : uint8_t {
-#define MD_OP_ENUM(e, name, drain) k##e,
+#define MD_OP_ENUM(e, name) k##e,
   MD_OPS(MD_OP_ENUM)
 #undef MD_OP_ENUM
 };
 
-#define MD_OP_COUNT(e, name, drain) +1
+#define MD_OP_COUNT(e, name) +1
 inline constexpr int kNumOps = 0 MD_OPS(MD_OP_COUNT);
 #undef MD_OP_COUNT
 
 inline constexpr const char* kOpNames[] = {
-#define MD_OP_NAME(e, name, drain) #name,
+#define MD_OP_NAME(e, name) #name,
     MD_OPS(MD_OP_NAME)
 #undef MD_OP_NAME
 };
 
-inline constexpr bool kOpIsDrain[] = {
-#define MD_OP_DRAIN(e, name, drain) drain,
-    MD_OPS(MD_OP_DRAIN)
-#undef MD_OP_DRAIN
-};
-
 inline constexpr const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
-inline constexpr bool op_is_drain(Op op) { return kOpIsDrain[static_cast<int>(op)]; }
+
+// Expert work: its weight pages are known only once the layer's routing is.
+inline constexpr bool op_is_routed(Op op) { return op == Op::kExpertUp || op == Op::kExpertDown; }
 
 }  // namespace megadecode

@@ -1,5 +1,4 @@
-// Names for plans' tasks, counters and queues, used in validator errors, emulator timeouts and
-// statistics.
+// Names for plans' tasks and counters, used in validator errors, emulator timeouts and statistics.
 #include "plan/plan.h"
 
 #include <algorithm>
@@ -10,20 +9,13 @@ namespace megadecode {
 
 const char* counter_kind_name(CounterKind kind) {
   switch (kind) {
-    case CounterKind::kNormDone: return "norm_done";
     case CounterKind::kQkvDone: return "qkv_done";
     case CounterKind::kAttnSplit: return "attn_split";
     case CounterKind::kAttnDone: return "attn_done";
     case CounterKind::kOprojDone: return "oproj_done";
-    case CounterKind::kMoeNormDone: return "moe_norm_done";
     case CounterKind::kRouterDone: return "router_done";
-    case CounterKind::kDispatchDone: return "dispatch_done";
     case CounterKind::kUpDone: return "up_done";
     case CounterKind::kDownDone: return "down_done";
-    case CounterKind::kAttnHead: return "attn_head";
-    case CounterKind::kUpHead: return "up_head";
-    case CounterKind::kDownHead: return "down_head";
-    case CounterKind::kFinalNormDone: return "final_norm_done";
     case CounterKind::kLmHeadDone: return "lm_head_done";
     case CounterKind::kSampleDone: return "sample_done";
     case CounterKind::kWaveDone: return "wave_done";
@@ -43,10 +35,8 @@ std::string counter_name(const Plan& plan, int32_t counter) {
   std::string s = cat("counter ", counter, " ", counter_kind_name(c.kind));
   const int g = plan.params.shape.n_kv_heads;
   switch (c.kind) {
-    case CounterKind::kQkvDone:
-    case CounterKind::kAttnDone: return cat(s, "[L", c.layer, ",g", c.index, "]");
+    case CounterKind::kQkvDone: return cat(s, "[L", c.layer, ",g", c.index, "]");
     case CounterKind::kAttnSplit: return cat(s, "[L", c.layer, ",seq", c.index / g, ",g", c.index % g, "]");
-    case CounterKind::kUpDone: return cat(s, "[L", c.layer, ",e", c.index, "]");
     case CounterKind::kWaveDone: return cat(s, "[wave ", c.index, "]");
     default: return c.layer >= 0 ? cat(s, "[L", c.layer, "]") : s;
   }
@@ -62,22 +52,16 @@ std::string describe_task(const Plan& plan, int task) {
   if (t.op >= kNumOps) return cat(where, "bad opcode ", static_cast<int>(t.op), ")");
   where += op_name(op);
   switch (op) {
-    case Op::kAttnNorm:
-    case Op::kMoeNorm:
-    case Op::kFinalNorm:
     case Op::kSample: return cat(where, " tokens ", t.arg[0], "..", t.arg[1], ")");
     case Op::kQkv:
-    case Op::kOProj: return cat(where, " g", t.arg[0], " rows ", t.arg[1], "..", t.arg[2], ")");
-    case Op::kRouter: return cat(where, " experts ", t.arg[0], "..", t.arg[1], ")");
-    case Op::kLmHead: return cat(where, " rows ", t.arg[0], "..", t.arg[1], ")");
-    default: return where + ")";
+    case Op::kOProj:
+    case Op::kRouter:
+    case Op::kLmHead: return cat(where, " rows ", t.arg[0] * 16, "..", t.arg[1] * 16, ")");
+    case Op::kAttn: return cat(where, " item ", t.arg[0], ")");
+    case Op::kExpertUp:
+    case Op::kExpertDown: return cat(where, " share ", t.arg[0], " of ", t.arg[1], ")");
   }
-}
-
-std::string describe_queue(const Plan& plan, int queue) {
-  if (queue < 0 || queue >= static_cast<int>(plan.queues.size())) return cat("queue ", queue, " (out of range)");
-  const QueueInfo& q = plan.queues[queue];
-  return cat(op_name(q.op), " queue of L", q.layer);
+  return where + ")";
 }
 
 }  // namespace megadecode

@@ -1,7 +1,7 @@
 // The Plan of one decode step as the host holds it: the POD parts every executor uploads
 // (PlanParams, the concatenated per-SM task lists, the attention items) plus host-only
 // metadata the validator, the statistics and the emulator's end-of-step checks use (waves,
-// counter totals and names, queues, dynamic arrivals).
+// counter totals and names, dynamic arrivals).
 #pragma once
 
 #include <cstdint>
@@ -40,39 +40,25 @@ struct WaveInfo {
 };
 
 enum class CounterKind : uint8_t {
-  kNormDone, kQkvDone, kAttnSplit, kAttnDone, kOprojDone, kMoeNormDone, kRouterDone,
-  kDispatchDone, kUpDone, kDownDone, kAttnHead, kUpHead, kDownHead, kFinalNormDone,
-  kLmHeadDone, kSampleDone, kWaveDone, kUnused
+  kQkvDone, kAttnSplit, kAttnDone, kOprojDone, kRouterDone, kUpDone, kDownDone, kLmHeadDone, kSampleDone,
+  kWaveDone, kUnused
 };
 const char* counter_kind_name(CounterKind kind);
 
 struct CounterInfo {
   CounterKind kind = CounterKind::kUnused;
   int layer = -1;
-  int index = 0;      // group, (seq * G + group), expert or wave
-  int32_t total = 0;  // what arrives in one step
-  bool exact = true;  // false: total is a lower bound (device-built queue heads)
+  int index = 0;      // group, (seq * G + group) or wave
+  int32_t total = 0;  // what arrives in one step (exact)
 };
 
-// A drain queue. Items of host-built queues are known (n_items); device-built ones have -1 and a
-// worst case the capacity must hold.
-struct QueueInfo {
-  Op op;
-  int layer;
-  int32_t head_counter;
-  int32_t capacity;
-  int32_t n_items;     // -1: built on the device
-  int32_t worst_case;  // most items the device can produce
-  std::vector<Wait> item_waits;  // every wait an item of this queue may make
-};
-
-// Arrivals made at run time rather than by a task's arrive list: items of a queue, or a task
-// crediting counters (DISPATCH). max_amount bounds what the source adds to the counter.
+// Arrivals made at run time rather than by a task's arrive list: the attention split counters
+// and the merge's arrival, made by whichever of `tasks` finishes last. max_amount bounds what they
+// add to the counter in all.
 struct DynamicArrival {
   int32_t counter;
   int32_t max_amount;
-  int32_t queue;  // index into Plan::queues, or -1
-  int32_t task;   // index into Plan::tasks, or -1
+  std::vector<int32_t> tasks;  // the tasks that may make it (indices into Plan::tasks)
 };
 
 struct Plan {
@@ -84,15 +70,13 @@ struct Plan {
   std::vector<WaveInfo> waves;
   std::vector<AttnItem> attn_items;  // [n_attn_items], uploaded into buffers.attn_items
   std::vector<CounterInfo> counters;  // [n_counters]
-  std::vector<QueueInfo> queues;
   std::vector<DynamicArrival> dynamic_arrivals;
 
   int n_sms() const { return static_cast<int>(list_begin.size()) - 1; }
   int sm_of(int task) const;  // which list holds the task
 };
 
-std::string counter_name(const Plan& plan, int32_t counter);    // e.g. "attn_done[L2,g1]"
-std::string describe_task(const Plan& plan, int task);           // e.g. "task 57 (SM 3 #12: L2 o_proj g1 rows 64..128)"
-std::string describe_queue(const Plan& plan, int queue);         // e.g. "attn queue of L2"
+std::string counter_name(const Plan& plan, int32_t counter);  // e.g. "qkv_done[L2,g1]"
+std::string describe_task(const Plan& plan, int task);         // e.g. "task 57 (SM 3 #12: L2 o_proj rows 64..128)"
 
 }  // namespace megadecode

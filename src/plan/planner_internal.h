@@ -7,7 +7,6 @@ namespace megadecode {
 
 void check_plannable(const ModelConfig& c, const BatchState& batch, const Policy& policy, const PlanOptions& opt);
 PlanShape plan_shape(const ModelConfig& c, const BatchState& batch, const Policy& p, const PlanOptions& opt);
-int attn_capacity(const PlanShape& s, const Policy& p);
 CounterLayout counter_layout(const PlanShape& s, int n_waves);
 BufferLayout buffer_layout(const PlanShape& s);
 

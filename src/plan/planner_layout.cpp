@@ -1,4 +1,4 @@
-// The planner's layout half: tile sizes (PlanShape), counter indices (CounterLayout), the buffer
+// The planner's layout half: tile counts (PlanShape), counter indices (CounterLayout), the buffer
 // arena (BufferLayout) and the attention split of the step.
 #include "plan/planner_internal.h"
 
@@ -16,13 +16,6 @@ int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 }  // namespace
-
-int tile_rows(int64_t k, int64_t weight_bytes, int align, int dim) {
-  MD_REQUIRE(k > 0 && weight_bytes > 0 && align > 0 && dim > 0, "tile_rows: bad arguments");
-  int64_t rows = weight_bytes / (k * 2) / align * align;
-  rows = std::max<int64_t>(rows, align);
-  return static_cast<int>(std::min<int64_t>(rows, dim));
-}
 
 void check_plannable(const ModelConfig& c, const BatchState& batch, const Policy& policy, const PlanOptions& opt) {
   MD_REQUIRE(c.block == BlockKind::kSequential && c.router == RouterKind::kSoftmaxTopK,
@@ -42,9 +35,12 @@ void check_plannable(const ModelConfig& c, const BatchState& batch, const Policy
   MD_REQUIRE(!batch.seqs.empty(), "a decode step needs at least one sequence");
   MD_REQUIRE(batch.seqs.size() <= 4096, "batch of ", batch.seqs.size(), " sequences is larger than 4096");
   MD_REQUIRE(batch.kv_block_size >= 1, "KV block size must be >= 1");
-  MD_REQUIRE(policy.tile_weight_bytes > 0 && policy.lm_tile_weight_bytes > 0 && policy.row_align >= 1 &&
-                 policy.norm_tokens >= 1 && policy.attn_min_split_tokens >= 1 && policy.attn_max_splits >= 1,
+  MD_REQUIRE(policy.tiles_per_sm >= 1 && policy.attn_min_split_tokens >= 1 && policy.attn_max_splits >= 1,
              "policy ", policy.name, " has a non-positive size");
+  MD_REQUIRE((c.n_heads / c.n_kv_heads + 2) * c.head_dim % 16 == 0 && c.hidden_size % 16 == 0 &&
+                 c.moe_intermediate_size % 16 == 0 && c.head_dim % 16 == 0,
+             "the decode planner needs the fused QKV rows of a KV group, the hidden size, the MoE intermediate size "
+             "and the head dim to be multiples of 16");
 }
 
 PlanShape plan_shape(const ModelConfig& c, const BatchState& batch, const Policy& p, const PlanOptions& opt) {
@@ -66,26 +62,17 @@ PlanShape plan_shape(const ModelConfig& c, const BatchState& batch, const Policy
   for (const SeqState& q : batch.seqs) max_blocks = std::max(max_blocks, ceil_div(q.n_ctx, batch.kv_block_size));
   s.max_blocks_per_seq = max_blocks;
 
+  // Tiles are sized to the SM count: each op's row blocks in min(blocks, tiles_per_sm * SMs)
+  // contiguous tiles (QKV: per KV group, so that a tile feeds one group's attention).
+  const int max_tiles = p.tiles_per_sm * s.n_sms;
   s.qkv_group_rows = (s.group_size + 2) * s.head_dim;
-  s.qkv_rows = tile_rows(s.hidden, p.tile_weight_bytes, p.row_align, s.qkv_group_rows);
-  s.qkv_tiles_per_group = ceil_div(s.qkv_group_rows, s.qkv_rows);
-  s.o_rows = tile_rows(static_cast<int64_t>(s.group_size) * s.head_dim, p.tile_weight_bytes, p.row_align, s.hidden);
-  s.o_row_blocks = ceil_div(s.hidden, s.o_rows);
-  s.router_rows = tile_rows(s.hidden, p.tile_weight_bytes, p.row_align, s.n_experts);
-  s.router_tiles = ceil_div(s.n_experts, s.router_rows);
-  s.up_cols = tile_rows(2LL * s.hidden, p.tile_weight_bytes, p.row_align, s.moe_inter);
-  s.up_blocks = ceil_div(s.moe_inter, s.up_cols);
-  s.down_rows = tile_rows(s.moe_inter, p.tile_weight_bytes, p.row_align, s.hidden);
-  s.down_blocks = ceil_div(s.hidden, s.down_rows);
-  MD_REQUIRE(s.up_blocks < 65536 && s.down_blocks < 65536, "MoE blocks do not fit the item encoding");
-  s.lm_rows = tile_rows(s.hidden, p.lm_tile_weight_bytes, p.row_align, s.vocab);
-  s.lm_tiles = ceil_div(s.vocab, s.lm_rows);
-  s.norm_tokens = std::min(p.norm_tokens, s.batch);
-  s.n_norm_tasks = ceil_div(s.batch, s.norm_tokens);
-
-  const int active_max = std::min(s.n_experts, s.batch * s.top_k);
-  s.up_capacity = active_max * s.up_blocks;
-  s.down_capacity = active_max * s.down_blocks;
+  const int qkv_group_rbs = s.qkv_group_rows / 16;
+  s.n_qkv_tasks = s.n_kv_heads * std::clamp(max_tiles / s.n_kv_heads, 1, qkv_group_rbs);
+  s.n_oproj_tasks = std::min(max_tiles, ceil_div(s.hidden, 16));
+  s.n_router_tasks = std::min(max_tiles, ceil_div(s.n_experts, 16));
+  s.n_lm_tasks = std::min(max_tiles, ceil_div(s.vocab, 16));
+  s.up_units = s.moe_inter / 8;
+  s.down_rbs = s.hidden / 16;
   s.lm_head = opt.lm_head ? 1 : 0;
   s.sample = opt.sample ? 1 : 0;
   s.grid_sync = p.grid_sync ? 1 : 0;
@@ -111,36 +98,25 @@ std::vector<AttnItem> plan_attention_items(const ModelConfig& c, const BatchStat
   std::vector<AttnSplit> per_seq;
   for (const SeqState& q : batch.seqs) per_seq.push_back(attn_split_for(q.n_ctx, p, batch.kv_block_size));
 
+  // Group-major: group 0's QKV tiles finish first, so its items come first.
   std::vector<AttnItem> items;
-  auto add = [&](int seq, int g) {
-    const AttnSplit& ss = per_seq[seq];
-    const int base = static_cast<int>(items.size());
-    for (int j = 0; j < ss.n_splits; ++j) {
-      AttnItem it{};
-      it.seq = seq;
-      it.group = g;
-      it.split = j;
-      it.n_splits = ss.n_splits;
-      it.pos_begin = j * ss.len;
-      it.pos_end = std::min(batch.seqs[seq].n_ctx, (j + 1) * ss.len);
-      it.part_base = base;
-      items.push_back(it);
+  for (int g = 0; g < n_groups; ++g)
+    for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s) {
+      const AttnSplit& ss = per_seq[s];
+      const int base = static_cast<int>(items.size());
+      for (int j = 0; j < ss.n_splits; ++j) {
+        AttnItem it{};
+        it.seq = s;
+        it.group = g;
+        it.split = j;
+        it.n_splits = ss.n_splits;
+        it.pos_begin = j * ss.len;
+        it.pos_end = std::min(batch.seqs[s].n_ctx, (j + 1) * ss.len);
+        it.part_base = base;
+        items.push_back(it);
+      }
     }
-  };
-  const int n_seqs = static_cast<int>(batch.seqs.size());
-  if (p.order == TileOrder::kReadyFirst) {
-    for (int g = 0; g < n_groups; ++g)  // group 0's QKV tiles finish first: its items come first
-      for (int s = 0; s < n_seqs; ++s) add(s, g);
-  } else {
-    for (int s = 0; s < n_seqs; ++s)
-      for (int g = 0; g < n_groups; ++g) add(s, g);
-  }
   return items;
-}
-
-int attn_capacity(const PlanShape& s, const Policy& p) {
-  // Worst case: every sequence long enough for the most splits.
-  return s.batch * s.n_kv_heads * p.attn_max_splits;
 }
 
 CounterLayout counter_layout(const PlanShape& s, int n_waves) {
@@ -152,23 +128,16 @@ CounterLayout counter_layout(const PlanShape& s, int n_waves) {
     off += n;
     return at;
   };
-  c.norm_done = take(1);
   c.qkv_done = take(s.n_kv_heads);
   c.attn_split = take(s.batch * s.n_kv_heads);
-  c.attn_done = take(s.n_kv_heads);
+  c.attn_done = take(1);
   c.oproj_done = take(1);
-  c.moe_norm_done = take(1);
   c.router_done = take(1);
-  c.dispatch_done = take(1);
-  c.up_done = take(s.n_experts);
+  c.up_done = take(1);
   c.down_done = take(1);
-  c.attn_head = take(1);
-  c.up_head = take(1);
-  c.down_head = take(1);
   c.layer_base = 0;
   c.layer_stride = off;
   int32_t next = c.layer_base + s.n_layers * c.layer_stride;
-  c.final_norm_done = next++;
   c.lm_head_done = next++;
   c.sample_done = next++;
   c.wave_done = s.grid_sync ? next : -1;
@@ -179,7 +148,7 @@ CounterLayout counter_layout(const PlanShape& s, int n_waves) {
 
 BufferLayout buffer_layout(const PlanShape& s) {
   const uint64_t b = s.batch, h = s.hidden, g = s.n_kv_heads, gs = s.group_size, d = s.head_dim, e = s.n_experts,
-                 k = s.top_k, inter = s.moe_inter, v = s.vocab, a = s.attn_capacity;
+                 k = s.top_k, inter = s.moe_inter, v = s.vocab, a = s.n_attn_items;
   BufferLayout L{};
   uint64_t off = 0;
   auto place = [&off](uint64_t bytes) {
@@ -193,27 +162,13 @@ BufferLayout buffer_layout(const PlanShape& s) {
   L.sampling = place(b * sizeof(SamplingParams));
   L.attn_items = place(a * sizeof(AttnItem));
   L.x = place(b * h * 4);
-  L.xn = place(b * h * 4);
   L.qkv = place(b * g * (gs + 2) * d * 4);
   L.attn_part_o = place(a * gs * d * 4);
   L.attn_part_ml = place(a * gs * 2 * 4);
   L.attn_out = place(b * s.n_heads * d * 4);
-  L.o_part = place(g * b * h * 4);
   L.h = place(b * h * 4);
-  L.hn = place(b * h * 4);
   L.router_logits = place(b * e * 4);
-  L.topk_ids = place(b * k * 4);
-  L.topk_w = place(b * k * 4);
-  L.token_slot = place(b * k * 4);
-  L.expert_count = place(e * 4);
-  L.expert_offset = place((e + 1) * 4);
-  L.expert_tokens = place(b * k * 4);
-  L.up_items = place(static_cast<uint64_t>(s.up_capacity) * 4);
-  L.down_items = place(static_cast<uint64_t>(s.down_capacity) * 4);
-  L.moe_n_items = place(static_cast<uint64_t>(s.n_layers) * 2 * 4);
   L.act = place(b * k * inter * 4);
-  L.down_out = place(b * k * h * 4);
-  L.xf = place(b * h * 4);
   L.logits = place(s.lm_head ? b * v * 4 : 0);
   L.out_tokens = place(b * 4);
   L.total_bytes = off;

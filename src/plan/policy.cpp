@@ -4,20 +4,12 @@
 
 namespace megadecode {
 
-std::vector<std::string> policy_names() { return {"default", "sm0", "row-major", "grid-sync"}; }
+std::vector<std::string> policy_names() { return {"default", "grid-sync"}; }
 
 Policy policy_by_name(const std::string& name) {
   Policy p;
   p.name = name;
   if (name == "default") return p;
-  if (name == "sm0") {
-    p.deal = WaveDeal::kFromZero;
-    return p;
-  }
-  if (name == "row-major") {
-    p.order = TileOrder::kRowMajor;
-    return p;
-  }
   if (name == "grid-sync") {
     p.grid_sync = true;
     return p;

@@ -1,6 +1,6 @@
 // simulate(): checks the parameters, runs one step's agents on the engine and summarises the
 // result (step time, busy / counter-wait fractions per SM, the per-layer timeline); and the parts
-// of the consumers that v1 and v2 share.
+// of the consumers that every task class shares.
 #include "plan/simulate.h"
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 namespace megadecode {
 namespace sim {
 
-Step::Step(const SimPlan& plan, const SimParams& params) : e(plan, params), sms(plan.n_sms), queue_head(plan.queues.size(), 0) {
+Step::Step(const SimPlan& plan, const SimParams& params) : e(plan, params), sms(plan.n_sms) {
   int n_layers = 0;
   for (const auto& list : plan.lists)
     for (const SimTask& t : list) n_layers = std::max(n_layers, t.layer + 1);
@@ -57,28 +57,22 @@ namespace {
 void check_params(const SimParams& p) {
   MD_REQUIRE(p.hbm_gbps > 0 && p.sm_stream_gbps > 0 && p.l2_gbps > 0 && p.consume_gbps > 0,
              "simulate: bandwidths must be > 0 (hbm_gbps, sm_stream_gbps, l2_gbps, consume_gbps)");
-  MD_REQUIRE(p.hbm_latency_us >= 0 && p.l2_latency_us >= 0 && p.hop_us >= 0 && p.poll_us >= 0 && p.claim_rtt_us >= 0 && p.issue_us >= 0 &&
-                 p.routing_us >= 0 && p.pickup_us >= 0,
+  MD_REQUIRE(p.hbm_latency_us >= 0 && p.l2_latency_us >= 0 && p.hop_us >= 0 && p.poll_us >= 0 && p.routing_us >= 0 &&
+                 p.pickup_us >= 0,
              "simulate: latencies must be >= 0");
-  MD_REQUIRE(p.ring_pages >= 1 && p.page_bytes >= 1 && p.work_slots >= 1 && p.l2_ahead_bytes >= 0,
-             "simulate: ring_pages, page_bytes and work_slots must be >= 1");
+  MD_REQUIRE(p.ring_pages >= 1 && p.page_bytes >= 1 && p.l2_ahead_bytes >= 0,
+             "simulate: ring_pages and page_bytes must be >= 1, l2_ahead_bytes >= 0");
   MD_REQUIRE(p.attention.kv_gbps > 0 && p.attention.merge_us_per_split >= 0, "simulate: bad attention parameters");
   for (int i = 0; i < kNumOps; ++i)
     MD_REQUIRE(std::isfinite(p.op_us[i]) && p.op_us[i] >= 0, "simulate: op cost of ", op_name(static_cast<Op>(i)),
                " must be >= 0");
 }
 
-void check_plan(const SimPlan& plan, const SimParams& p) {
+void check_plan(const SimPlan& plan) {
   MD_REQUIRE(plan.n_sms >= 1 && static_cast<int>(plan.lists.size()) == plan.n_sms, "simulate: plan has ",
              plan.lists.size(), " task lists for ", plan.n_sms, " SMs");
   for (const auto& list : plan.lists)
-    for (const SimTask& t : list) {
-      MD_REQUIRE(t.queue < static_cast<int>(plan.queues.size()), "simulate: task of ", op_name(t.op), " names queue ",
-                 t.queue, " of ", plan.queues.size());
-      MD_REQUIRE(p.loader == SimLoader::kV1 || t.queue < 0, "simulate: the v2 loader runs plans without drain queues (",
-                 op_name(t.op), " of layer ", t.layer, " drains one)");
-      MD_REQUIRE(t.layer >= 0 || !t.computes_routing, "simulate: routing is per layer");
-    }
+    for (const SimTask& t : list) MD_REQUIRE(t.layer >= 0 || !t.computes_routing, "simulate: routing is per layer");
 }
 
 // SM time in the gaps between work slices during which its waiter polled a counter.
@@ -100,22 +94,19 @@ double wait_in_gaps(const std::vector<WorkSlice>& slices, const std::vector<std:
 
 SimResult simulate(const SimPlan& plan, const SimParams& params) {
   sim::check_params(params);
-  sim::check_plan(plan, params);
+  sim::check_plan(plan);
   sim::Step st(plan, params);
   std::vector<sim::Co> tops;
   std::vector<sim::Agent*> agents;
   int64_t work = 0;
   for (sim::SmState& s : st.sms) {
-    const bool v1 = params.loader == SimLoader::kV1;
-    tops.push_back(v1 ? sim::producer_v1(st, s) : sim::loader_v2(st, s));
-    tops.push_back(v1 ? sim::consumer_v1(st, s) : sim::consumer_v2(st, s));
+    tops.push_back(sim::loader(st, s));
+    tops.push_back(sim::consumer(st, s));
     agents.push_back(&s.loader);
     agents.push_back(&s.consumer);
     for (const SimTask& t : plan.lists[s.sm])
       work += 1 + sim::n_pages(t.bytes, params.page_bytes) + static_cast<int64_t>(t.items.size());
   }
-  for (const SimQueue& q : plan.queues)
-    for (const SimItem& it : q.items) work += 1 + sim::n_pages(it.bytes, params.page_bytes);
   SimResult r;
   r.events = st.e.run(tops, agents, 64 * work + 1000000);
 

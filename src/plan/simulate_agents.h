@@ -1,7 +1,6 @@
 // The agents of the timing model, internal to src/plan/simulate*.cpp: per SM a loader and a
-// consumer. simulate_v1.cpp has the v1 producer (mk_producer.cuh) and the consumer loop it posts
-// work records to; simulate_v2.cpp the v2 loader and consumers; the parts both consumers share
-// (consuming pages, items with their split merge) are here.
+// consumer (simulate_agents.cpp), with the pieces they share (consuming pages, items with their
+// split merge: simulate.cpp).
 #pragma once
 
 #include <algorithm>
@@ -13,15 +12,6 @@
 
 namespace megadecode::sim {
 
-// A v1 work record: what the producer posts and the consumers run.
-struct Work {
-  enum Kind { kTask, kItem, kArriveOnly, kEnd } kind;
-  const SimTask* task;
-  const SimItem* item;
-  bool release_late;    // the record is released when the work is done, not when taken
-  bool consumer_waits;  // the item's waits are the consumers'
-};
-
 struct SmState {
   int sm = 0;
   Agent loader, consumer;
@@ -29,17 +19,7 @@ struct SmState {
   std::vector<WorkSlice> slices;
   std::vector<std::pair<double, double>> waits;  // counter waits of the SM's waiter
 
-  // v1 producer
-  int pf_task = 0, pf_page = 0;  // the prefetch cursor (mk_producer.cuh)
-  int64_t x_seq = 0;             // ring pages whose work was posted (activation part issued)
-  std::vector<Work> works;       // posted
-  int64_t works_released = 0;
-  bool consumer_waits_for_post = false;
-  bool loader_waits_for_release = false;
-
-  // v2 loader
-  int consumer_task = 0;             // tasks the consumers started
-  bool loader_waits_for_consumer = false;
+  // loader
   std::vector<char> routed;          // [layer]: the consumers computed the layer's routing
   bool loader_waits_for_routing = false;
   std::vector<int64_t> l2_ahead;     // [task]: bytes from its start prefetched into L2
@@ -49,7 +29,6 @@ struct SmState {
 struct Step {
   Engine e;
   std::vector<SmState> sms;
-  std::vector<int64_t> queue_head;  // v1 claims
   Step(const SimPlan& plan, const SimParams& params);
 };
 
@@ -64,9 +43,7 @@ Co consume(Step& st, SmState& s, int64_t bytes);
 Co run_item(Step& st, SmState& s, const SimItem& item);
 void arrive_all(Step& st, const std::vector<SimArrive>& arrives);
 
-Co producer_v1(Step& st, SmState& s);
-Co consumer_v1(Step& st, SmState& s);
-Co loader_v2(Step& st, SmState& s);
-Co consumer_v2(Step& st, SmState& s);
+Co loader(Step& st, SmState& s);
+Co consumer(Step& st, SmState& s);
 
 }  // namespace megadecode::sim

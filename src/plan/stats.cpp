@@ -10,17 +10,14 @@
 namespace megadecode {
 namespace {
 
-// bf16 weight bytes one static task streams.
+// bf16 weight bytes one GEMM task streams (16-row blocks x K x 2 bytes).
 int64_t task_weight_bytes(const PlanShape& s, const Task& t) {
-  const int64_t rows = t.arg[1] - t.arg[0];
+  const int64_t rbs = t.arg[1] - t.arg[0];
   switch (static_cast<Op>(t.op)) {
-    case Op::kQkv: return static_cast<int64_t>(t.arg[2] - t.arg[1]) * s.hidden * 2;
-    case Op::kOProj: return static_cast<int64_t>(t.arg[2] - t.arg[1]) * s.group_size * s.head_dim * 2;
+    case Op::kQkv:
     case Op::kRouter:
-    case Op::kLmHead: return rows * s.hidden * 2;
-    case Op::kAttnNorm:
-    case Op::kMoeNorm:
-    case Op::kFinalNorm: return static_cast<int64_t>(s.hidden) * 2;
+    case Op::kLmHead: return rbs * 16 * s.hidden * 2;
+    case Op::kOProj: return rbs * 16 * static_cast<int64_t>(s.n_heads) * s.head_dim * 2;
     default: return 0;
   }
 }
@@ -31,22 +28,12 @@ int critical_path(const Plan& plan, bool list_order) {
   std::vector<int> order(n);
   for (int i = 0; i < n; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return plan.task_wave[a] < plan.task_wave[b]; });
-  // Producers per counter: static arrivals and, for dynamic ones, the drain tasks of the queue.
+  // Producers per counter: static arrivals and every task that may make a dynamic one.
   std::vector<std::vector<int>> producers(plan.counters.size());
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < plan.tasks[i].n_arrives; ++j) producers[plan.tasks[i].arrive[j].counter].push_back(i);
-  std::vector<std::vector<int>> drains(plan.queues.size());
-  for (int i = 0; i < n; ++i) {
-    const Task& t = plan.tasks[i];
-    if (!op_is_drain(static_cast<Op>(t.op))) continue;
-    for (size_t q = 0; q < plan.queues.size(); ++q)
-      if (plan.queues[q].op == static_cast<Op>(t.op) && plan.queues[q].layer == t.layer) drains[q].push_back(i);
-  }
-  for (const DynamicArrival& d : plan.dynamic_arrivals) {
-    if (d.queue >= 0)
-      for (int t : drains[d.queue]) producers[d.counter].push_back(t);
-    if (d.task >= 0) producers[d.counter].push_back(d.task);
-  }
+  for (const DynamicArrival& d : plan.dynamic_arrivals)
+    for (int t : d.tasks) producers[d.counter].push_back(t);
   // A counter's depth: the deepest of its producers, memoised per wave pass.
   std::vector<int> depth(n, 0), counter_depth(plan.counters.size(), -1);
   auto cdepth = [&](int32_t c) {
@@ -67,10 +54,6 @@ int critical_path(const Plan& plan, bool list_order) {
     const Task& t = plan.tasks[i];
     int d = 0;
     for (int j = 0; j < t.n_waits; ++j) d = std::max(d, cdepth(t.wait[j].counter));
-    if (op_is_drain(static_cast<Op>(t.op)))
-      for (const QueueInfo& q : plan.queues)
-        if (q.op == static_cast<Op>(t.op) && q.layer == t.layer)
-          for (const Wait& w : q.item_waits) d = std::max(d, cdepth(w.counter));
     const int sm = plan.sm_of(i);
     if (list_order && i > plan.list_begin[sm]) d = std::max(d, depth[i - 1]);
     depth[i] = d + 1;
@@ -106,7 +89,8 @@ PlanStats plan_stats(const Plan& plan) {
     ++sm_tasks[sm];
     sm_bytes[sm] += b;
   }
-  // Drain items: attention reads K and V of its positions; experts at the worst case.
+  // Attention reads K and V of its positions; the experts at the worst case (every routable
+  // expert active), shared evenly by the SMs' tasks.
   const int64_t L = s.n_layers;
   OpStats& attn = per_op[static_cast<int>(Op::kAttn)];
   attn.items = static_cast<int64_t>(plan.attn_items.size()) * L;
@@ -115,14 +99,15 @@ PlanStats plan_stats(const Plan& plan) {
     attn.bytes_per_item = std::max(attn.bytes_per_item, kv);
     attn.total_bytes += kv * L;
   }
+  const int64_t active = std::min(s.n_experts, s.batch * s.top_k);
   OpStats& up = per_op[static_cast<int>(Op::kExpertUp)];
-  up.items = static_cast<int64_t>(s.up_capacity) * L;
-  up.bytes_per_item = 2LL * s.up_cols * s.hidden * 2;
-  up.total_bytes = up.items * up.bytes_per_item;
+  up.items = active * s.up_units * L;
+  up.total_bytes = up.items * 16LL * s.hidden * 2;
+  up.bytes_per_item = (up.total_bytes / L + s.n_sms - 1) / s.n_sms;
   OpStats& down = per_op[static_cast<int>(Op::kExpertDown)];
-  down.items = static_cast<int64_t>(s.down_capacity) * L;
-  down.bytes_per_item = static_cast<int64_t>(s.down_rows) * s.moe_inter * 2;
-  down.total_bytes = down.items * down.bytes_per_item;
+  down.items = active * s.down_rbs * L;
+  down.total_bytes = down.items * 16LL * s.moe_inter * 2;
+  down.bytes_per_item = (down.total_bytes / L + s.n_sms - 1) / s.n_sms;
   for (const OpStats& o : per_op)
     if (o.tasks > 0) st.ops.push_back(o);
 
@@ -138,9 +123,6 @@ PlanStats plan_stats(const Plan& plan) {
   st.n_counters = plan.params.counters.n_counters;
   st.counter_bytes = static_cast<int64_t>(st.n_counters) * plan.params.counters.stride_bytes;
   st.attn_items = s.n_attn_items;
-  st.attn_capacity = s.attn_capacity;
-  st.up_capacity = s.up_capacity;
-  st.down_capacity = s.down_capacity;
   for (const AttnItem& it : plan.attn_items) st.attn_max_splits = std::max(st.attn_max_splits, it.n_splits);
   st.arena_bytes = static_cast<int64_t>(plan.params.buffers.total_bytes);
   st.critical_path_tasks = critical_path(plan, false);
@@ -154,7 +136,7 @@ std::string format_plan_stats(const PlanStats& st) {
                         " SMs\n");
   out += cat("  ", st.n_tasks, " tasks in ", st.n_waves, " waves (", st.task_bytes / 1024, " KiB of task records)\n\n");
   char line[256];
-  std::snprintf(line, sizeof line, "  %-12s %9s %10s %14s %14s\n", "op", "tasks", "items", "KiB/item", "MiB/step");
+  std::snprintf(line, sizeof line, "  %-12s %9s %10s %14s %14s\n", "op", "tasks", "items", "KiB/task", "MiB/step");
   out += line;
   for (const OpStats& o : st.ops) {
     std::snprintf(line, sizeof line, "  %-12s %9lld %10lld %14.1f %14.1f\n", op_name(o.op),
@@ -162,7 +144,8 @@ std::string format_plan_stats(const PlanStats& st) {
                   mb(static_cast<double>(o.total_bytes)));
     out += line;
   }
-  out += "  (expert items and bytes at the worst case: every routable expert active)\n\n";
+  out += "  (experts at the worst case, every routable expert active: items are up units of 16 rows and down\n"
+         "   (row block, expert) pairs; KiB/task is one SM's share; attention items are tasks)\n\n";
   std::snprintf(line, sizeof line, "  tasks per SM: min %lld, mean %.1f, max %lld\n",
                 static_cast<long long>(st.tasks_per_sm_min), st.tasks_per_sm_mean,
                 static_cast<long long>(st.tasks_per_sm_max));
@@ -173,9 +156,8 @@ std::string format_plan_stats(const PlanStats& st) {
   out += line;
   out += cat("  counters: ", st.n_counters, " (", st.counter_bytes / 1024, " KiB at ",
              st.n_counters > 0 ? st.counter_bytes / st.n_counters : 0, " B each, zeroed per launch)\n");
-  out += cat("  queues: attention ", st.attn_items, " items / capacity ", st.attn_capacity, " (at most ",
-             st.attn_max_splits, " splits per sequence); expert up capacity ", st.up_capacity, ", down capacity ",
-             st.down_capacity, " per layer\n");
+  out += cat("  attention: ", st.attn_items, " items per layer (at most ", st.attn_max_splits,
+             " splits per sequence)\n");
   std::snprintf(line, sizeof line, "  buffer arena: %.2f MiB\n", mb(static_cast<double>(st.arena_bytes)));
   out += line;
   out += cat("  critical path: ", st.critical_path_tasks, " tasks (dependencies), ", st.critical_path_tasks_ordered,
@@ -199,9 +181,7 @@ nlohmann::json plan_stats_json(const PlanStats& st) {
   j["static_weight_bytes_per_sm"] = {
       {"min", st.static_bytes_per_sm_min}, {"mean", st.static_bytes_per_sm_mean}, {"max", st.static_bytes_per_sm_max}};
   j["counters"] = {{"n", st.n_counters}, {"bytes", st.counter_bytes}};
-  j["queues"] = {{"attn_items", st.attn_items},       {"attn_capacity", st.attn_capacity},
-                 {"attn_max_splits", st.attn_max_splits}, {"up_capacity", st.up_capacity},
-                 {"down_capacity", st.down_capacity}};
+  j["attention"] = {{"items", st.attn_items}, {"max_splits", st.attn_max_splits}};
   j["arena_bytes"] = st.arena_bytes;
   j["critical_path_tasks"] = st.critical_path_tasks;
   j["critical_path_tasks_ordered"] = st.critical_path_tasks_ordered;

@@ -1,5 +1,5 @@
 // Statistics of a plan for `megadecode plan` and the benchmark: tasks and weight bytes per op and
-// per SM, counters, queues, and the critical path in tasks (longest chain of dependent tasks,
+// per SM, counters, attention items, and the critical path in tasks (longest chain of dependent tasks,
 // with and without the order each SM's list imposes).
 #pragma once
 
@@ -15,9 +15,9 @@ namespace megadecode {
 
 struct OpStats {
   Op op;
-  int64_t tasks = 0;           // task records (drain ops: one per SM per layer)
-  int64_t items = 0;           // drain ops: items (attention: this step's; MoE: worst case)
-  int64_t bytes_per_item = 0;  // bf16 weight (or KV) bytes one task/item streams, the largest
+  int64_t tasks = 0;           // task records
+  int64_t items = 0;           // attention items; MoE units (worst case, every routable expert active)
+  int64_t bytes_per_item = 0;  // bf16 weight (or KV) bytes one task streams, the largest (MoE: a share)
   int64_t total_bytes = 0;     // over the step (MoE: at the worst case, every expert active)
 };
 
@@ -35,7 +35,7 @@ struct PlanStats {
   double static_bytes_per_sm_mean = 0;
   int32_t n_counters = 0;
   int64_t counter_bytes = 0;
-  int attn_items = 0, attn_capacity = 0, up_capacity = 0, down_capacity = 0;
+  int attn_items = 0;
   int attn_max_splits = 0;  // most splits of one sequence this step
   int64_t arena_bytes = 0;
   int critical_path_tasks = 0;          // dependencies only

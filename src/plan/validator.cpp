@@ -1,6 +1,5 @@
 // The plan validator (see validator.h for the rules). Producer lists are built once per plan; the
-// dependency graph is materialised deduplicated (a drain task depends on every producer of every
-// counter its items may wait on), then checked for cycles with and without list order.
+// dependency graph is materialised deduplicated, then checked for cycles with and without list order.
 #include "plan/validator.h"
 
 #include <algorithm>
@@ -56,21 +55,22 @@ void check_structure(const Plan& plan) {
 }
 
 // Attention items: one (seq, group) covers [0, n_ctx) with consecutive splits whose partials sit
-// at part_base + split, inside the queue's capacity.
-void check_attn_items(const Plan& plan, const QueueInfo& q, int qi) {
+// at part_base + split; every layer has exactly one ATTN task per item.
+void check_attn_items(const Plan& plan) {
   const PlanShape& s = plan.params.shape;
-  MD_REQUIRE(static_cast<int32_t>(plan.attn_items.size()) == s.n_attn_items && q.n_items == s.n_attn_items,
-             describe_queue(plan, qi), ": item count disagrees with the plan's attention items");
+  MD_REQUIRE(static_cast<int32_t>(plan.attn_items.size()) == s.n_attn_items &&
+                 plan.params.buffers.attn_items.bytes >= plan.attn_items.size() * sizeof(AttnItem),
+             "plan: the attention items disagree with the plan's shape or buffer");
   std::map<std::pair<int, int>, int> next_split;
   std::map<std::pair<int, int>, int> next_pos;
   for (int i = 0; i < s.n_attn_items; ++i) {
     const AttnItem& it = plan.attn_items[i];
     MD_REQUIRE(it.seq >= 0 && it.seq < s.batch && it.group >= 0 && it.group < s.n_kv_heads && it.n_splits >= 1 &&
                    it.split >= 0 && it.split < it.n_splits && it.pos_begin < it.pos_end,
-               describe_queue(plan, qi), ": attention item ", i, " is malformed");
+               "plan: attention item ", i, " is malformed");
     auto key = std::make_pair(it.seq, it.group);
     MD_REQUIRE(next_split[key] == it.split && next_pos[key] == it.pos_begin && it.part_base + it.split == i,
-               describe_queue(plan, qi), ": attention item ", i, " (seq ", it.seq, ", g", it.group, ", split ", it.split,
+               "plan: attention item ", i, " (seq ", it.seq, ", g", it.group, ", split ", it.split,
                ") does not continue its sequence's splits");
     next_split[key] = it.split + 1;
     next_pos[key] = it.pos_end;
@@ -78,45 +78,61 @@ void check_attn_items(const Plan& plan, const QueueInfo& q, int qi) {
   std::map<std::pair<int, int>, int> n_splits;
   for (const AttnItem& it : plan.attn_items) n_splits[{it.seq, it.group}] = it.n_splits;
   for (const auto& [key, n] : next_split)
-    MD_REQUIRE(n == n_splits[key], describe_queue(plan, qi), ": seq ", key.first, " g", key.second, " has ", n,
-               " of its ", n_splits[key], " splits");
-  MD_REQUIRE(static_cast<int>(next_split.size()) == s.batch * s.n_kv_heads, describe_queue(plan, qi),
-             ": some (sequence, group) has no attention item");
-}
-
-void check_queues(const Plan& plan, std::vector<std::vector<int32_t>>& queue_drains) {
-  const PlanShape& s = plan.params.shape;
-  const BufferLayout& b = plan.params.buffers;
-  MD_REQUIRE(b.attn_items.bytes >= static_cast<uint64_t>(s.attn_capacity) * sizeof(AttnItem) &&
-                 b.up_items.bytes >= static_cast<uint64_t>(s.up_capacity) * 4 &&
-                 b.down_items.bytes >= static_cast<uint64_t>(s.down_capacity) * 4,
-             "plan: queue buffers are smaller than the queue capacities");
-  std::map<std::pair<int, int>, int> by_op_layer;
-  queue_drains.assign(plan.queues.size(), {});
-  for (int qi = 0; qi < static_cast<int>(plan.queues.size()); ++qi) {
-    const QueueInfo& q = plan.queues[qi];
-    MD_REQUIRE(by_op_layer.emplace(std::make_pair(static_cast<int>(q.op), q.layer), qi).second,
-               describe_queue(plan, qi), " is declared twice");
-    if (q.n_items >= 0) {
-      MD_REQUIRE(q.n_items <= q.capacity, describe_queue(plan, qi), " is over-full: ", q.n_items,
-                 " items for a capacity of ", q.capacity);
-    }
-    MD_REQUIRE(q.worst_case <= q.capacity, describe_queue(plan, qi), " can receive ", q.worst_case,
-               " items at worst but holds only ", q.capacity);
-    if (q.op == Op::kAttn) check_attn_items(plan, q, qi);
-  }
+    MD_REQUIRE(n == n_splits[key], "plan: seq ", key.first, " g", key.second, " has ", n, " of its ", n_splits[key],
+               " splits");
+  MD_REQUIRE(static_cast<int>(next_split.size()) == s.batch * s.n_kv_heads,
+             "plan: some (sequence, group) has no attention item");
+  std::vector<std::vector<int>> seen(s.n_layers, std::vector<int>(s.n_attn_items, 0));
   for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
-    const Op op = static_cast<Op>(plan.tasks[i].op);
-    if (!op_is_drain(op)) continue;
-    auto it = by_op_layer.find({static_cast<int>(op), plan.tasks[i].layer});
-    MD_REQUIRE(it != by_op_layer.end(), describe_task(plan, i), ": drains a queue the plan does not declare");
-    queue_drains[it->second].push_back(i);
+    const Task& t = plan.tasks[i];
+    if (t.op != static_cast<uint8_t>(Op::kAttn)) continue;
+    MD_REQUIRE(t.layer >= 0 && t.arg[0] >= 0 && t.arg[0] < s.n_attn_items, describe_task(plan, i),
+               ": names no attention item");
+    ++seen[t.layer][t.arg[0]];
   }
-  for (int qi = 0; qi < static_cast<int>(plan.queues.size()); ++qi)
-    MD_REQUIRE(!queue_drains[qi].empty(), describe_queue(plan, qi), " has no drain task: its items would never run");
+  for (int L = 0; L < s.n_layers; ++L)
+    for (int it = 0; it < s.n_attn_items; ++it)
+      MD_REQUIRE(seen[L][it] == 1, "plan: attention item ", it, " of L", L, " runs ", seen[L][it], " times");
 }
 
-Producers collect_producers(const Plan& plan, const std::vector<std::vector<int32_t>>& queue_drains) {
+// GEMM tiles cover their op's row blocks exactly once per layer; the MoE shares 0..n-1 of each
+// layer exist once each (the routing formula gives every share its work).
+void check_tiles_and_shares(const Plan& plan) {
+  const PlanShape& s = plan.params.shape;
+  auto rows_of = [&](Op op) -> int {
+    switch (op) {
+      case Op::kQkv: return s.n_kv_heads * s.qkv_group_rows / 16;
+      case Op::kOProj: return s.hidden / 16;
+      case Op::kRouter: return (s.n_experts + 15) / 16;
+      case Op::kLmHead: return (s.vocab + 15) / 16;
+      default: return 0;
+    }
+  };
+  std::map<std::pair<int, int>, std::vector<int>> covered;  // (op, layer) -> times each row block / share is done
+  for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
+    const Task& t = plan.tasks[i];
+    const Op op = static_cast<Op>(t.op);
+    if (const int n = rows_of(op); n > 0) {
+      MD_REQUIRE(t.arg[0] >= 0 && t.arg[0] < t.arg[1] && t.arg[1] <= n, describe_task(plan, i),
+                 ": row blocks outside the matrix's ", n);
+      auto& v = covered[{t.op, t.layer}];
+      v.resize(n, 0);
+      for (int rb = t.arg[0]; rb < t.arg[1]; ++rb) ++v[rb];
+    } else if (op_is_routed(op)) {
+      MD_REQUIRE(t.arg[1] >= 1 && t.arg[0] >= 0 && t.arg[0] < t.arg[1], describe_task(plan, i), ": bad share");
+      auto& v = covered[{t.op, t.layer}];
+      v.resize(t.arg[1], 0);
+      MD_REQUIRE(static_cast<int>(v.size()) == t.arg[1], describe_task(plan, i), ": shares of a layer disagree on their count");
+      ++v[t.arg[0]];
+    }
+  }
+  for (const auto& [key, v] : covered)
+    for (size_t k = 0; k < v.size(); ++k)
+      MD_REQUIRE(v[k] == 1, "plan: L", key.second, " ", op_name(static_cast<Op>(key.first)), " ",
+                 op_is_routed(static_cast<Op>(key.first)) ? "share " : "row block ", k, " runs ", v[k], " times");
+}
+
+Producers collect_producers(const Plan& plan) {
   const size_t n = plan.counters.size();
   Producers p{std::vector<std::vector<int32_t>>(n), std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0)};
   for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
@@ -131,11 +147,11 @@ Producers collect_producers(const Plan& plan, const std::vector<std::vector<int3
     MD_REQUIRE(d.counter >= 0 && d.counter < static_cast<int32_t>(n), "plan: dynamic arrival on counter ", d.counter,
                " out of range");
     p.reachable[d.counter] += d.max_amount;
-    if (d.queue >= 0) {
-      MD_REQUIRE(d.queue < static_cast<int32_t>(plan.queues.size()), "plan: dynamic arrival from an unknown queue");
-      for (int32_t t : queue_drains[d.queue]) p.tasks[d.counter].push_back(t);
+    for (int32_t t : d.tasks) {
+      MD_REQUIRE(t >= 0 && t < static_cast<int32_t>(plan.tasks.size()), "plan: dynamic arrival from task ", t,
+                 " out of range");
+      p.tasks[d.counter].push_back(t);
     }
-    if (d.task >= 0) p.tasks[d.counter].push_back(d.task);
   }
   for (auto& v : p.tasks) {
     std::sort(v.begin(), v.end());
@@ -156,19 +172,12 @@ void check_wait(const Plan& plan, const Producers& p, const Wait& w, const std::
 void check_satisfiable(const Plan& plan, const Producers& p) {
   for (int32_t c = 0; c < static_cast<int32_t>(plan.counters.size()); ++c) {
     const CounterInfo& info = plan.counters[c];
-    if (!info.exact) continue;
     MD_REQUIRE(p.static_sum[c] <= info.total && info.total <= p.reachable[c], "plan: ", counter_name(plan, c),
                " is planned to reach ", info.total, " but its producers arrive ", p.static_sum[c], "..",
                p.reachable[c], " times");
   }
   for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i)
     for (int j = 0; j < plan.tasks[i].n_waits; ++j) check_wait(plan, p, plan.tasks[i].wait[j], describe_task(plan, i));
-  for (int qi = 0; qi < static_cast<int>(plan.queues.size()); ++qi)
-    for (const Wait& w : plan.queues[qi].item_waits) {
-      MD_REQUIRE(w.counter >= 0 && w.counter < static_cast<int32_t>(plan.counters.size()) && w.target >= 1,
-                 describe_queue(plan, qi), ": malformed item wait");
-      check_wait(plan, p, w, cat("items of the ", describe_queue(plan, qi)));
-    }
 }
 
 // Deduplicated dependencies (CSR): task -> tasks it may wait for.
@@ -177,7 +186,7 @@ struct Graph {
   std::vector<int32_t> deps;
 };
 
-Graph build_graph(const Plan& plan, const Producers& p, const std::vector<int>& queue_of) {
+Graph build_graph(const Plan& plan, const Producers& p) {
   const int n = static_cast<int>(plan.tasks.size());
   Graph g;
   g.begin.reserve(n + 1);
@@ -193,22 +202,17 @@ Graph build_graph(const Plan& plan, const Producers& p, const std::vector<int>& 
     g.begin.push_back(static_cast<int32_t>(g.deps.size()));
     const Task& t = plan.tasks[i];
     for (int j = 0; j < t.n_waits; ++j) add_counter(i, t.wait[j].counter);
-    if (queue_of[i] >= 0)
-      for (const Wait& w : plan.queues[queue_of[i]].item_waits) add_counter(i, w.counter);
   }
   g.begin.push_back(static_cast<int32_t>(g.deps.size()));
   return g;
 }
 
 // The counter through which `from` waits on `to` (for messages).
-std::string via(const Plan& plan, const Producers& p, const std::vector<int>& queue_of, int from, int to) {
+std::string via(const Plan& plan, const Producers& p, int from, int to) {
   auto produced_by_to = [&](int32_t c) { return std::binary_search(p.tasks[c].begin(), p.tasks[c].end(), to); };
   const Task& t = plan.tasks[from];
   for (int j = 0; j < t.n_waits; ++j)
     if (produced_by_to(t.wait[j].counter)) return cat("waits on ", counter_name(plan, t.wait[j].counter));
-  if (queue_of[from] >= 0)
-    for (const Wait& w : plan.queues[queue_of[from]].item_waits)
-      if (produced_by_to(w.counter)) return cat("has items that wait on ", counter_name(plan, w.counter));
   return "waits";
 }
 
@@ -256,12 +260,11 @@ std::vector<int> find_cycle(const Plan& plan, const Graph& g, bool list_order) {
   return {};
 }
 
-std::string describe_cycle(const Plan& plan, const Producers& p, const std::vector<int>& queue_of,
-                           const std::vector<int>& cycle) {
+std::string describe_cycle(const Plan& plan, const Producers& p, const std::vector<int>& cycle) {
   std::string s;
   for (size_t i = 0; i < cycle.size(); ++i) {
     const int from = cycle[i], to = cycle[(i + 1) % cycle.size()];
-    const std::string how = via(plan, p, queue_of, from, to);
+    const std::string how = via(plan, p, from, to);
     const bool order = how == "waits" && plan.sm_of(from) == plan.sm_of(to) && to == from - 1;
     s += cat(i == 0 ? "" : "; ", describe_task(plan, from), order ? " runs after " : cat(" ", how, " from "),
              describe_task(plan, to));
@@ -304,11 +307,10 @@ void check_waves(const Plan& plan, const Graph& g) {
                  ", not an earlier one");
 }
 
-// Buffers are reused from layer to layer (and routing tables within a layer), which is safe only if
-// the layer funnels: DISPATCH(L) comes after every earlier task of layer L (it rewrites the routing
-// tables ATTN_NORM(L) read), and the next layer's ATTN_NORM (or FINAL_NORM) after every task of
-// layer L. Checked by a backward search from one task of the funnel wave (all its tasks must wait
-// on the same counters), which stops at earlier layers.
+// Buffers are reused from layer to layer, which is safe only if the layer funnels: the next layer's
+// QKV tiles (or the LM head) come after every task of layer L. Checked by a backward search from one
+// task of the funnel wave (all its tasks must wait on the same counters), which stops at earlier
+// layers.
 void check_funnels(const Plan& plan, const Graph& g) {
   const int n = static_cast<int>(plan.tasks.size());
   const int n_layers = plan.params.shape.n_layers;
@@ -348,9 +350,8 @@ void check_funnels(const Plan& plan, const Graph& g) {
   };
   for (int w = 0; w < static_cast<int>(plan.waves.size()); ++w) {
     const WaveInfo& wave = plan.waves[w];
-    if (wave.op == Op::kDispatch) check(w, wave.layer);
-    if ((wave.op == Op::kAttnNorm && wave.layer > 0) || wave.op == Op::kFinalNorm)
-      check(w, wave.op == Op::kFinalNorm ? n_layers - 1 : wave.layer - 1);
+    if ((wave.op == Op::kQkv && wave.layer > 0) || wave.op == Op::kLmHead)
+      check(w, wave.op == Op::kLmHead ? n_layers - 1 : wave.layer - 1);
   }
 }
 
@@ -358,19 +359,16 @@ void check_funnels(const Plan& plan, const Graph& g) {
 
 void validate_plan(const Plan& plan) {
   check_structure(plan);
-  std::vector<std::vector<int32_t>> queue_drains;
-  check_queues(plan, queue_drains);
-  const Producers producers = collect_producers(plan, queue_drains);
+  check_attn_items(plan);
+  check_tiles_and_shares(plan);
+  const Producers producers = collect_producers(plan);
   check_satisfiable(plan, producers);
-  std::vector<int> queue_of(plan.tasks.size(), -1);  // drain task -> its queue
-  for (int qi = 0; qi < static_cast<int>(queue_drains.size()); ++qi)
-    for (int32_t t : queue_drains[qi]) queue_of[t] = qi;
-  const Graph graph = build_graph(plan, producers, queue_of);
+  const Graph graph = build_graph(plan, producers);
   if (auto cycle = find_cycle(plan, graph, false); !cycle.empty())
-    throw Error(cat("dependency cycle: ", describe_cycle(plan, producers, queue_of, cycle)));
+    throw Error(cat("dependency cycle: ", describe_cycle(plan, producers, cycle)));
   check_self_deadlock(plan, producers);
   if (auto cycle = find_cycle(plan, graph, true); !cycle.empty())
-    throw Error(cat("deadlock through list order: ", describe_cycle(plan, producers, queue_of, cycle)));
+    throw Error(cat("deadlock through list order: ", describe_cycle(plan, producers, cycle)));
   check_waves(plan, graph);
   check_funnels(plan, graph);
 }

@@ -108,15 +108,14 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
     out.context_lens.push_back(context);
   }
   DecodeResult r;
+  RoutingLog routing(c.n_layers, c.n_experts_per_tok);  // the step's routing, for its expert bytes
+  be.set_routing_capture(&routing);
   be.decode(seqs, false, r);
+  be.set_routing_capture(nullptr);
+  be.decode(seqs, false, r);  // again without capture: cuda-ops replays the graph of its last decode
   out.step_ms = be.time_last_step(warmup, steps);
-  const Plan& plan = be.last_plan();
-  const PlanShape& s = plan.params.shape;
-  out.n_sms = s.n_sms;
-  const std::vector<uint8_t> raw = be.read_buffer(plan.params.buffers.moe_n_items);
-  std::vector<int32_t> items(raw.size() / 4);
-  std::memcpy(items.data(), raw.data(), items.size() * 4);
-  out.distinct_experts = distinct_experts_from_items(items, c.n_layers, s.up_blocks, s.down_blocks, c.n_experts);
+  out.n_sms = be.last_plan().params.shape.n_sms;
+  out.distinct_experts = distinct_experts(routing, c.n_layers, c.n_experts);
   if (trace_capacity > 0) {
     be.enable_trace(trace_capacity);
     be.decode(seqs, false, r);      // re-plans and (cuda-ops) re-captures with the trace on

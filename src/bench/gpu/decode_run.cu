@@ -34,14 +34,13 @@ struct Variant {
   BackendOptions options;
 };
 
-// `base` with another backend, policy, kernel flags or attention item.
+// `base` with another backend, policy or kernel flags.
 Variant variant(const std::string& name, const BackendOptions& base, const std::string& backend,
-                const std::string& policy, uint32_t flags, const std::string& attention) {
+                const std::string& policy, uint32_t flags) {
   BackendOptions o = base;
   o.backend = backend;
   o.policy = policy;
   o.kernel_flags = flags;
-  o.attention = attention;
   return {name, o};
 }
 
@@ -49,15 +48,11 @@ Variant variant(const std::string& name, const BackendOptions& base, const std::
 std::vector<Variant> ablation_variants(const BackendOptions& base) {
   const BackendOptions d;
   std::vector<Variant> v;
-  for (const std::string& p : policy_names()) v.push_back(variant(p, base, "cuda-mk", p, 0, d.attention));
-  v.push_back(variant("no-prefetch", base, "cuda-mk", d.policy, cuda::kMkNoPrefetch, d.attention));
-  v.push_back(variant("static-queues", base, "cuda-mk", d.policy, cuda::kMkStaticQueues, d.attention));
-  v.push_back(variant("l2-lookahead", base, "cuda-mk", d.policy, cuda::kMkL2Lookahead, d.attention));
-  v.push_back(variant("cuda-ops", base, "cuda-ops", d.policy, 0, d.attention));
-  // Tensor-core attention items (attention_item.cuh): 3 bf16 terms (tc), 2 (tc2), and cuda-ops with tc.
-  v.push_back(variant("tc", base, "cuda-mk", d.policy, 0, "tc"));
-  v.push_back(variant("tc2", base, "cuda-mk", d.policy, 0, "tc2"));
-  v.push_back(variant("cuda-ops-tc", base, "cuda-ops", d.policy, 0, "tc"));
+  for (const std::string& p : policy_names()) v.push_back(variant(p, base, "cuda-mk", p, 0));
+  v.push_back(variant("loader-in-order", base, "cuda-mk", d.policy, cuda::kMkLoaderInOrder));
+  v.push_back(variant("no-l2-prefetch", base, "cuda-mk", d.policy, cuda::kMkNoL2Prefetch));
+  v.push_back(variant("poll-backoff", base, "cuda-mk", d.policy, cuda::kMkPollBackoff));
+  v.push_back(variant("cuda-ops", base, "cuda-ops", d.policy, 0));
   return v;
 }
 
@@ -112,14 +107,13 @@ int bench_decode(int argc, char** argv) {
 
   nlohmann::json records = nlohmann::json::array(), ablations = nlohmann::json::array(), trace_summary;
   std::vector<Variant> mains;
-  if (o.run_mk) mains.push_back(variant("cuda-mk", o.backend, "cuda-mk", o.backend.policy, 0, o.backend.attention));
-  if (o.run_ops) mains.push_back(variant("cuda-ops", o.backend, "cuda-ops", o.backend.policy, 0, o.backend.attention));
+  if (o.run_mk) mains.push_back(variant("cuda-mk", o.backend, "cuda-mk", o.backend.policy, 0));
+  if (o.run_ops) mains.push_back(variant("cuda-ops", o.backend, "cuda-ops", o.backend.policy, 0));
   for (const Variant& v : mains) {
     dev.open(with_blocks(v.options, o.main_blocks()));
     for (const auto& [ctx, b] : o.points) {
       nlohmann::json r = decode_record(measure(v, ctx, b, 0, nullptr));
-      std::printf("  %-8s (%s attention) batch %2d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n",
-                  v.name.c_str(), v.options.attention.c_str(), b, ctx,
+      std::printf("  %-8s batch %2d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n", v.name.c_str(), b, ctx,
                   r["step_ms"].get<double>(), r["tok_s"].get<double>(), r["pct_of_floor"].get<double>());
       std::fflush(stdout);
       records.push_back(std::move(r));
@@ -129,7 +123,7 @@ int bench_decode(int argc, char** argv) {
       const int ctx = o.points.front().first;
       const nlohmann::json r = decode_record(measure(v, ctx, o.trace_batch, kTraceCapacity, &res));
       const nlohmann::json meta = {{"backend", "cuda-mk"}, {"batch", o.trace_batch}, {"context", ctx},
-                                   {"policy", v.options.policy}, {"attention", v.options.attention}, {"device", gpu.name},
+                                   {"policy", v.options.policy}, {"device", gpu.name},
                                    {"step_ms_untraced", r["step_ms"]}};
       TraceSummary sum;
       write_json(o.trace_path, trace_to_chrome(res.trace, res.plan, res.trace_dropped, meta, &sum), -1);

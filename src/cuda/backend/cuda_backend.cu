@@ -34,7 +34,6 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
     : weights_(std::move(weights)),
       options_(options),
       per_op_(options.backend == "cuda-ops"),
-      attention_(parse_attention(options.attention)),
       policy_(policy_by_name(options.policy)) {
   MD_REQUIRE(weights_ != nullptr, "CudaBackend needs weights");
   MD_REQUIRE(options_.backend == "cuda-mk" || per_op_, "CudaBackend runs cuda-mk or cuda-ops, not \"", options_.backend,
@@ -230,13 +229,7 @@ void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResu
 }
 
 void CudaBackend::ensure_capacity(const Plan& plan) {
-  const PlanShape& s = plan.params.shape;
-  // Shapes the device ops assume (planner tiles are policy-dependent).
-  auto rows_ok = [](int rows, int dim) { return rows % 16 == 0 || rows == dim; };
-  MD_REQUIRE(rows_ok(s.qkv_rows, s.qkv_group_rows) && s.qkv_group_rows % 16 == 0 && rows_ok(s.o_rows, s.hidden) &&
-                 rows_ok(s.router_rows, s.n_experts) && rows_ok(s.lm_rows, s.vocab) &&
-                 rows_ok(s.down_rows, s.hidden) && s.up_cols % 8 == 0,
-             "plan policy ", plan.policy, ": tile rows must be multiples of 16 (expert up columns of 8)");
+  check_megakernel_shape(plan.params.shape);  // what the kernel assumes of the model and the batch
   grow(arena_, arena_bytes_, plan.params.buffers.total_bytes);
   grow(counters_, counters_bytes_, static_cast<size_t>(plan.params.counters.n_counters) * kCounterStrideBytes);
   grow(tasks_, tasks_capacity_, plan.tasks.size());
@@ -324,8 +317,6 @@ void CudaBackend::launch(cudaStream_t stream) {
   p.error = error_;
   p.timeout_ns = options_.wait_timeout_ms * 1000000;
   p.flags = options_.kernel_flags;
-  p.attn_impl = attention_.impl;
-  p.attn_terms = attention_.terms;
   p.route_ids = routing_log_ ? route_ids_ : nullptr;
   p.route_w = routing_log_ ? route_w_ : nullptr;
   p.trace = trace_;
@@ -343,7 +334,7 @@ void CudaBackend::launch(cudaStream_t stream) {
     return;
   }
   // cuda-ops: every wave is its own launch of the same kernel; captured, then replayed as a graph.
-  (void)megakernel_shape(plan_.params.shape.batch, attention_.impl);  // one-time kernel configuration outside the capture
+  (void)megakernel_shape(plan_.params.shape.batch);  // one-time kernel configuration outside the capture
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
   CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
@@ -399,12 +390,13 @@ void CudaBackend::check_error() {
     }
     case kMkBarrierTimeout:
       throw Error(cat(name(), ": decode step abandoned: an in-SM handshake (", e.detail, ") timed out on SM ", e.sm));
-    case kMkQueueOverflow:
-      throw Error(cat(name(), ": decode step abandoned: MoE queue overflow (", e.value, " items, capacity ", e.target,
+    case kMkBadInput:
+      throw Error(cat(name(), ": decode step abandoned: an input out of range (value ", e.value, ", limit ", e.target,
+                      ", detail ", e.detail, e.detail == -2 ? ": the router's top-k chose no expert, non-finite logits?" : "",
                       ") in ", where));
-    case kMkBadItem:
-      throw Error(cat(name(), ": decode step abandoned: bad queue item or input (value ", e.value, ", limit ",
-                      e.target, ", item ", e.detail, ") in ", where));
+    case kMkBadShape:
+      throw Error(cat(name(), ": decode step abandoned: the kernel cannot run this shape (", e.value, ", ", e.target,
+                      ") in ", where));
     default:
       throw Error(cat(name(), ": decode step abandoned: device error ", e.code, " in ", where));
   }
@@ -425,7 +417,7 @@ std::string CudaBackend::check_counter_totals() const {
   for (size_t i = 0; i < v.size(); ++i) {
     const CounterInfo& info = plan_.counters[i];
     if (info.kind == CounterKind::kUnused) continue;
-    const bool ok = info.exact ? v[i] == info.total : v[i] >= info.total;
+    const bool ok = v[i] == info.total;
     if (!ok && bad.size() < 2000)
       bad += cat(counter_name(plan_, static_cast<int32_t>(i)), " = ", v[i], " (planned ", info.total, "); ");
   }
@@ -442,7 +434,7 @@ std::vector<float> CudaBackend::time_last_step(int warmup, int reps) {
     // The step's memsets + launch as one graph, captured for the current plan.
     if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
     bench_exec_ = nullptr;
-    (void)megakernel_shape(plan_.params.shape.batch, attention_.impl);  // kernel configuration outside the capture
+    (void)megakernel_shape(plan_.params.shape.batch);  // kernel configuration outside the capture
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     launch(stream_);

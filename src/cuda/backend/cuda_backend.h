@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/backend/attention_choice.h"
 #include "cuda/backend/device_weights.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "engine/backend.h"
@@ -87,7 +86,6 @@ class CudaBackend : public Backend {
   std::shared_ptr<const DeviceWeights> weights_;
   BackendOptions options_;
   bool per_op_ = false;  // cuda-ops: one launch per wave
-  AttentionChoice attention_;
   Policy policy_;
   int n_sms_ = 0;
   int n_kv_blocks_ = 0;

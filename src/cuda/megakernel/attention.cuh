@@ -1,47 +1,49 @@
-// Parts of the megakernel's tensor-core attention item (the op itself: attention_item.cuh; the
-// scalar item in tile_ops.cuh stays the default): its shared scratch, the per-warp cp.async chunk
-// loads (zero-fill past the split and at the new token), the patch of the appended row into a
-// stage, and the prologue (q/k norm, RoPE, KV append, q split into bf16 MMA terms).
-// Index math: attention_geo.h (host-tested).
+// Parts of the megakernel's attention item (the op itself: attention_item.cuh): its shared scratch,
+// the per-warp cp.async chunk loads (zero-fill past the split and at the new token), the patch of
+// the appended row into a stage, the prologue (q/k RMSNorm, RoPE, K/V append, q split into bf16 MMA
+// terms), the split's publish and last-arriver election, and the parallel merge of the splits.
+// Index math: attention_geo.h (host-tested); the merge arithmetic: cuda/common/attention_state.cuh.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/qk_norm_rope.cuh"
+#include "cuda/common/rms_norm.cuh"
 #include "cuda/megakernel/attention_geo.h"
-#include "cuda/megakernel/tile_ops.cuh"
+#include "cuda/megakernel/sync.cuh"
 
 namespace megadecode::cuda::mk {
 
 static_assert(kAttnWarps == kConsumerWarps);
 
-struct AttnTcScratch {
+struct AttnScratch {
   uint8_t stage[kConsumerWarps][2][kAttnStageBytes];  // per warp: K rows, V rows [16][pitch] bf16
   float q[kAttnMaxGroup][kAttnMaxDim];                // normed, rotated q (fp32)
   float qn[kAttnMaxGroup][kAttnMaxDim];               // normed q before RoPE
   float kn[kAttnMaxDim], vn[kAttnMaxDim];
-  uint32_t qfrag[kAttnMaxTerms][kAttnMaxDim / 16][4][32];  // q A fragments [term][k16 chunk][reg][lane]
-  uint16_t knew[kAttnMaxDim], vnew[kAttnMaxDim];           // the appended row as stored (bf16)
+  uint32_t qfrag[kAttnTerms][kAttnMaxDim / 16][4][32];  // q A fragments [term][k16 chunk][reg][lane]
+  uint16_t knew[kAttnMaxDim], vnew[kAttnMaxDim];        // the appended row as stored (bf16)
   int32_t old;
   int32_t pad[3];
 };
 // The warp merge reuses the stages: [warp][gs][D] o and [warp][gs][2] (m, l).
-static_assert(kConsumerWarps * kAttnMaxGroup * (kAttnMaxDim + 2) * 4 <= static_cast<int>(sizeof(AttnTcScratch::stage)));
-static_assert(kAttnStageBytes % 16 == 0 && offsetof(AttnTcScratch, knew) % 16 == 0 && offsetof(AttnTcScratch, vnew) % 16 == 0);
+static_assert(kConsumerWarps * kAttnMaxGroup * (kAttnMaxDim + 2) * 4 <= static_cast<int>(sizeof(AttnScratch::stage)));
+static_assert(kAttnStageBytes % 16 == 0 && offsetof(AttnScratch, knew) % 16 == 0 && offsetof(AttnScratch, vnew) % 16 == 0);
 
-// Two floats -> n_terms packed bf16 pairs (term i of x0 in the low half), zero past n_terms.
-__device__ __forceinline__ void attn_pack_terms(float x0, float x1, int n_terms, uint32_t* out, int stride) {
+// Two floats -> kAttnTerms packed bf16 pairs (term i of x0 in the low half).
+__device__ __forceinline__ void attn_pack_terms(float x0, float x1, uint32_t* out, int stride) {
   uint16_t a[kAttnMaxTerms], b[kAttnMaxTerms];
-  attn_split_terms(x0, n_terms, a);
-  attn_split_terms(x1, n_terms, b);
+  attn_split_terms(x0, kAttnTerms, a);
+  attn_split_terms(x1, kAttnTerms, b);
 #pragma unroll
-  for (int i = 0; i < kAttnMaxTerms; ++i) out[i * stride] = static_cast<uint32_t>(a[i]) | (static_cast<uint32_t>(b[i]) << 16);
+  for (int i = 0; i < kAttnTerms; ++i) out[i * stride] = static_cast<uint32_t>(a[i]) | (static_cast<uint32_t>(b[i]) << 16);
 }
 
-// One warp: cp.async the K (which = 0) or V (1) rows of chunk c into its stage, zero-filled where
+// One warp: cp.async the K (or V) rows of chunk c into its stage, zero-filled where
 // AttnGeo::copied says so, then commit a group (every lane commits: uniform group counts).
-__device__ __forceinline__ void attn_tc_load(const AttnGeo& g, const uint16_t* base, int c, uint8_t* dst, int lane) {
+__device__ __forceinline__ void attn_load(const AttnGeo& g, const uint16_t* base, int c, uint8_t* dst, int lane) {
   for (int idx = lane; idx < kAttnRows * (g.D / 8); idx += 32) {
     const AttnPiece pc = attn_piece(idx, g.D);
     const int tok = g.token(c, pc.row);
@@ -53,43 +55,140 @@ __device__ __forceinline__ void attn_tc_load(const AttnGeo& g, const uint16_t* b
 }
 
 // After the wait for chunk c's stage: write the appended row into it if the chunk holds it.
-__device__ __forceinline__ void attn_tc_patch(const AttnGeo& g, int c, const uint16_t* row_src, uint8_t* dst, int lane) {
+__device__ __forceinline__ void attn_patch(const AttnGeo& g, int c, const uint16_t* row_src, uint8_t* dst, int lane) {
   const int r = g.patch_row(c);
   if (r >= 0 && lane < g.D / 8)
     *reinterpret_cast<uint4*>(dst + r * kAttnPitch + lane * 16) = reinterpret_cast<const uint4*>(row_src)[lane];
   __syncwarp();
 }
 
-// q/k RMSNorm, RoPE at position n-1, and (appending item) the new K/V row: to the cache and to
-// sc.knew/vnew. The same arithmetic as the scalar item (tile_ops.cuh), so the cache is identical.
-__device__ inline void attn_tc_prologue(const MkParams& p, const Work& wk, const AttnItem& it, const AttnGeo& geo,
-                                        bool appends, uint16_t* kc, uint16_t* vc, AttnTcScratch& sc) {
+// Per-head RMSNorm of the item's q heads and, when it appends, of the new k (v copied as is), from
+// the raw QKV rows (written by other SMs: ld.global.cg): warp h for head h.
+__device__ inline void attn_qk_norm(const MkParams& p, const MkLayerWeights& lw, const float* raw, int gs, int D,
+                                    bool appends, AttnScratch& sc) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int h = warp; h < gs + (appends ? 2 : 0); h += kConsumerWarps) {
+    const float* src = raw + h * D;
+    float v[kAttnMaxDim / 32];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kAttnMaxDim / 32; ++j) {
+      const int d = lane + 32 * j;
+      v[j] = d < D ? __ldcg(src + d) : 0.0f;
+      ss += v[j] * v[j];
+    }
+    if (h == gs + 1) {  // v: no norm
+#pragma unroll
+      for (int j = 0; j < kAttnMaxDim / 32; ++j)
+        if (lane + 32 * j < D) sc.vn[lane + 32 * j] = v[j];
+      continue;
+    }
+    const float r = head_rms_scale(ss, D, p.w.rms_eps);
+    const uint16_t* nw = h < gs ? lw.q_norm : lw.k_norm;
+    float* dst = h < gs ? sc.qn[h] : sc.kn;
+#pragma unroll
+    for (int j = 0; j < kAttnMaxDim / 32; ++j) {
+      const int d = lane + 32 * j;
+      if (d < D) dst[d] = (v[j] * r) * bf16_bits_to_float(nw[d]);
+    }
+  }
+}
+
+// q/k RMSNorm, RoPE at the new position, and (appending item) the new K/V row: to the cache and to
+// sc.knew/vnew; then q as kAttnTerms bf16 MMA terms in shared memory (lane-consecutive words).
+__device__ inline void attn_prologue(const MkParams& p, int layer, const AttnItem& it, const AttnGeo& geo, bool appends,
+                                     uint16_t* kc, uint16_t* vc, AttnScratch& sc) {
   const PlanShape& s = p.plan.shape;
-  const MkLayerWeights& lw = p.w.layers[wk.layer];
+  const MkLayerWeights& lw = p.w.layers[layer];
   const int tid = threadIdx.x;
-  const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim, n = geo.new_pos + 1;
+  const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim, pos = geo.new_pos;
   const float* raw = buf<float>(p, p.plan.buffers.qkv) + (static_cast<int64_t>(it.seq) * G + it.group) * (gs + 2) * D;
   attn_qk_norm(p, lw, raw, gs, D, appends, sc);
   consumer_sync();
-  attn_rope_append(p, gs, D, n - 1, appends, sc, [&](int d, uint16_t kb, uint16_t vb) {
-    const int64_t at = geo.at(n - 1) + d;
-    kc[at] = kb;
-    vc[at] = vb;
-    sc.knew[d] = kb;
-    sc.vnew[d] = vb;
-  });
+  const int half = D / 2;
+  for (int idx = tid; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {
+    const int h = idx / D, d = idx % D;
+    if (h < gs) {
+      sc.q[h][d] = rope_neox(sc.qn[h], d, half, pos, p.w.rope_inv_freq);
+    } else {
+      const uint16_t kb = float_to_bf16_bits(rope_neox(sc.kn, d, half, pos, p.w.rope_inv_freq));
+      const uint16_t vb = float_to_bf16_bits(sc.vn[d]);
+      const int64_t at = geo.at(pos) + d;
+      kc[at] = kb;
+      vc[at] = vb;
+      sc.knew[d] = kb;
+      sc.vnew[d] = vb;
+    }
+  }
   consumer_sync();  // q and the new row are ready
-  // q A fragments, n_terms bf16 terms (rows >= gs are zero), in shared memory (lane-consecutive
-  // words: conflict-free) to leave registers to the accumulators.
-  const int n_terms = p.attn_terms;
   for (int i = tid; i < (D / 16) * 4 * 32; i += kConsumerThreads) {
     const int ln = i % 32, r = (i / 32) % 4, kchunk = i / 128;
     const AttnRC rc = attn_qfrag_coord(ln, r, kchunk);
     const bool use = rc.row < gs;
-    attn_pack_terms(use ? sc.q[rc.row][rc.col] : 0.0f, use ? sc.q[rc.row][rc.col + 1] : 0.0f, n_terms,
-                    &sc.qfrag[0][kchunk][r][ln], (kAttnMaxDim / 16) * 4 * 32);
+    attn_pack_terms(use ? sc.q[rc.row][rc.col] : 0.0f, use ? sc.q[rc.row][rc.col + 1] : 0.0f, &sc.qfrag[0][kchunk][r][ln],
+                    (kAttnMaxDim / 16) * 4 * 32);
   }
   consumer_sync();
+}
+
+// After every consumer wrote this split's partial: publish it (acq_rel) and count the split in.
+// 1: this item arrived last and merges the (seq, group); 0: another will; -1: over-arrival (error
+// recorded).
+__device__ inline int attn_publish_split(const MkParams& p, int layer, int task, const AttnItem& it, int32_t& old) {
+  consumer_sync();
+  if (threadIdx.x == 0) {
+    const CounterLayout& c = p.plan.counters;
+    int32_t* split_ctr =
+        counter_ptr(p, layer_counter(c, layer, c.attn_split + it.seq * p.plan.shape.n_kv_heads + it.group));
+    old = atom_add_acq_rel_gpu(split_ctr, 1);
+  }
+  consumer_sync();
+  const int32_t seen = old;
+  if (seen >= it.n_splits) {
+    if (threadIdx.x == 0) set_error(p, kMkBadInput, -1, seen, it.n_splits, task, it.split);
+    return -1;
+  }
+  return seen == it.n_splits - 1 ? 1 : 0;
+}
+
+// The last arriver's merge of its (seq, group)'s splits, in split order, in parallel: each thread
+// takes 4 consecutive elements of one head (one 16-byte load per split), loads of different splits
+// independent. Writes the group's bf16 output rows, then arrives on attn_done.
+__device__ inline void attn_merge_splits(const MkParams& p, int layer, const AttnItem& it) {
+  const PlanShape& s = p.plan.shape;
+  const BufferLayout& b = p.plan.buffers;
+  const int gs = s.group_size, D = s.head_dim;
+  const float* po = buf<float>(p, b.attn_part_o) + static_cast<int64_t>(it.part_base) * gs * D;
+  const float* pml = buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(it.part_base) * gs * 2;
+  uint16_t* out = buf<uint16_t>(p, b.attn_out) + static_cast<int64_t>(it.seq) * s.n_heads * D +
+                  static_cast<int64_t>(it.group) * gs * D;
+  const int n = it.n_splits;
+  for (int q = threadIdx.x; q < gs * D / 4; q += kConsumerThreads) {
+    const int h = (q * 4) / D;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int sp = 0; sp < n; ++sp) mx = fmaxf(mx, __ldcg(pml + (sp * gs + h) * 2));
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f}, l = 0.0f;
+#pragma unroll 8
+    for (int sp = 0; sp < n; ++sp) {
+      const float2 ml = __ldcg(reinterpret_cast<const float2*>(pml + (sp * gs + h) * 2));
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * gs * D) + q);
+      const float f = attn_merge_weight(ml.x, mx);
+      o[0] += f * v.x;
+      o[1] += f * v.y;
+      o[2] += f * v.z;
+      o[3] += f * v.w;
+      l += f * ml.y;
+    }
+    uint2 packed;
+    packed.x = static_cast<uint32_t>(float_to_bf16_bits(attn_normalise(o[0], l))) |
+               (static_cast<uint32_t>(float_to_bf16_bits(attn_normalise(o[1], l))) << 16);
+    packed.y = static_cast<uint32_t>(float_to_bf16_bits(attn_normalise(o[2], l))) |
+               (static_cast<uint32_t>(float_to_bf16_bits(attn_normalise(o[3], l))) << 16);
+    reinterpret_cast<uint2*>(out)[q] = packed;
+  }
+  consumer_sync();
+  if (threadIdx.x == 0) mk_arrive(p, layer_counter(p.plan.counters, layer, p.plan.counters.attn_done), 1);
 }
 
 }  // namespace megadecode::cuda::mk

@@ -20,7 +20,9 @@ constexpr int kAttnRows = 16;      // tokens per chunk (one warp's MMA n extent:
 constexpr int kAttnWarps = 8;      // consumer warps, chunk c belongs to warp c % kAttnWarps
 constexpr int kAttnPitch = kAttnMaxDim * 2 + 16;         // bytes per staged row (+16: no ldmatrix conflicts)
 constexpr int kAttnStageBytes = kAttnRows * kAttnPitch;  // one of K or V of one warp
-constexpr int kAttnMaxTerms = 3;   // bf16 terms q and P are split into (tensor-core inputs)
+constexpr int kAttnMaxTerms = 3;   // bf16 terms q and P may be split into (tensor-core inputs)
+constexpr int kAttnTerms = 2;      // what the megakernel's item uses: ~16 mantissa bits (measured as
+                                   // exact as 3 terms in the routing-exact tests, and faster)
 
 // Chunks of kAttnRows tokens covering [pos_begin, pos_end) (the last one may be partial).
 MD_HOST_DEVICE inline int attn_n_chunks(int pos_begin, int pos_end) {

@@ -1,11 +1,10 @@
-// The megakernel's tensor-core attention item (the kernel instantiated for MkParams::attn_impl =
-// kMkAttnTc; the scalar item of tile_ops.cuh is the default): q heads of one KV group of one sequence over key positions
-// [pos_begin, pos_end) on m16n8k16 MMAs (q heads = MMA rows). Each consumer warp pipelines its
-// own 16-token chunks c = warp, warp + 8, ... (K of chunk c+8 streams during P.V of chunk c; no
-// CTA barrier per chunk). Its first chunk is requested BEFORE the QKV wait, which the consumers
-// do here (the producer does not wait for it in this mode). Precision: q and P as p.attn_terms
-// bf16 terms; each chunk's P.V starts from zero and is added to the running output in fp32.
-// Determinism: fixed chunk-to-warp map, warps merged in warp order, splits in split order.
+// The megakernel's attention item (one ATTN task): q heads of one KV group of one sequence over key
+// positions [pos_begin, pos_end) on m16n8k16 MMAs (q heads = MMA rows). Each consumer warp pipelines
+// its own 16-token chunks c = warp, warp + 8, ... (K of chunk c+8 streams during P.V of chunk c; no
+// CTA barrier per chunk). Its first chunk is requested BEFORE the task's QKV wait, which the item
+// makes itself. Precision: q and P as kAttnTerms (2) bf16 terms (~16 mantissa bits); each chunk's
+// P.V starts from zero and is added to the running output in fp32. Determinism: fixed chunk-to-warp
+// map, warps merged in warp order, splits merged in split order by the last arriver.
 #pragma once
 
 #include <cstdint>
@@ -14,19 +13,25 @@
 
 namespace megadecode::cuda::mk {
 
-__device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScratch& sc) {
+// The item of task `t` (index `task`): returns false when the step failed (uniformly).
+__device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnScratch& sc) {
   const PlanShape& s = p.plan.shape;
   const BufferLayout& b = p.plan.buffers;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const AttnItem it = buf<const AttnItem>(p, b.attn_items)[wk.arg[0]];
-  const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim, n_terms = p.attn_terms;
-  if (gs > kAttnMaxGroup || D > kAttnMaxDim || D % 16 != 0 || n_terms < 1 || n_terms > kAttnMaxTerms) {
-    if (tid == 0) set_error(p, kMkBadShape, -1, gs, D, wk.task, wk.arg[0]);
+  const int layer = t.layer;
+  if (t.arg[0] < 0 || t.arg[0] >= s.n_attn_items) {
+    if (tid == 0) set_error(p, kMkBadInput, -1, t.arg[0], s.n_attn_items, task, -1);
     return false;
   }
+  const AttnItem it = buf<const AttnItem>(p, b.attn_items)[t.arg[0]];
+  if (it.seq < 0 || it.seq >= s.batch || it.group < 0 || it.group >= s.n_kv_heads || it.pos_begin >= it.pos_end) {
+    if (tid == 0) set_error(p, kMkBadInput, -1, it.seq, it.group, task, t.arg[0]);
+    return false;
+  }
+  const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim;
   const int n = buf<int32_t>(p, b.seq_len)[it.seq];
   const bool appends = it.pos_end == n;
-  uint16_t* kc = p.kv + static_cast<int64_t>(wk.layer) * p.kv_layer_stride;
+  uint16_t* kc = p.kv + static_cast<int64_t>(layer) * p.kv_layer_stride;
   uint16_t* vc = kc + p.kv_v_offset;
   const AttnGeo geo{buf<int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq,
                     G, it.group, s.kv_block_size, D, it.pos_begin, it.pos_end, n - 1};
@@ -36,19 +41,18 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
 
   // 0. this warp's first chunk streams while the QKV projection of this group finishes.
   if (warp < n_chunks) {
-    attn_tc_load(geo, kc, warp, ks, lane);
-    attn_tc_load(geo, vc, warp, vs, lane);
+    attn_load(geo, kc, warp, ks, lane);
+    attn_load(geo, vc, warp, vs, lane);
   }
   bool ok = true;
   if (tid == 0)
-    ok = mk_wait_counter(p, layer_counter(p.plan.counters, wk.layer, p.plan.counters.qkv_done + it.group),
-                         s.qkv_tiles_per_group, wk.task);
+    for (int i = 0; ok && i < t.n_waits; ++i) ok = mk_wait_counter(p, t.wait[i].counter, t.wait[i].target, task);
   if (consumer_any(!ok)) {
     ptx::cp_async_wait<0>();  // no copy may land after this op gave the shared memory up
     return false;
   }
   // 1-2. norms, RoPE, append, q terms.
-  attn_tc_prologue(p, wk, it, geo, appends, kc, vc, sc);
+  attn_prologue(p, layer, it, geo, appends, kc, vc, sc);
 
   // 3. this warp's chunks. Per lane: rows g, g + 8 of the accumulators (log2 domain).
   const float scale_log2 = p.w.attn_scale * 1.4426950408889634f;
@@ -63,7 +67,7 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
   for (int c = warp; c < n_chunks; c += kConsumerWarps) {
     ptx::cp_async_wait<1>();  // K of chunk c
     __syncwarp();             // every lane's copies of K(c) are visible to the warp
-    if (appends) attn_tc_patch(geo, c, sc.knew, ks, lane);
+    if (appends) attn_patch(geo, c, sc.knew, ks, lane);
     float sv[2][4] = {};  // scores: [n8 tile][element], attn_score_coord
 #pragma unroll
     for (int kk = 0; kk < kAttnMaxDim / 16; ++kk) {
@@ -72,19 +76,17 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
         const AttnRC a = attn_k_ldm(lane, kk);
         ptx::ldmatrix_x4(bk, ks + a.row * kAttnPitch + a.col * 2);
 #pragma unroll
-        for (int term = 0; term < kAttnMaxTerms; ++term) {
-          if (term < n_terms) {
-            const uint32_t qa[4] = {sc.qfrag[term][kk][0][lane], sc.qfrag[term][kk][1][lane],
-                                    sc.qfrag[term][kk][2][lane], sc.qfrag[term][kk][3][lane]};
-            ptx::mma_bf16_16816(sv[0], qa, bk[0], bk[1]);
-            ptx::mma_bf16_16816(sv[1], qa, bk[2], bk[3]);
-          }
+        for (int term = 0; term < kAttnTerms; ++term) {
+          const uint32_t qa[4] = {sc.qfrag[term][kk][0][lane], sc.qfrag[term][kk][1][lane], sc.qfrag[term][kk][2][lane],
+                                  sc.qfrag[term][kk][3][lane]};
+          ptx::mma_bf16_16816(sv[0], qa, bk[0], bk[1]);
+          ptx::mma_bf16_16816(sv[1], qa, bk[2], bk[3]);
         }
       }
     }
     __syncwarp();  // every lane's ldmatrix of K(c) is done: the stage may be refilled
     const int next = c + kConsumerWarps;
-    if (next < n_chunks) attn_tc_load(geo, kc, next, ks, lane);
+    if (next < n_chunks) attn_load(geo, kc, next, ks, lane);
     else ptx::cp_async_commit();  // an empty group keeps the wait counts uniform
     // Masking past the split's end (zero-filled rows), online softmax over the quad of lanes
     // that shares a row (xor 1, 2).
@@ -112,14 +114,14 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
     for (int h = 0; h < 2; ++h) l[h] = l[h] * rs[h].alpha + quad_sum(row_sum[h]);
     // P as A fragments: a0 (row g, tokens 2t..) = tile 0 e0,e1; a1 (row g+8) = tile 0 e2,e3;
     // a2, a3 the same of tile 1.
-    uint32_t pa[kAttnMaxTerms][4];
-    attn_pack_terms(sv[0][0], sv[0][1], n_terms, &pa[0][0], 4);
-    attn_pack_terms(sv[0][2], sv[0][3], n_terms, &pa[0][1], 4);
-    attn_pack_terms(sv[1][0], sv[1][1], n_terms, &pa[0][2], 4);
-    attn_pack_terms(sv[1][2], sv[1][3], n_terms, &pa[0][3], 4);
+    uint32_t pa[kAttnTerms][4];
+    attn_pack_terms(sv[0][0], sv[0][1], &pa[0][0], 4);
+    attn_pack_terms(sv[0][2], sv[0][3], &pa[0][1], 4);
+    attn_pack_terms(sv[1][0], sv[1][1], &pa[0][2], 4);
+    attn_pack_terms(sv[1][2], sv[1][3], &pa[0][3], 4);
     ptx::cp_async_wait<1>();  // V of chunk c (K of the next chunk may still be in flight)
     __syncwarp();
-    if (appends) attn_tc_patch(geo, c, sc.vnew, vs, lane);
+    if (appends) attn_patch(geo, c, sc.vnew, vs, lane);
     // O = O * alpha + P V, the chunk's P V from zero (tensor-core sums stay short).
 #pragma unroll
     for (int dn = 0; dn < kAttnMaxDim / 8; dn += 2) {
@@ -129,12 +131,10 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
         ptx::ldmatrix_x4_trans(bv, vs + a.row * kAttnPitch + a.col * 2);
         float a0[4] = {}, a1[4] = {};
 #pragma unroll
-        for (int term = 0; term < kAttnMaxTerms; ++term) {
-          if (term < n_terms) {
-            const uint32_t pt[4] = {pa[term][0], pa[term][1], pa[term][2], pa[term][3]};
-            ptx::mma_bf16_16816(a0, pt, bv[0], bv[1]);
-            ptx::mma_bf16_16816(a1, pt, bv[2], bv[3]);
-          }
+        for (int term = 0; term < kAttnTerms; ++term) {
+          const uint32_t pt[4] = {pa[term][0], pa[term][1], pa[term][2], pa[term][3]};
+          ptx::mma_bf16_16816(a0, pt, bv[0], bv[1]);
+          ptx::mma_bf16_16816(a1, pt, bv[2], bv[3]);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -144,7 +144,7 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
       }
     }
     __syncwarp();  // every lane's ldmatrix of V(c) is done
-    if (next < n_chunks) attn_tc_load(geo, vc, next, vs, lane);
+    if (next < n_chunks) attn_load(geo, vc, next, vs, lane);
     else ptx::cp_async_commit();
   }
   ptx::cp_async_wait<0>();
@@ -190,19 +190,10 @@ __device__ inline bool op_attn_tc(const MkParams& p, const Work& wk, AttnTcScrat
     }
   }
   // 5. publish; the last of the (seq, group)'s splits to arrive merges them (split order).
-  const int elected = attn_publish_split(p, wk, it, sc.old);
+  const int elected = attn_publish_split(p, layer, task, it, sc.old);
   if (elected <= 0) return elected == 0;
-  const AttnMergeRefs mr = attn_merge_refs(p, it);
-  for (int idx = tid; idx < gs * D; idx += kConsumerThreads) {
-    const int h = idx / D;
-    float mx, den;
-    const float num = attn_merge(it.n_splits, [&](int sp) { return __ldcg(mr.ml + (sp * gs + h) * 2); }, [&](int sp) {
-      return AttnPartial{__ldcg(mr.ml + (sp * gs + h) * 2), __ldcg(mr.ml + (sp * gs + h) * 2 + 1),
-                         __ldcg(mr.o + static_cast<int64_t>(sp) * gs * D + idx)};
-    }, mx, den);
-    mr.out[idx] = float_to_bf16_bits(attn_normalise(num, den));
-  }
-  return attn_merged(p, wk, it);
+  attn_merge_splits(p, layer, it);
+  return true;
 }
 
 }  // namespace megadecode::cuda::mk

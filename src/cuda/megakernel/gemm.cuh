@@ -1,177 +1,158 @@
-// The megakernel's skinny GEMM: one work = a range of 16-row weight blocks over a k range, for up
-// to 64 tokens, streamed as pages of (kMT row blocks x kStageK) with the layout of
-// cuda/common/skinny_gemm.cuh (GemmTile), so the consumer math is that file's gemm_consume_stage.
-// Differences from the standalone tile (why this file exists): the producer issues the WEIGHT part
-// of a page before the work's activation wait (mbarrier expect_tx without arrive) and the
-// activation part later (arrive.expect_tx); activation rows may be gathered (expert token lists);
-// the epilogue is per op (plain fp32 store, or SiLU(gate)*up into bf16 for expert up).
-// Determinism: k block kb is accumulated by consumer warp kb % 8 in increasing kb, warp partials
-// are summed in warp order: the sum order of an output depends on neither the batch nor the tile.
+// The megakernel's GEMM jobs (jobs.h): Y[tokens, rows] = act[tokens, k] * W[rows, k]^T for up to 64
+// token positions, W streamed page by page through the ring by the loader, the activations resident
+// in shared memory (bf16 rows, filled by the consumers per window). Weights are the mma.sync
+// m16n8k16 A operand (packed fragment tiles, cuda/common/weight_pack.cuh), token positions the N
+// operand in groups of 8 (B fragments read through the job's row map: position -> activation row).
+// Determinism and batch invariance: k block kb (counted from the job's first) is accumulated by
+// consumer warp kb % 8 in increasing kb, and the 8 warp partials are summed in warp order: the sum
+// order of an output depends on neither the batch, the tile, the page nor the window.
 #pragma once
 
 #include <cstdint>
 
-#include "cuda/common/moe.cuh"
-#include "cuda/common/skinny_gemm.cuh"
-#include "cuda/megakernel/sync.cuh"
-#include "cuda/megakernel/work.h"
+#include "cuda/common/packed_mma.cuh"
+#include "cuda/megakernel/smem.cuh"
 
 namespace megadecode::cuda::mk {
 
-// Producer-side description of one GEMM work.
+// A job as the loader and the consumers both see it.
 struct GemmJob {
-  const uint16_t* w;  // packed matrix
-  int32_t n_kb_total; // k blocks per row block of the matrix (row-block stride)
+  const uint16_t* w;   // packed matrix
+  int32_t n_kb_total;  // k blocks per row block of the matrix (row-block stride)
+  int32_t n_kb;        // k blocks of the job (from k block 0)
   int32_t rb_begin, rb_end;
-  int32_t kb_off, n_kb;  // k blocks [kb_off, kb_off + n_kb)
-  int32_t n_tokens;
-  const uint16_t* x;      // bf16 activation rows
-  int32_t x_stride;       // elements between rows
-  const int32_t* gather;  // row of token i = gather[i] (nullptr: i); written this step: ld.cg
+  int32_t rows;        // activation rows the job's windows hold (jobs.h job_layout)
+  JobLayout lay;
 };
 
 template <int kNT>
-struct MkTile {
-  using T = GemmTile<kNT>;
-  static constexpr int kMT = T::kMT;
-  static constexpr int kStageK = T::kStageK;
-  static constexpr int kStageKB = T::kStageKB;
-  static constexpr int kPageBytes = T::kPageBytes;
-  static constexpr int kRedBytes = T::kRedBytes;
+__device__ __forceinline__ GemmJob make_job(const uint16_t* w, int32_t n_kb_total, int32_t rb_begin, int32_t rb_end,
+                                            int32_t rows, bool full_k_window) {
+  GemmJob j;
+  j.w = w;
+  j.n_kb_total = n_kb_total;
+  j.n_kb = n_kb_total;
+  j.rb_begin = rb_begin;
+  j.rb_end = rb_end;
+  j.rows = rows;
+  // full_k_window: the caller filled (or fills) the whole K at once (the expert jobs).
+  j.lay = job_layout(rb_end - rb_begin, j.n_kb, Smem<kNT>::kPageRbMax, full_k_window ? 1 : rows,
+                     full_k_window ? 1ll << 40 : Smem<kNT>::kActBytes);
+  return j;
+}
+
+// The activation rows of a job and how its token positions map onto them.
+struct ActRows {
+  const uint16_t* base;  // row 0 of the window
+  int32_t pitch;         // elements between rows
+  const int16_t* rowmap;  // [n_tok] position -> row
+  int32_t n_tok;
 };
 
-template <int kNT>
-__device__ __forceinline__ int job_stages(int n_kb) {
-  return (n_kb + MkTile<kNT>::kStageKB - 1) / MkTile<kNT>::kStageKB;
-}
-template <int kNT>
-__device__ __forceinline__ int job_pages(int rb_begin, int rb_end, int n_kb) {
-  const int chunks = (rb_end - rb_begin + MkTile<kNT>::kMT - 1) / MkTile<kNT>::kMT;
-  return chunks * job_stages<kNT>(n_kb);
-}
-
-// Weight part of page `pg` of the job: expect_tx (no arrive) then the bulk copies (evict-first).
-template <int kNT>
-__device__ __forceinline__ void issue_weights(const GemmJob& j, int pg, uint8_t* page, uint64_t* full,
-                                              uint64_t policy) {
-  using M = MkTile<kNT>;
-  const int n_st = job_stages<kNT>(j.n_kb);
-  const int chunk = pg / n_st, stage = pg % n_st;
-  const int rb0 = j.rb_begin + chunk * M::kMT;
-  const int n_rb = min(M::kMT, j.rb_end - rb0);
-  const int kb0 = stage * M::kStageKB;
-  const int n_kbs = min(M::kStageKB, j.n_kb - kb0);
-  const uint32_t bytes = static_cast<uint32_t>(n_kbs) * kPackTileBytes;
-  mbar_expect_tx(full, bytes * n_rb);
-  for (int m = 0; m < n_rb; ++m) {
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(j.w) +
-                         (static_cast<int64_t>(rb0 + m) * j.n_kb_total + j.kb_off + kb0) * kPackTileBytes;
-    ptx::bulk_g2s(page + m * M::kStageKB * kPackTileBytes, src, bytes, full, policy);
-  }
-}
-
-// Activation part of page `pg`: arrive.expect_tx then one bulk copy per token row. The caller has
-// acquired the work's counters and executed fence.proxy.async.global since.
-template <int kNT>
-__device__ __forceinline__ void issue_activations(const GemmJob& j, int pg, uint8_t* page, uint64_t* full) {
-  using M = MkTile<kNT>;
-  using T = GemmTile<kNT>;
-  const int n_st = job_stages<kNT>(j.n_kb);
-  const int stage = pg % n_st;
-  const int kb0 = stage * M::kStageKB;
-  const int n_kbs = min(M::kStageKB, j.n_kb - kb0);
-  const uint32_t bytes = static_cast<uint32_t>(n_kbs) * kPackK * 2;
-  ptx::mbar_arrive_expect_tx(full, bytes * j.n_tokens);
-  for (int t = 0; t < j.n_tokens; ++t) {
-    const int row = j.gather ? __ldcg(j.gather + t) : t;
-    const uint16_t* src = j.x + static_cast<int64_t>(row) * j.x_stride + (j.kb_off + kb0) * kPackK;
-    ptx::bulk_g2s(page + T::kWBytes + t * T::kXPitch, src, bytes, full);
-  }
-}
-
-// Consumer side of a whole GEMM work: every page in order, then per 16-row block the fixed-order
-// reduction and the op's epilogue. `seq` is this CTA's page sequence number (advanced here).
-// All 256 consumer threads call it. Returns false when a page never completed (step failed).
-template <int kNT, bool kSwiGlu>
-__device__ bool consume_gemm(const MkParams& p, const Work& wk, uint8_t* pages, int n_slots, uint64_t* full,
-                             uint64_t* empty, float* red, uint32_t& seq) {
-  using M = MkTile<kNT>;
-  using T = GemmTile<kNT>;
+// Consumes the job's pages (the loader issues the same sequence) and, after the last k stage of
+// each row block, reduces the warps' partials in warp order and hands every output to
+// epi(rb, tok, r, y) (kPaired: epi(rb, tok, i, y_i, y_{i+8}) for i < 8: the SwiGLU row pairs).
+// fill(window) loads activation window w into the area `act.base` points at (called before the
+// first page of a window; the consumers meet before and after). `seq` is the CTA's page count.
+// All 256 consumer threads call it; returns false (uniformly) when the step failed.
+template <int kNT, bool kPaired, class Fill, class Epi>
+__device__ bool consume_job(const MkParams& p, const Ring& ring, uint32_t& seq, const GemmJob& job, const ActRows& act,
+                            float* red, Fill fill, Epi epi) {
+  using S = Smem<kNT>;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t4 = lane & 3;
-  const int n_st = job_stages<kNT>(wk.n_kb);
-  const int n_chunks = (wk.rb_end - wk.rb_begin + M::kMT - 1) / M::kMT;
+  const PageGeo& geo = job.lay.geo;
+  const int n_rb = job.rb_end - job.rb_begin;
+  // Per token group, this lane's B-fragment row (positions past n_tok read row 0's: discarded).
+  const uint16_t* xrow[kNT];
+#pragma unroll
+  for (int jt = 0; jt < kNT; ++jt) {
+    const int pos = jt * 8 + g;
+    xrow[jt] = act.base + static_cast<int64_t>(act.rowmap[pos < act.n_tok ? pos : 0]) * act.pitch + 2 * t4;
+  }
+  float acc[S::kPageRbMax][kNT][4];
+#pragma unroll
+  for (int m = 0; m < S::kPageRbMax; ++m)
+#pragma unroll
+    for (int jt = 0; jt < kNT; ++jt) acc[m][jt][0] = acc[m][jt][1] = acc[m][jt][2] = acc[m][jt][3] = 0.0f;
+  int window = -1;
   bool ok = true;
-  for (int chunk = 0; chunk < n_chunks; ++chunk) {
-    float acc[M::kMT][kNT][4];
+  for (int pg = 0; pg < geo.n_pages(); ++pg, ++seq) {
+    const PageRef ref = page_ref(geo, n_rb, pg);
+    const int w = ref.kb0 / job.lay.window_kb;
+    if (w != window) {
+      consumer_sync();  // the previous window's readers are done
+      fill(w);
+      consumer_sync();
+      window = w;
+    }
+    const uint32_t slot = seq % ring.n_slots, parity = (seq / ring.n_slots) & 1;
+    ok = mbar_wait_bounded(p, &ring.full[slot], parity, 100 + static_cast<int>(slot));
+    if (consumer_any(!ok)) return false;
+    const uint8_t* page = ring.pages + static_cast<size_t>(slot) * kPageBytes;
+    const int kb_w = w * job.lay.window_kb;  // first k block of the window
+#pragma unroll 1
+    for (int kk = (warp - ref.kb0 % 8 + 8) % 8; kk < geo.page_kb; kk += kConsumerWarps) {
+      const int kb = ref.kb0 + kk;  // kb % 8 == warp
+      uint32_t b0[kNT], b1[kNT];
 #pragma unroll
-    for (int m = 0; m < M::kMT; ++m)
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
-    for (int s = 0; s < n_st; ++s, ++seq) {
-      const uint32_t slot = seq % n_slots, parity = (seq / n_slots) & 1;
-      if (ok) ok = mbar_wait_bounded(p, &full[slot], parity, 100 + slot);
-      if (ok) {
-        const int n_kbs = min(M::kStageKB, wk.n_kb - s * M::kStageKB);
-        gemm_consume_stage<kNT>(acc, pages + slot * M::kPageBytes, n_kbs, warp);
+      for (int jt = 0; jt < kNT; ++jt) {
+        const uint16_t* x = xrow[jt] + (kb - kb_w) * 16;
+        b0[jt] = *reinterpret_cast<const uint32_t*>(x);
+        b1[jt] = *reinterpret_cast<const uint32_t*>(x + 8);
       }
-      // Generic reads of the page are ordered before the producer's next bulk copy into it.
-      ptx::fence_proxy_async_shared();
-      __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(&empty[slot]);
-    }
-    if (consumer_any(!ok)) {  // keep releasing pages in order; outputs are abandoned
-      ok = false;
-      continue;
-    }
-    const int rb0 = wk.rb_begin + chunk * M::kMT;
 #pragma unroll
-    for (int m = 0; m < M::kMT; ++m) {
-      consumer_sync();  // previous round's readers are done with `red`
-      float* mine = red + warp * (8 * kNT * T::kRedPitch);
+      for (int m = 0; m < S::kPageRbMax; ++m) {
+        if (m < ref.n_rb) {
+          const uint4 f = *reinterpret_cast<const uint4*>(page + (m * geo.page_kb + kk) * kTileBytes + lane * 16);
+          const uint32_t a[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        const int tok = j * 8 + 2 * t4;
-        mine[tok * T::kRedPitch + g] = acc[m][j][0];
-        mine[(tok + 1) * T::kRedPitch + g] = acc[m][j][1];
-        mine[tok * T::kRedPitch + g + 8] = acc[m][j][2];
-        mine[(tok + 1) * T::kRedPitch + g + 8] = acc[m][j][3];
+          for (int jt = 0; jt < kNT; ++jt) ptx::mma_bf16_16816(acc[m][jt], a, b0[jt], b1[jt]);
+        }
+      }
+    }
+    // Generic reads of the page are ordered before the loader's next bulk copy into it.
+    ptx::fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(&ring.empty[slot]);
+    if (ref.kb0 + geo.page_kb < job.n_kb) continue;  // the row blocks' sums are not complete yet
+    // The page's row blocks are complete: warp partials summed in warp order.
+#pragma unroll
+    for (int m = 0; m < S::kPageRbMax; ++m) {
+      if (m >= ref.n_rb) continue;  // uniform
+      consumer_sync();  // the previous round's readers are done with `red`
+      float* mine = red + warp * (8 * kNT * S::kRedPitch);
+#pragma unroll
+      for (int jt = 0; jt < kNT; ++jt) {
+        const int tok = jt * 8 + 2 * t4;
+        mine[tok * S::kRedPitch + g] = acc[m][jt][0];
+        mine[(tok + 1) * S::kRedPitch + g] = acc[m][jt][1];
+        mine[tok * S::kRedPitch + g + 8] = acc[m][jt][2];
+        mine[(tok + 1) * S::kRedPitch + g + 8] = acc[m][jt][3];
+        acc[m][jt][0] = acc[m][jt][1] = acc[m][jt][2] = acc[m][jt][3] = 0.0f;
       }
       consumer_sync();
-      const int rb = rb0 + m;
-      if (rb >= wk.rb_end) continue;  // uniform across threads
       auto sum_at = [&](int tok, int r) {
         float s = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kConsumerWarps; ++w) s += red[w * (8 * kNT * T::kRedPitch) + tok * T::kRedPitch + r];
+        for (int ww = 0; ww < kConsumerWarps; ++ww) s += red[ww * (8 * kNT * S::kRedPitch) + tok * S::kRedPitch + r];
         return s;
       };
-      if constexpr (kSwiGlu) {
-        // Row block rb holds gate columns 8rb..8rb+7 (rows 0..7) and the matching up rows (8..15).
+      const int rb = job.rb_begin + ref.rb0 + m;
+      if constexpr (kPaired) {
         for (int idx = tid; idx < 8 * 8 * kNT; idx += kConsumerThreads) {
           const int i = idx & 7, tok = idx >> 3;
-          const int col = rb * 8 + i;
-          if (tok < wk.n_tokens && col < wk.row_end) {
-            const float gate = sum_at(tok, i), up = sum_at(tok, i + 8);
-            uint16_t* y = static_cast<uint16_t*>(wk.y);
-            y[static_cast<int64_t>(wk.y_tok_base + tok) * wk.y_stride + col] = float_to_bf16_bits(silu(gate) * up);
-          }
+          if (tok < act.n_tok) epi(rb, tok, i, sum_at(tok, i), sum_at(tok, i + 8));
         }
       } else {
         for (int idx = tid; idx < 16 * 8 * kNT; idx += kConsumerThreads) {
           const int r = idx & 15, tok = idx >> 4;
-          const int row = rb * 16 + r;
-          if (tok < wk.n_tokens && row < wk.row_end) {
-            float* y = static_cast<float*>(wk.y);
-            y[static_cast<int64_t>(wk.y_tok_base + tok) * wk.y_stride + row] = sum_at(tok, r);
-          }
+          if (tok < act.n_tok) epi(rb, tok, r, sum_at(tok, r));
         }
       }
     }
   }
-  return ok;
+  return true;
 }
 
 }  // namespace megadecode::cuda::mk

@@ -1,6 +1,6 @@
 // Host entry point of the megakernel: picks the token-group instantiation for the batch, checks
-// that one CTA per SM fits and that the whole grid can be resident (a persistent kernel whose
-// CTAs are not all resident deadlocks), and launches it on a stream (graph-capturable).
+// that the model's shape fits the kernel and that the whole grid can be resident (a persistent
+// kernel whose CTAs are not all resident deadlocks), and launches it on a stream (graph-capturable).
 #pragma once
 
 #include <cstdint>
@@ -16,11 +16,14 @@ struct MkLaunchShape {
   int page_slots;    // pages in the shared-memory ring
   int page_bytes;
   int smem_bytes;    // dynamic shared memory per CTA
+  int act_bytes;     // the activation area of a GEMM job
 };
 
-// The launch shape for a batch and attention implementation (MkAttnImpl; Error when the device
-// cannot hold it).
-MkLaunchShape megakernel_shape(int batch, int32_t attn_impl = kMkAttnScalar);
+// The launch shape for a batch (Error when the device cannot hold it).
+MkLaunchShape megakernel_shape(int batch);
+
+// Error naming the limit when the plan's shapes do not fit the kernel.
+void check_megakernel_shape(const PlanShape& s);
 
 // Launches grid = params.plan.shape.n_sms CTAs. Error when the grid cannot be fully resident.
 void launch_megakernel(const MkParams& params, cudaStream_t stream);

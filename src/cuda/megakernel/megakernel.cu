@@ -1,6 +1,6 @@
-// Instantiations and launcher of the megakernel (megakernel.cuh): one kernel per token-group
-// count (batch <= 8, 16, 32, 64) and attention implementation (the tensor-core item's kernel has
-// its own code and a larger scratch: fewer page-ring slots), each configured once per process.
+// Instantiations and launcher of the megakernel (megakernel.cuh): one kernel per token-group count
+// (batch <= 8, 16, 32, 64), each configured once per process (shared memory: smem.cuh, the ring
+// takes what the rest leaves).
 #include <algorithm>
 #include <mutex>
 
@@ -20,7 +20,7 @@ struct Configured {
   int blocks_per_sm = 0;
 };
 
-template <int kNT, bool kTcAttn>
+template <int kNT>
 const Configured& configure() {
   static std::once_flag once;
   static Configured c;
@@ -29,64 +29,62 @@ const Configured& configure() {
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&c.n_sms, cudaDevAttrMultiProcessorCount, dev));
-    using S = mk::MkSmem<kNT, kTcAttn>;
-    const int slots = std::min(mk::kMaxPages, (optin - S::kPagesOffset) / S::kPageBytes);
+    using S = mk::Smem<kNT>;
+    const int slots = std::min(mk::kMaxSlots, (optin - S::kRingOffset) / mk::kPageBytes);
     MD_REQUIRE(slots >= 2, "megakernel: ", optin, " bytes of shared memory hold fewer than 2 pages of ",
-               S::kPageBytes, " bytes");
-    c.shape = MkLaunchShape{kNT, slots, S::kPageBytes, S::kPagesOffset + slots * S::kPageBytes};
-    CUDA_CHECK(cudaFuncSetAttribute(mk::megakernel<kNT, kTcAttn>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    c.shape.smem_bytes));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.blocks_per_sm, mk::megakernel<kNT, kTcAttn>, mk::kThreads,
+               mk::kPageBytes, " bytes after ", S::kRingOffset, " bytes of scratch");
+    c.shape = MkLaunchShape{kNT, slots, mk::kPageBytes, S::kRingOffset + slots * mk::kPageBytes, S::kActBytes};
+    CUDA_CHECK(cudaFuncSetAttribute(mk::megakernel<kNT>, cudaFuncAttributeMaxDynamicSharedMemorySize, c.shape.smem_bytes));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.blocks_per_sm, mk::megakernel<kNT>, mk::kThreads,
                                                              c.shape.smem_bytes));
   });
   return c;
 }
 
-template <int kNT, bool kTcAttn>
+template <int kNT>
 void launch(const MkParams& params, cudaStream_t stream) {
-  const Configured& c = configure<kNT, kTcAttn>();
+  const Configured& c = configure<kNT>();
   const int grid = params.plan.shape.n_sms;
   MD_REQUIRE(c.blocks_per_sm >= 1 && grid <= c.n_sms * c.blocks_per_sm, "megakernel: a grid of ", grid,
              " persistent CTAs cannot all be resident (", c.n_sms, " SMs x ", c.blocks_per_sm,
              " CTA per SM); refusing to launch a kernel that would deadlock");
-  mk::megakernel<kNT, kTcAttn><<<grid, mk::kThreads, c.shape.smem_bytes, stream>>>(params, c.shape.page_slots);
+  mk::megakernel<kNT><<<grid, mk::kThreads, c.shape.smem_bytes, stream>>>(params, c.shape.page_slots);
   CUDA_CHECK_LAST();
-}
-
-template <bool kTcAttn>
-MkLaunchShape shape_for(int batch) {
-  switch (token_groups(batch)) {
-    case 1: return configure<1, kTcAttn>().shape;
-    case 2: return configure<2, kTcAttn>().shape;
-    case 4: return configure<4, kTcAttn>().shape;
-    default: return configure<8, kTcAttn>().shape;
-  }
-}
-
-template <bool kTcAttn>
-void launch_for(const MkParams& params, cudaStream_t stream) {
-  switch (token_groups(params.plan.shape.batch)) {
-    case 1: return launch<1, kTcAttn>(params, stream);
-    case 2: return launch<2, kTcAttn>(params, stream);
-    case 4: return launch<4, kTcAttn>(params, stream);
-    default: return launch<8, kTcAttn>(params, stream);
-  }
 }
 
 }  // namespace
 
-MkLaunchShape megakernel_shape(int batch, int32_t attn_impl) {
-  return attn_impl == kMkAttnTc ? shape_for<true>(batch) : shape_for<false>(batch);
+MkLaunchShape megakernel_shape(int batch) {
+  switch (token_groups(batch)) {
+    case 1: return configure<1>().shape;
+    case 2: return configure<2>().shape;
+    case 4: return configure<4>().shape;
+    default: return configure<8>().shape;
+  }
+}
+
+void check_megakernel_shape(const PlanShape& s) {
+  MD_REQUIRE(s.batch >= 1 && s.batch <= mk::kMaxBatch, "megakernel: batch ", s.batch, " outside 1..", mk::kMaxBatch);
+  MD_REQUIRE(s.group_size <= mk::kAttnMaxGroup && s.head_dim <= mk::kAttnMaxDim && s.head_dim % 16 == 0,
+             "megakernel: attention needs <= ", mk::kAttnMaxGroup, " q heads per KV head and a head dim of at most ",
+             mk::kAttnMaxDim, " (a multiple of 16); the model has ", s.group_size, " and ", s.head_dim);
+  MD_REQUIRE(s.n_experts <= mk::kMaxExperts && s.top_k <= mk::kMaxTopK, "megakernel: routing needs <= ",
+             mk::kMaxExperts, " experts and top-k <= ", mk::kMaxTopK, "; the model has ", s.n_experts, " and ", s.top_k);
+  MD_REQUIRE(s.hidden % 128 == 0, "megakernel: the hidden size must be a multiple of 128, got ", s.hidden);
+  const MkLaunchShape sh = megakernel_shape(s.batch);
+  // The expert-down jobs hold one activation row of the whole moe_intermediate at least.
+  MD_REQUIRE(static_cast<int64_t>(s.moe_inter + mk::kActPad) * 2 <= sh.act_bytes,
+             "megakernel: moe_intermediate ", s.moe_inter, " does not fit the activation area");
 }
 
 void launch_megakernel(const MkParams& params, cudaStream_t stream) {
-  const int batch = params.plan.shape.batch;
-  MD_REQUIRE(batch >= 1 && batch <= kGemmMaxTokens, "megakernel: batch ", batch, " outside 1..", kGemmMaxTokens);
-  MD_REQUIRE(params.attn_impl == kMkAttnScalar || params.attn_impl == kMkAttnTc, "megakernel: unknown attention ",
-             "implementation ", params.attn_impl);
-  MD_REQUIRE(params.attn_impl != kMkAttnTc || (params.attn_terms >= 1 && params.attn_terms <= mk::kAttnMaxTerms),
-             "megakernel: tensor-core attention with ", params.attn_terms, " bf16 terms (1..", mk::kAttnMaxTerms, ")");
-  return params.attn_impl == kMkAttnTc ? launch_for<true>(params, stream) : launch_for<false>(params, stream);
+  check_megakernel_shape(params.plan.shape);
+  switch (token_groups(params.plan.shape.batch)) {
+    case 1: return launch<1>(params, stream);
+    case 2: return launch<2>(params, stream);
+    case 4: return launch<4>(params, stream);
+    default: return launch<8>(params, stream);
+  }
 }
 
 }  // namespace megadecode::cuda

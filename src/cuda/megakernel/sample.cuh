@@ -8,18 +8,16 @@
 #include <cstdint>
 
 #include "cuda/common/sampling.cuh"
-#include "cuda/megakernel/tile_ops.cuh"
+#include "cuda/megakernel/smem.cuh"
 #include "sampling/params.h"
 
 namespace megadecode::cuda::mk {
 
-using SampleScratch = RowSampleScratch<kConsumerThreads>;
-
-// Samples rows [arg0, arg1).
-__device__ inline bool op_sample(const MkParams& p, const Work& wk, SampleScratch& sc) {
+// Samples rows [arg0, arg1) of the task.
+__device__ inline bool op_sample(const MkParams& p, const Task& task, SampleScratch& sc) {
   const PlanShape& s = p.plan.shape;
   const BufferLayout& b = p.plan.buffers;
-  for (int t = wk.arg[0]; t < wk.arg[1]; ++t) {
+  for (int t = task.arg[0]; t < task.arg[1]; ++t) {
     const float* row = buf<float>(p, b.logits) + static_cast<int64_t>(t) * s.vocab;
     const SamplingParams sp = buf<const SamplingParams>(p, b.sampling)[t];
     const int64_t position = buf<int32_t>(p, b.seq_len)[t];

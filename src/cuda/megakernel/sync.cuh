@@ -1,14 +1,15 @@
-// Synchronisation primitives of the megakernel beyond cuda/common/ptx.cuh: cross-CTA counter polls
+// Synchronisation primitives of the megakernel beyond cuda/common/ptx.cuh: cross-CTA counter waits
 // and arrivals (DESIGN.md §5 memory ordering), bounded in-CTA mbarrier waits, the device error
-// record and consumer-only named barriers.
+// record and the consumers' named barrier.
 //
 // Ordering recipe used everywhere:
-//   producer of data: all writers store; named barrier over the writers; ONE thread does
-//     fence.acq_rel.gpu then red.relaxed.gpu.add (mk_arrive).
-//   consumer of data: one thread polls with ld.relaxed.gpu + __nanosleep backoff, then ONE
-//     fence.acquire.gpu (mk_wait_counter); the data is then handed to other threads through an
-//     mbarrier (release/acquire at CTA scope) or a named barrier; before a bulk copy (async proxy)
-//     reads it, fence.proxy.async.global.
+//   producer of data: all writers store; consumer barrier; ONE thread red.release.gpu.add
+//     (mk_arrive): release at gpu scope, cumulative over what the barrier made it observe.
+//   consumer of data: ONE thread polls with ld.acquire.gpu (mk_wait_counter), then the consumer
+//     barrier hands the acquired data to the other threads; before a bulk copy (async proxy) reads
+//     it, fence.proxy.async.global.
+// Every wait is bounded (MkParams::timeout_ns, or the step failing elsewhere): a timeout writes the
+// device error word and every SM leaves the step.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ namespace megadecode::cuda::mk {
 
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumerThreads = kConsumerWarps * 32;
-constexpr int kProducerWarp = kConsumerWarps;  // warp 8, lane 0 is the producer
+constexpr int kLoaderWarp = kConsumerWarps;  // warp 8, lane 0 is the loader
 constexpr int kThreads = kConsumerThreads + 32;
 constexpr int kConsumerBar = 1;  // named barrier of the 256 consumer threads (0 is __syncthreads)
 
@@ -46,27 +47,22 @@ __device__ __forceinline__ int64_t globaltimer_ns() {
   return static_cast<int64_t>(t);
 }
 
+__device__ __forceinline__ int32_t ld_acquire_gpu(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ int32_t ld_relaxed_gpu(const int32_t* p) {
   int32_t v;
   asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void fence_acquire_gpu() { asm volatile("fence.acquire.gpu;" ::: "memory"); }
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-__device__ __forceinline__ void red_relaxed_gpu_add(int32_t* p, int32_t v) {
-  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void red_release_gpu_add(int32_t* p, int32_t v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ int32_t atom_add_acq_rel_gpu(int32_t* p, int32_t v) {
   int32_t old;
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-// Queue claims: the returned index only selects work, the item data is host-written before the
-// launch or published by DISPATCH before dispatch_done (acquired by the claimer's wait), so a
-// relaxed atomic is enough.
-__device__ __forceinline__ int32_t atom_add_relaxed_gpu(int32_t* p, int32_t v) {
-  int32_t old;
-  asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
 }
 
@@ -92,43 +88,38 @@ __device__ inline void set_error(const MkParams& p, int32_t code, int32_t counte
   }
 }
 
-// Bounded poll of counter >= target by ONE thread, then fence.acquire.gpu. false: the step failed
-// (timeout here, recorded in the error word, or another SM's failure).
-__device__ inline bool mk_wait_counter(const MkParams& p, int32_t counter, int32_t target, int32_t task) {
+// Bounded poll of counter >= target by ONE thread with ld.acquire.gpu: spinning (or, with
+// kMkPollBackoff, backing off 32 -> 256 ns). false: the step failed (a timeout here, recorded in
+// the error word, or another SM's failure). `first_seen` (trace) gets the value of the first poll.
+__device__ inline bool mk_wait_counter(const MkParams& p, int32_t counter, int32_t target, int32_t task,
+                                       int32_t* first_seen = nullptr) {
   const int32_t* c = counter_ptr(p, counter);
-  int32_t v = ld_relaxed_gpu(c);
-  if (v < target) {
-    const int64_t t0 = globaltimer_ns();
-    uint32_t sleep_ns = 32;
-    for (uint32_t spin = 0;; ++spin) {
+  int32_t v = ld_acquire_gpu(c);
+  if (first_seen) *first_seen = v;
+  if (v >= target) return true;
+  const bool backoff = (p.flags & kMkPollBackoff) != 0;
+  const int64_t t0 = globaltimer_ns();
+  uint32_t sleep_ns = 32;
+  for (uint32_t spin = 0;; ++spin) {
+    if (backoff) {
       __nanosleep(sleep_ns);
       sleep_ns = sleep_ns < 256 ? sleep_ns * 2 : 256;
-      v = ld_relaxed_gpu(c);
-      if (v >= target) break;
-      if ((spin & 15) == 15) {
-        if (step_failed(p)) return false;
-        if (globaltimer_ns() - t0 > p.timeout_ns) {
-          set_error(p, kMkWaitTimeout, counter, v, target, task, -1);
-          return false;
-        }
+    }
+    v = ld_acquire_gpu(c);
+    if (v >= target) return true;
+    if ((spin & 63) == 63) {
+      if (step_failed(p)) return false;
+      if (globaltimer_ns() - t0 > p.timeout_ns) {
+        set_error(p, kMkWaitTimeout, counter, v, target, task, -1);
+        return false;
       }
     }
   }
-  fence_acquire_gpu();
-  return true;
 }
 
-// Non-blocking check (for the producer's prefetch loop); acquires when satisfied.
-__device__ __forceinline__ bool mk_counter_ready(const MkParams& p, int32_t counter, int32_t target) {
-  if (ld_relaxed_gpu(counter_ptr(p, counter)) < target) return false;
-  fence_acquire_gpu();
-  return true;
-}
-
-// One thread, after a barrier over every thread that wrote the data being published.
+// One thread, after a consumer barrier over every thread that wrote the data being published.
 __device__ __forceinline__ void mk_arrive(const MkParams& p, int32_t counter, int32_t amount) {
-  fence_acq_rel_gpu();
-  red_relaxed_gpu_add(counter_ptr(p, counter), amount);
+  red_release_gpu_add(counter_ptr(p, counter), amount);
 }
 
 // ---- mbarriers (CTA scope) ----
@@ -140,12 +131,6 @@ __device__ __forceinline__ bool mbar_test_wait(uint64_t* bar, uint32_t parity) {
       : "r"(ptx::smem_addr(bar)), "r"(parity)
       : "memory");
   return ok != 0;
-}
-// Adds to the phase's expected transaction bytes without arriving (the weight part of a page is
-// expected before its activation part; the arrive comes with the activation part).
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(ptx::smem_addr(bar)), "r"(bytes)
-               : "memory");
 }
 
 // Bounded wait for the phase of `parity`. The bound is generous (the other side may itself be
@@ -163,6 +148,16 @@ __device__ inline bool mbar_wait_bounded(const MkParams& p, uint64_t* bar, uint3
       }
     }
   }
+}
+
+}  // namespace megadecode::cuda::mk
+
+namespace megadecode::cuda::mk {
+
+// A buffer of the step's arena (plan/task.h BufferLayout).
+template <typename T>
+__device__ __forceinline__ T* buf(const MkParams& p, const BufferSpan& s) {
+  return reinterpret_cast<T*>(p.arena + s.offset);
 }
 
 }  // namespace megadecode::cuda::mk

@@ -41,10 +41,9 @@ struct MkModelWeights {
 enum MkErrorCode : int32_t {
   kMkOk = 0,
   kMkWaitTimeout = 1,    // a counter did not reach its target in time
-  kMkBarrierTimeout = 2, // an in-CTA handshake (page or work ring) did not complete in time
-  kMkQueueOverflow = 3,  // a device-built queue would exceed its capacity
-  kMkBadItem = 4,        // a queue item out of range
-  kMkBadShape = 5,       // the kernel was launched with a shape it cannot run
+  kMkBarrierTimeout = 2, // an in-CTA handshake (a page, the routing) did not complete in time
+  kMkBadInput = 3,       // a token, attention item or routing outside its range (e.g. NaN logits)
+  kMkBadShape = 4,       // the kernel was launched with a shape it cannot run
 };
 
 struct MkError {
@@ -54,25 +53,17 @@ struct MkError {
   int32_t target;
   int32_t sm;
   int32_t task;     // index into the plan's task array, -1 when not a task
-  int32_t detail;   // op or item index
+  int32_t detail;   // what was waited for, or the bad value's index
   int32_t pad;
 };
 static_assert(sizeof(MkError) == 32);
 
 // Benchmark switches (MkParams::flags; 0 in production). Ablations of `bench decode --ablations`.
 enum MkFlag : uint32_t {
-  kMkNoPrefetch = 1u << 0,     // a GEMM's weight pages are issued only after its activation wait
-  kMkStaticQueues = 1u << 1,   // drain tasks take items sm, sm + S, ... instead of claiming them
-  kMkL2Lookahead = 1u << 2,    // while polling, prefetch later static tasks' weights into L2 (past
-                               // the expert drains the shared-memory prefetch stops at)
-};
-
-// Attention item implementation (MkParams::attn_impl): the scalar item (tile_ops.cuh, the default)
-// or the tensor-core one (attention_item.cuh: consumers wait for QKV themselves, items are claimed
-// one at a time), whose q and P go to the MMAs as MkParams::attn_terms bf16 terms (2 or 3).
-enum MkAttnImpl : int32_t {
-  kMkAttnScalar = 0,
-  kMkAttnTc = 1,
+  kMkLoaderInOrder = 1u << 0,  // the loader issues a task's weight pages only once the consumers
+                               // started it (no streaming ahead of the dependencies)
+  kMkNoL2Prefetch = 1u << 1,   // no L2 prefetch of the next tasks' weights during the routing gap
+  kMkPollBackoff = 1u << 2,    // counter polls back off 32 -> 256 ns (the first kernel's) instead of spinning
 };
 
 // Kernel parameters (passed by value, < 4 KB).
@@ -89,9 +80,8 @@ struct MkParams {
   MkModelWeights w;
   MkError* error;
   int64_t timeout_ns;             // bound on any single wait
-  int32_t attn_impl;              // MkAttnImpl
-  int32_t attn_terms;             // bf16 terms of q and P in the tensor-core item (1..3)
-  // Routing capture (tests; nullptr when off): [batch][n_layers][top_k] chosen experts and weights.
+  // Routing capture (tests; nullptr when off): [batch][n_layers][top_k] chosen experts and weights,
+  // written by SM 0's expert-up share.
   int32_t* route_ids;
   float* route_w;
   // ---- benchmark switches and trace (trace.h); zero/null in production ----

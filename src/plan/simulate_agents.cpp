@@ -1,9 +1,8 @@
-// The v2 megakernel's agents (SimLoader::kV2, docs of the v2 design): the loader never waits on a
-// counter; it issues the pages of the SM's next tasks in list order (GEMM weights, attention KV,
-// routed jobs) whenever a ring slot and a work slot are free, and stops only at a routed task
-// until the SM's consumers computed that layer's routing; during that gap it prefetches its own
-// later static tasks' bytes into L2 (up to l2_ahead_bytes), which are then read from L2. The
-// consumers wait on the counters themselves.
+// The megakernel's agents (simulate.h): the loader never waits on a counter; it issues the pages of
+// the SM's tasks in list order (GEMM weights, routed shares) whenever a ring slot is free, and stops
+// only at a routed task until the SM's consumers computed that layer's routing; during that gap it
+// prefetches its own later static tasks' bytes into L2 (up to l2_ahead_bytes), which are then read
+// from L2. The consumers wait on the counters themselves.
 #include "plan/simulate_agents.h"
 
 namespace megadecode::sim {
@@ -54,14 +53,10 @@ void wake_loader(Step& st, SmState& s, bool& flag) {
 
 }  // namespace
 
-Co loader_v2(Step& st, SmState& s) {
+Co loader(Step& st, SmState& s) {
   const auto& list = st.e.plan.lists[s.sm];
   for (int j = 0; j < static_cast<int>(list.size()); ++j) {
     const SimTask& t = list[j];
-    while (j >= s.consumer_task + st.e.params.work_slots) {  // its work record needs a free slot
-      s.loader_waits_for_consumer = true;
-      co_await st.e.block(s.loader, "a free work slot");
-    }
     if (t.cls == SimClass::kRouted) {
       if (!s.routed[t.layer]) prefetch_l2(st, s, j + 1);
       while (!s.routed[t.layer]) {
@@ -78,12 +73,10 @@ Co loader_v2(Step& st, SmState& s) {
   }
 }
 
-Co consumer_v2(Step& st, SmState& s) {
+Co consumer(Step& st, SmState& s) {
   const auto& list = st.e.plan.lists[s.sm];
   for (int j = 0; j < static_cast<int>(list.size()); ++j) {
     const SimTask& t = list[j];
-    s.consumer_task = j + 1;
-    wake_loader(st, s, s.loader_waits_for_consumer);
     for (const SimWait& w : t.waits) co_await st.e.wait_counter(s.consumer, w, &s.waits);
     if (t.computes_routing) {
       co_await st.e.delay(s.consumer, st.e.params.routing_us);

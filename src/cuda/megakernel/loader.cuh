@@ -1,0 +1,155 @@
+// The megakernel's loader (warp 8, lane 0). It walks the SM's task list in order and streams the
+// weight pages of every GEMM job into the page ring, one bulk copy per page (evict-first), as soon
+// as a slot is free: it never waits on a counter, so the next tasks' weights land while the
+// consumers wait for activations. The only thing it waits for besides slots is a layer's routing,
+// which the consumers compute on the SM (routing.cuh) at the layer's first routed task; until then
+// it prefetches its later static tiles' weights into L2 (evict-last), so HBM keeps streaming
+// through the routing gap. Job geometry: the consumers' (ops.cuh), so both walk one page sequence.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/megakernel/ops.cuh"
+
+namespace megadecode::cuda::mk {
+
+constexpr int64_t kL2AheadBytes = 192 << 10;  // per SM: 132 x 192 KiB = 25 MiB of the 60 MB L2
+
+__device__ __forceinline__ void bulk_prefetch_l2_keep(const void* src, uint32_t bytes, uint64_t policy) {
+  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(src), "r"(bytes), "l"(policy)
+               : "memory");
+}
+
+template <int kNT>
+struct Loader {
+  const MkParams& p;
+  Ring ring;
+  const RouteSmem& route;
+  uint64_t* route_bar;
+  const volatile int32_t* consumer_task;  // kMkLoaderInOrder: the task the consumers are on
+  uint64_t evict_first, evict_last;
+  uint32_t w_seq = 0;     // pages issued
+  int n_routings = 0;     // routing phases waited for
+  int routed_layer = -1;
+  int l2_next = 0;        // the first task the L2 prefetch has not covered
+
+  __device__ bool wait_slot() {
+    const uint32_t slot = w_seq % ring.n_slots;
+    if (w_seq < static_cast<uint32_t>(ring.n_slots)) return true;
+    return mbar_wait_bounded(p, &ring.empty[slot], ((w_seq / ring.n_slots) - 1) & 1, 200 + static_cast<int>(slot));
+  }
+
+  // Every page of the job, in the consumers' order.
+  __device__ bool issue_job(const GemmJob& j) {
+    const PageGeo& g = j.lay.geo;
+    const int n_rb = j.rb_end - j.rb_begin;
+    for (int pg = 0; pg < g.n_pages(); ++pg) {
+      if (!wait_slot()) return false;
+      const PageRef r = page_ref(g, n_rb, pg);
+      const uint32_t slot = w_seq % ring.n_slots;
+      uint8_t* page = ring.pages + static_cast<size_t>(slot) * kPageBytes;
+      const uint32_t bytes = static_cast<uint32_t>(page_bytes(g, r));
+      ptx::mbar_arrive_expect_tx(&ring.full[slot], bytes);
+      if (g.page_kb == j.n_kb_total) {  // whole rows: one contiguous range
+        ptx::bulk_g2s(page, j.w + page_tile_offset(j.rb_begin + r.rb0, j.n_kb_total, 0), bytes, &ring.full[slot],
+                      evict_first);
+      } else {
+        const uint32_t per = static_cast<uint32_t>(g.page_kb) * kTileBytes;
+        for (int m = 0; m < r.n_rb; ++m)
+          ptx::bulk_g2s(page + m * per, j.w + page_tile_offset(j.rb_begin + r.rb0 + m, j.n_kb_total, r.kb0), per,
+                        &ring.full[slot], evict_first);
+      }
+      ++w_seq;
+    }
+    return true;
+  }
+
+  // Later static tiles' weights into L2, up to kL2AheadBytes ahead of task `cur`.
+  __device__ void prefetch_l2(int cur, int end) {
+    if (p.flags & kMkNoL2Prefetch) return;
+    int64_t budget = kL2AheadBytes;
+    int j = l2_next > cur ? l2_next : cur + 1;
+    for (; j < end && budget > 0; ++j) {
+      const Task t = p.tasks[j];
+      const Op op = static_cast<Op>(t.op);
+      if (op != Op::kQkv && op != Op::kOProj && op != Op::kRouter && op != Op::kLmHead) continue;
+      const GemmJob job = tile_job<kNT>(p, t);
+      const uint8_t* a = reinterpret_cast<const uint8_t*>(j_first(job));
+      const int64_t all = static_cast<int64_t>(job.rb_end - job.rb_begin) * job.n_kb_total * kTileBytes;
+      const int64_t take = all < budget ? all : budget;
+      for (int64_t off = 0; off < take; off += 1 << 20)
+        bulk_prefetch_l2_keep(a + off, static_cast<uint32_t>(take - off < (1 << 20) ? take - off : (1 << 20)), evict_last);
+      budget -= take;
+    }
+    l2_next = j;
+  }
+  __device__ static const uint16_t* j_first(const GemmJob& j) {
+    return j.w + page_tile_offset(j.rb_begin, j.n_kb_total, 0);
+  }
+
+  // The layer's routing: computed by the consumers at the layer's first routed task of the launch.
+  __device__ bool wait_routing(int layer, int cur, int end) {
+    if (routed_layer == layer) return true;
+    const uint32_t parity = n_routings & 1;
+    if (!mbar_test_wait(route_bar, parity)) prefetch_l2(cur, end);
+    if (!mbar_wait_bounded(p, route_bar, parity, 400)) return false;
+    ++n_routings;
+    routed_layer = layer;
+    return route.bad == 0;
+  }
+
+  __device__ bool wait_consumers(int task) {
+    const int64_t t0 = globaltimer_ns();
+    for (uint32_t spin = 0; *consumer_task < task; ++spin)
+      if ((spin & 63) == 63 && (step_failed(p) || globaltimer_ns() - t0 > 3 * p.timeout_ns + 1000000000ll)) return false;
+    return true;
+  }
+
+  __device__ bool run(int begin, int end) {
+    const PlanShape& s = p.plan.shape;
+    for (int i = begin; i < end; ++i) {
+      const Task t = p.tasks[i];
+      const Op op = static_cast<Op>(t.op);
+      if ((p.flags & kMkLoaderInOrder) && !wait_consumers(i)) return false;
+      switch (op) {
+        case Op::kQkv:
+        case Op::kOProj:
+        case Op::kRouter:
+        case Op::kLmHead:
+          if (!issue_job(tile_job<kNT>(p, t))) return false;
+          break;
+        case Op::kExpertUp: {
+          if (!wait_routing(t.layer, i, end)) return false;
+          bool ok = true;
+          for_up_jobs(s, route, t, [&](int e, int u0, int u1) { ok = ok && issue_job(up_job<kNT>(p, t.layer, e, u0, u1)); });
+          if (!ok) return false;
+          break;
+        }
+        case Op::kExpertDown: {
+          if (!wait_routing(t.layer, i, end)) return false;
+          const MoeShare rbs = moe_share(s.down_rbs, t.arg[0], t.arg[1]);
+          for (int rb = rbs.begin; rb < rbs.end; ++rb)
+            for (int ei = 0; ei < route.n_active; ++ei)
+              if (!issue_job(down_job<kNT>(p, t.layer, route.active[ei], rb))) return false;
+          break;
+        }
+        default:  // attention items load their K/V themselves; SAMPLE reads no weights
+          break;
+      }
+    }
+    return true;
+  }
+
+  // After a failure: let every page in flight land so no bulk copy is outstanding when the CTA
+  // exits (the consumers may have stopped consuming).
+  __device__ void drain() {
+    const uint32_t first = w_seq > static_cast<uint32_t>(ring.n_slots) ? w_seq - ring.n_slots : 0;
+    for (uint32_t q = first; q < w_seq; ++q) {
+      const int64_t t0 = globaltimer_ns();
+      while (!ptx::mbar_try_wait(&ring.full[q % ring.n_slots], (q / ring.n_slots) & 1))
+        if (globaltimer_ns() - t0 > 1000000000ll) break;
+    }
+  }
+};
+
+}  // namespace megadecode::cuda::mk

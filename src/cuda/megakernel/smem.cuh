@@ -1,0 +1,59 @@
+// The megakernel's shared memory, one CTA per SM (kNT = token groups of 8: batch <= 8 * kNT):
+//   barriers | routing tables | GEMM reduction | union { attention scratch | sampler scratch |
+//   activation area } | page ring (32 KB slots, as many as fit)
+// The activation area holds a GEMM job's activation rows (bf16, jobs.h windows), each row's RMSNorm
+// scale, the job's row map (token position -> row) and the expert-down combine store. Only the
+// consumers touch the union; the loader touches only the ring and the routing tables (read).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/sampling.cuh"
+#include "cuda/common/skinny_gemm.cuh"
+#include "cuda/megakernel/attention.cuh"
+#include "cuda/megakernel/jobs.h"
+#include "cuda/megakernel/routing.cuh"
+
+namespace megadecode::cuda::mk {
+
+constexpr int kMaxSlots = 8;
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+constexpr int round128(int x) { return (x + 127) / 128 * 128; }
+
+using SampleScratch = RowSampleScratch<kConsumerThreads>;
+
+template <int kNT>
+struct Smem {
+  static constexpr int kMaxRows = 8 * kNT;  // token positions of a job
+  // Row blocks a page may stack (the consumers' accumulators: kPageRbMax x kNT x 4 floats).
+  static constexpr int kPageRbMax = kNT <= 2 ? 4 : (kNT <= 4 ? 2 : 1);
+  static constexpr int kRedPitch = 17;  // floats per token row of a warp's 16-row partial
+  static constexpr int kRedBytes = kConsumerWarps * 8 * kNT * kRedPitch * 4;
+
+  static constexpr int kBarOffset = 0;  // full[kMaxSlots], empty[kMaxSlots], route
+  static constexpr int kRouteOffset = 256;
+  static constexpr int kRedOffset = kRouteOffset + round128(static_cast<int>(sizeof(RouteSmem)));
+  static constexpr int kUnionOffset = kRedOffset + round128(kRedBytes);
+
+  // The activation area inside the union.
+  static constexpr int kScaleOffset = 0;                       // float[kMaxRows]
+  static constexpr int kRowmapOffset = kMaxRows * 4;           // int16[kMaxRows]
+  static constexpr int kCombineOffset = round128(kRowmapOffset + kMaxRows * 2);  // float[kMaxRows][kMaxTopK][16]
+  static constexpr int kActOffset = kCombineOffset + round128(kMaxRows * kMaxTopK * 16 * 4);
+  static constexpr int kUnionBytes =
+      round128(cmax(cmax(static_cast<int>(sizeof(AttnScratch)), static_cast<int>(sizeof(SampleScratch))),
+                    kActOffset + 64 * 1024));
+  static constexpr int kActBytes = kUnionBytes - kActOffset;  // activation rows
+
+  static constexpr int kRingOffset = kUnionOffset + kUnionBytes;
+};
+
+// What every consumer routine of a CTA shares.
+struct Ring {
+  uint8_t* pages;
+  int n_slots;
+  uint64_t* full;   // [n_slots] the loader's copies landed
+  uint64_t* empty;  // [n_slots] the 8 consumer warps released it
+};
+
+}  // namespace megadecode::cuda::mk
