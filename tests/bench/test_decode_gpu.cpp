@@ -1,8 +1,8 @@
 // GPU checks of the benchmark's kernel switches and trace (ctest label gpu, from the `_gpu`
 // suffix; like every GPU test it fails without a GPU unless MEGADECODE_ALLOW_NO_GPU is set): on the
-// `small` preset, weight prefetch off and static queues give bitwise the logits of the default kernel (they change only
-// when and where work runs), and a traced step records exactly one work record per static task,
-// one per attention item, and exports to a Chrome trace.
+// `small` preset, the loader in order, no L2 prefetch and backed-off polls give bitwise the logits of the default
+// kernel (they change only when work runs), and a traced step records exactly one work record per
+// task (attention items are tasks) and exports to a Chrome trace.
 #include <gtest/gtest.h>
 
 #if defined(MEGADECODE_HAVE_CUDA)
@@ -57,8 +57,8 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
   for (int batch : {1, 3, 17}) {
     const Batch b = make_batch(rng, c, batch, 16);
     std::vector<float> ref;
-    for (uint32_t flags : {0u, uint32_t{cuda::kMkNoPrefetch}, uint32_t{cuda::kMkStaticQueues},
-                           uint32_t{cuda::kMkNoPrefetch | cuda::kMkStaticQueues}, uint32_t{cuda::kMkL2Lookahead}}) {
+    for (uint32_t flags : {0u, uint32_t{cuda::kMkLoaderInOrder}, uint32_t{cuda::kMkNoL2Prefetch},
+                           uint32_t{cuda::kMkPollBackoff}, uint32_t{cuda::kMkLoaderInOrder | cuda::kMkNoL2Prefetch}}) {
       BackendOptions o;
       o.backend = "cuda-mk";
       o.n_kv_blocks = 4000;
@@ -81,16 +81,12 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
           ASSERT_LE(t.g_begin, t.g_end);
           if (t.kind != kTraceWork) continue;
           if (t.op == static_cast<int>(Op::kAttn)) ++attn_items;
-          else if (t.op >= 0 && !op_is_drain(static_cast<Op>(t.op))) ++work_per_task[t.task];
+          ++work_per_task[t.task];
         }
         EXPECT_EQ(attn_items, static_cast<int>(plan.attn_items.size()) * c.n_layers);
-        int n_static = 0;
-        for (size_t i = 0; i < plan.tasks.size(); ++i)
-          if (!op_is_drain(static_cast<Op>(plan.tasks[i].op))) {
-            ++n_static;
-            EXPECT_EQ(work_per_task[static_cast<int>(i)], 1) << describe_task(plan, static_cast<int>(i));
-          }
-        EXPECT_EQ(static_cast<int>(work_per_task.size()), n_static);
+        for (size_t i = 0; i < plan.tasks.size(); ++i)  // one record per task, attention items included
+          EXPECT_EQ(work_per_task[static_cast<int>(i)], 1) << describe_task(plan, static_cast<int>(i));
+        EXPECT_EQ(work_per_task.size(), plan.tasks.size());
         TraceSummary s;
         const nlohmann::json j = trace_to_chrome(recs, plan, dropped, {{"batch", batch}}, &s);
         EXPECT_GT(s.step_us, 0.0);

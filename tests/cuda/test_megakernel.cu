@@ -3,7 +3,7 @@
 // logits against the host reference for ragged batches over a shuffled, noise-filled paged cache;
 // bitwise repeatability, batch invariance, cuda-ops == cuda-mk, every output written (NaN-poisoned
 // buffers), planned counter totals reached, seeded sampling, and a stuck counter reported by name.
-// The attention-dependent tests run for every attention item (scalar, tc, tc2: parameter).
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -42,10 +42,9 @@ Small& small() {
   return *s;
 }
 
-std::unique_ptr<cuda::CudaBackend> backend(bool per_op, int n_blocks = 16600, const std::string& attention = "scalar") {
+std::unique_ptr<cuda::CudaBackend> backend(bool per_op, int n_blocks = 16600) {
   BackendOptions o;
   o.backend = per_op ? "cuda-ops" : "cuda-mk";
-  o.attention = attention;
   o.n_kv_blocks = n_blocks;
   o.kv_block_size = 16;
   auto be = std::make_unique<cuda::CudaBackend>(small().dev, o);
@@ -67,17 +66,13 @@ TEST(DeviceWeights, SyntheticEqualsUploadedCheckpointBitwise) {
   EXPECT_EQ(std::memcmp(ha.data(), hb.data(), ha.size()), 0);
 }
 
-// The attention item under test: "scalar" (default), "tc" (tensor cores, 3 bf16 terms), "tc2" (2).
-class MegakernelAttn : public ::testing::TestWithParam<std::string> {};
-
 // Routing-exact against cpu-ref with the device's rounding points (routing_exact.h): near-tie
 // bound kRouteNearTie, then every row within kTol with the device's routing forced.
-TEST_P(MegakernelAttn, MatchesReferenceRaggedBatches) {
+TEST(Megakernel, MatchesReferenceRaggedBatches) {
   Small& s = small();
-  auto be = backend(false, 16600, GetParam());
+  auto be = backend(false, 16600);
   const uint64_t case_seed = test_seed();
-  std::printf("attention %s, case seed %llu (MEGADECODE_SEED reproduces weights and cases)\n", GetParam().c_str(),
-              static_cast<unsigned long long>(case_seed));
+  std::printf("case seed %llu (MEGADECODE_SEED reproduces weights and cases)\n", static_cast<unsigned long long>(case_seed));
   SplitMix64 rng(case_seed);
   const std::vector<int> batches = gpu_quick() ? std::vector<int>{1, 17, 64} : std::vector<int>{1, 3, 8, 17, 64};
   for (int batch : batches) {
@@ -105,9 +100,9 @@ TEST_P(MegakernelAttn, MatchesReferenceRaggedBatches) {
   }
 }
 
-TEST_P(MegakernelAttn, RepeatedRunsAreBitwiseIdentical) {
+TEST(Megakernel, RepeatedRunsAreBitwiseIdentical) {
   Small& s = small();
-  auto be = backend(false, 16600, GetParam());
+  auto be = backend(false, 16600);
   SplitMix64 rng(test_seed());
   Case k = make_case(s.config, *be, rng, 17, 3000);
   const std::vector<float> a = run_case(*be, k);
@@ -117,9 +112,9 @@ TEST_P(MegakernelAttn, RepeatedRunsAreBitwiseIdentical) {
 }
 
 // cuda-ops runs the same tile code one wave per launch (no cross-op overlap): equal bits.
-TEST_P(MegakernelAttn, CudaOpsEqualsMegakernelBitwise) {
+TEST(Megakernel, CudaOpsEqualsMegakernelBitwise) {
   Small& s = small();
-  auto mk = backend(false, 16600, GetParam()), ops = backend(true, 16600, GetParam());
+  auto mk = backend(false, 16600), ops = backend(true, 16600);
   SplitMix64 rng(test_seed());
   for (int batch : {1, 8, 33}) {
     Case k = make_case(s.config, *mk, rng, batch, 2048);
@@ -133,9 +128,9 @@ TEST_P(MegakernelAttn, CudaOpsEqualsMegakernelBitwise) {
 
 // A sequence's logits must not depend on its batch or its place in it, at contexts up to 4096
 // (up to 16 attention splits: the split geometry comes from the sequence's own length).
-TEST_P(MegakernelAttn, BatchInvariance) {
+TEST(Megakernel, BatchInvariance) {
   Small& s = small();
-  auto be = backend(false, 16600, GetParam());
+  auto be = backend(false, 16600);
   SplitMix64 rng(test_seed());
   const int V = s.config.vocab_size;
   Case big = make_case(s.config, *be, rng, 64, 4096);
@@ -152,10 +147,6 @@ TEST_P(MegakernelAttn, BatchInvariance) {
           << "sequence " << probe << " alone/in a batch of " << batch << " differs from the batch of 64";
     }
   }
-}
-
-TEST(Megakernel, UnknownAttentionIsAnError) {
-  EXPECT_THROW(backend(false, 1024, "flash"), Error);
 }
 
 TEST(Megakernel, SeededSamplingIsReproducible) {
@@ -238,13 +229,12 @@ TEST(Megakernel, PenalisedSequencesAreSampledFromTheirHistory) {
   EXPECT_EQ(r2.tokens, r.tokens);
 }
 
-TEST_P(MegakernelAttn, StuckCounterEndsTheStepWithItsName) {
+TEST(Megakernel, StuckCounterEndsTheStepWithItsName) {
   Small& s = small();
   BackendOptions o;
   o.backend = "cuda-mk";
   o.n_kv_blocks = 1024;
   o.wait_timeout_ms = 200;
-  o.attention = GetParam();
   cuda::CudaBackend be(s.dev, o);
   SplitMix64 rng(test_seed());
   Case k = make_case(s.config, be, rng, 3, 300);
@@ -268,9 +258,6 @@ TEST_P(MegakernelAttn, StuckCounterEndsTheStepWithItsName) {
   const std::vector<float> again = run_case(be, k);  // the next step runs normally
   for (float v : again) ASSERT_TRUE(std::isfinite(v));
 }
-
-INSTANTIATE_TEST_SUITE_P(Attention, MegakernelAttn, ::testing::Values("scalar", "tc", "tc2"),
-                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace megadecode::test

@@ -1,5 +1,5 @@
 // The compute-sanitizer targets (scripts/gpu sanitize and quick run this binary under memcheck,
-// racecheck, synccheck and initcheck, one attention item at a time with --gtest_filter), checked
+// racecheck, synccheck and initcheck, one test at a time with --gtest_filter), checked
 // routing-exact against cpu-ref with the device's rounding points:
 //  - Tiny: cuda-mk and cuda-ops on the `tiny` preset, one ragged decode step each, equal to each
 //    other bitwise;
@@ -21,10 +21,9 @@
 namespace megadecode::test {
 namespace {
 
-BackendOptions options(const std::string& backend, const std::string& attention, int n_blocks) {
+BackendOptions options(const std::string& backend, int n_blocks) {
   BackendOptions o;
   o.backend = backend;
-  o.attention = attention;
   o.n_kv_blocks = n_blocks;
   o.kv_block_size = 16;
   if (const char* t = std::getenv("MEGADECODE_WAIT_TIMEOUT_MS")) o.wait_timeout_ms = std::atoll(t);
@@ -49,9 +48,7 @@ std::vector<float> check_step(cuda::CudaBackend& be, const ModelConfig& c, const
   return logits;
 }
 
-class Sanitize : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(Sanitize, Tiny) {
+TEST(Sanitize, Tiny) {
   MD_REQUIRE_GPU();
   const ModelConfig c = preset_config("tiny");
   const uint64_t seed = seed_for("tiny preset");
@@ -61,7 +58,7 @@ TEST_P(Sanitize, Tiny) {
   SplitMix64 rng(seed);
   Case k;
   for (int per_op = 0; per_op < 2; ++per_op) {
-    cuda::CudaBackend be(dev, options(per_op ? "cuda-ops" : "cuda-mk", GetParam(), 128));
+    cuda::CudaBackend be(dev, options(per_op ? "cuda-ops" : "cuda-mk", 128));
     be.set_poison_activations(true);
     if (per_op == 0) k = make_case(c, be, rng, 3, 700, {1, 37, 700});
     logits[per_op] = check_step(be, c, host, k);
@@ -70,7 +67,7 @@ TEST_P(Sanitize, Tiny) {
   EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0) << "cuda-mk != cuda-ops";
 }
 
-TEST_P(Sanitize, Wide) {
+TEST(Sanitize, Wide) {
   MD_REQUIRE_GPU();
   ModelConfig c = preset_config("small");
   c.n_layers = 1;
@@ -79,15 +76,12 @@ TEST_P(Sanitize, Wide) {
   c.vocab_size = 8192;
   const uint64_t seed = seed_for("small widths, 1 layer, 16 experts, vocabulary 8192");
   const LoadedModel host = synthetic_model(c, seed);
-  cuda::CudaBackend be(cuda::DeviceWeights::synthetic(c, seed), options("cuda-mk", GetParam(), 700));
+  cuda::CudaBackend be(cuda::DeviceWeights::synthetic(c, seed), options("cuda-mk", 700));
   be.set_poison_activations(true);
   SplitMix64 rng(seed);
   const Case k = make_case(c, be, rng, 8, 1800, {1800, 1, 513, 257, 256});
   check_step(be, c, host, k);
 }
-
-INSTANTIATE_TEST_SUITE_P(Attention, Sanitize, ::testing::Values("scalar", "tc", "tc2"),
-                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace megadecode::test

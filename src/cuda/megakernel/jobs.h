@@ -76,7 +76,8 @@ MD_HOST_DEVICE inline PageRef page_ref(const PageGeo& g, int32_t n_rb, int32_t p
 // shared memory; 0 when not even one page's k fits (the caller then asks for smaller pages).
 MD_HOST_DEVICE inline int32_t window_kb_fit(int32_t rows, int64_t cap_bytes) {
   const int64_t elems = cap_bytes / (2 * static_cast<int64_t>(rows > 0 ? rows : 1)) - kActPad;
-  return elems < 16 ? 0 : static_cast<int32_t>(elems / 16);
+  const int64_t kb = elems < 16 ? 0 : elems / 16;
+  return static_cast<int32_t>(kb < (int64_t{1} << 30) ? kb : (int64_t{1} << 30));
 }
 
 // The job's pages and windows, both fitted to the shared memory: (geo, window_kb).

@@ -1,0 +1,100 @@
+// The megakernel's GEMM job geometry (cuda/megakernel/jobs.h) on the CPU: the pages of a job cover
+// every (row block, k block) exactly once, row block by row block, each page at most 32 KB and one
+// contiguous copy when it stacks row blocks; activation windows are whole pages that fit the
+// shared memory they are given, and every page lies in one window.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/rng.h"
+#include "cuda/megakernel/jobs.h"
+
+namespace megadecode::cuda::mk {
+namespace {
+
+TEST(MegakernelJobs, KStepIsTheLargestDivisorPreferringMultiplesOf8) {
+  EXPECT_EQ(k_step(128, 64), 64);
+  EXPECT_EQ(k_step(256, 64), 64);
+  EXPECT_EQ(k_step(48, 64), 48);
+  EXPECT_EQ(k_step(96, 64), 48);
+  EXPECT_EQ(k_step(8, 64), 8);
+  EXPECT_EQ(k_step(4, 64), 4);    // no multiple of 8 divides 4
+  EXPECT_EQ(k_step(100, 64), 50); // none of 100's divisors <= 64 is a multiple of 8
+  EXPECT_EQ(k_step(128, 20), 16);
+  EXPECT_EQ(k_step(7, 64), 7);
+}
+
+// Every page of a job, checked against a plain walk of its (row block, k block) grid.
+void check_job(int n_rb, int n_kb, int max_page_rb, int rows, int64_t cap) {
+  const JobLayout lay = job_layout(n_rb, n_kb, max_page_rb, rows, cap);
+  const PageGeo& g = lay.geo;
+  const std::string what = "n_rb " + std::to_string(n_rb) + " n_kb " + std::to_string(n_kb) + " rows " +
+                           std::to_string(rows) + " cap " + std::to_string(cap);
+  ASSERT_GE(g.page_kb, 1) << what;
+  ASSERT_EQ(n_kb % g.page_kb, 0) << what;
+  ASSERT_LE(g.page_rb, max_page_rb) << what;
+  ASSERT_TRUE(g.page_rb == 1 || g.page_kb == n_kb) << what << ": only whole-K pages stack row blocks";
+  ASSERT_EQ(lay.window_kb % g.page_kb, 0) << what;
+  ASSERT_LE(lay.window_kb, n_kb) << what;
+  if (window_kb_fit(rows, cap) >= g.page_kb)  // the window fits the area (pitch = window + padding)
+    EXPECT_LE(static_cast<int64_t>(lay.window_kb * 16 + kActPad) * 2 * rows, cap) << what;
+  std::vector<int> seen(static_cast<size_t>(n_rb) * n_kb, 0);
+  int last_rb = -1, last_kb_end = 0;
+  for (int p = 0; p < g.n_pages(); ++p) {
+    const PageRef r = page_ref(g, n_rb, p);
+    ASSERT_GE(r.n_rb, 1) << what;
+    ASSERT_LE(page_bytes(g, r), kPageBytes) << what;
+    ASSERT_EQ(r.kb0 / lay.window_kb, (r.kb0 + g.page_kb - 1) / lay.window_kb) << what << ": a page straddles two windows";
+    // Row-block-major: a group's k stages in order, then the next group.
+    if (r.rb0 != last_rb) {
+      EXPECT_EQ(last_kb_end, last_rb < 0 ? 0 : n_kb) << what;
+      EXPECT_EQ(r.kb0, 0) << what;
+      last_rb = r.rb0;
+    } else {
+      EXPECT_EQ(r.kb0, last_kb_end) << what;
+    }
+    last_kb_end = r.kb0 + g.page_kb;
+    for (int m = 0; m < r.n_rb; ++m)
+      for (int k = 0; k < g.page_kb; ++k) ++seen[static_cast<size_t>(r.rb0 + m) * n_kb + r.kb0 + k];
+    // A stacked page is one contiguous range of the packed matrix: row block i's tiles right after i-1's.
+    if (r.n_rb > 1)
+      EXPECT_EQ(page_tile_offset(r.rb0 + 1, n_kb, 0) - page_tile_offset(r.rb0, n_kb, 0),
+                static_cast<int64_t>(n_kb) * kTileBytes / 2)
+          << what;
+  }
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << what << ": tile " << i;
+}
+
+TEST(MegakernelJobs, PagesCoverEveryTileOnceInOrder) {
+  // The decode shapes: QKV/router/LM head (K 2048), O-proj (K 4096), expert up (K 2048, units of
+  // one row block), expert down (K 768, one row block), tiny's K 128 and 64.
+  for (int rows : {1, 8, 16, 64})
+    for (int n_kb : {128, 256, 48, 8, 4})
+      for (int n_rb : {1, 2, 3, 5, 72})
+        for (int max_rb : {1, 2, 4}) check_job(n_rb, n_kb, max_rb, rows, 83 << 10);
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  for (int i = 0; i < 500; ++i)
+    check_job(1 + static_cast<int>(rng.below(40)), 1 + static_cast<int>(rng.below(300)), 1 + static_cast<int>(rng.below(4)),
+              1 + static_cast<int>(rng.below(64)), (4 + static_cast<int64_t>(rng.below(200))) << 10);
+}
+
+TEST(MegakernelJobs, WindowsFollowTheActivationArea) {
+  // Batch 1 and 8 hold the whole K of every decode GEMM in one window (83 KB area).
+  for (int rows : {1, 8}) {
+    EXPECT_EQ(job_layout(3, 128, 4, rows, 83 << 10).window_kb, 128);
+    EXPECT_EQ(job_layout(1, 256, 4, rows, 83 << 10).window_kb, 256);
+  }
+  // Batch 64 at K 4096: 64 rows of (window + 8) bf16 in 64 KB: a 504-element window -> 31
+  // k blocks -> pages of the largest multiple-of-8 divisor of 256 that fits (16), windows of 16.
+  const JobLayout big = job_layout(1, 256, 1, 64, 64 << 10);
+  EXPECT_EQ(big.geo.page_kb, 16);
+  EXPECT_EQ(big.window_kb, 16);
+  EXPECT_EQ(big.n_windows(256), 16);
+  // With the whole K asked for (the expert jobs fill their rows themselves): one window.
+  EXPECT_EQ(job_layout(1, 48, 4, 1, int64_t{1} << 40).window_kb, 48);
+}
+
+}  // namespace
+}  // namespace megadecode::cuda::mk
