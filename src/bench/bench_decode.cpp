@@ -25,7 +25,7 @@ const char* const kDecodeBenchUsage =
     "         [--seed S] [--kv-block-size 16] [--ceiling-mib 4096]\n"
     "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points.\n"
     "  --ablations: at --ablation-batch and the first context, one change each: grid-sync, the loader\n"
-    "  issuing a task's pages only once its consumers start it, no L2 prefetch in the routing gap, polls\n"
+    "  issuing a task's pages only once its consumers start it, an L2 prefetch in the routing gap, polls\n"
     "  backing off to 256 ns, cuda-ops.\n"
     "  --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n";
 

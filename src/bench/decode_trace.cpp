@@ -89,37 +89,57 @@ nlohmann::json work_args(const TraceRecord& r, const Plan& plan) {
 
 }  // namespace
 
+const char* trace_phase_name(int32_t phase) {
+  switch (phase) {
+    case kPhasePage: return "pages";
+    case kPhaseFill: return "fill";
+    case kPhaseRouting: return "routing";
+    case kPhaseAttnPrologue: return "attn prologue";
+    case kPhaseAttnMerge: return "attn merge";
+    default: return "phase?";
+  }
+}
+
 nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan& plan, int64_t dropped,
                                const nlohmann::json& meta, TraceSummary* summary) {
   const int n_sms = plan.n_sms();
   std::vector<std::vector<const TraceRecord*>> by_sm(n_sms);
   for (const TraceRecord& r : records) {
     MD_REQUIRE(r.sm >= 0 && r.sm < n_sms, "trace record of SM ", r.sm, " outside the plan's ", n_sms, " SMs");
-    MD_REQUIRE(r.kind == kTraceWork || r.kind == kTraceWait, "trace record of unknown kind ", r.kind);
+    MD_REQUIRE(r.kind == kTraceWork || r.kind == kTraceWait || r.kind == kTracePhase, "trace record of unknown kind ",
+               r.kind);
+    MD_REQUIRE(r.kind != kTracePhase || (r.arg0 >= 0 && r.arg0 < kNumTracePhases), "trace record of unknown phase ",
+               r.arg0);
     by_sm[r.sm].push_back(&r);
   }
   TraceSummary s;
   s.n_sms = n_sms;
   s.dropped = dropped;
-  std::vector<std::vector<Slice>> work(n_sms), wait(n_sms);
+  std::vector<std::vector<Slice>> work(n_sms), parts(n_sms);
   double t_min = std::numeric_limits<double>::max(), t_max = std::numeric_limits<double>::lowest();
   int64_t gran = 0;
+  std::vector<double> ghz;
   for (int sm = 0; sm < n_sms; ++sm) {
     const ClockMap map = fit_clock(by_sm[sm]);
+    if (map.use_clock && map.b > 0) ghz.push_back(1.0 / map.b);
     for (const TraceRecord* r : by_sm[sm]) {
       double t0 = map(r->c_begin, r->g_begin), t1 = map(r->c_end, r->g_end);
       if (t1 < t0) t1 = t0;
-      (r->kind == kTraceWork ? work : wait)[sm].push_back({t0, t1, r});
+      (r->kind == kTraceWork ? work : parts)[sm].push_back({t0, t1, r});
       t_min = std::min(t_min, t0);
       t_max = std::max(t_max, t1);
       const int64_t dg = r->g_end - r->g_begin;
       if (dg > 0 && (gran == 0 || dg < gran)) gran = dg;
     }
-    for (auto* v : {&work[sm], &wait[sm]})
+    for (auto* v : {&work[sm], &parts[sm]})
       std::sort(v->begin(), v->end(), [](const Slice& x, const Slice& y) { return x.t0 < y.t0; });
   }
   if (records.empty()) t_min = t_max = 0;
   s.timer_granularity_ns = static_cast<double>(gran);
+  if (!ghz.empty()) {
+    std::nth_element(ghz.begin(), ghz.begin() + ghz.size() / 2, ghz.end());
+    s.sm_clock_ghz = ghz[ghz.size() / 2];
+  }
   s.step_us = (t_max - t_min) * 1e-3;
   // Microseconds rounded to the nanosecond (short numbers in the JSON).
   auto round_ns = [](double ns) { return std::round(ns) / 1000.0; };
@@ -131,42 +151,44 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
     if (tid >= 0) e["tid"] = tid;
     ev.push_back(e);
   };
-  meta_event(0, -1, "process_name", "SMs: work (op Lx) and counter waits between work");
-  meta_event(1, -1, "process_name", "producer waits (all, including those hidden behind work)");
-  double busy = 0, stalled = 0;
+  meta_event(0, -1, "process_name", "SMs: tasks (op Lx)");
+  meta_event(1, -1, "process_name", "SMs: counter waits and phases inside the tasks");
+  double in_tasks = 0, waits = 0, pages = 0;
   for (int sm = 0; sm < n_sms; ++sm) {
     for (int pid = 0; pid < 2; ++pid) {
       meta_event(pid, sm, "thread_name", "SM " + std::to_string(sm));
       ev.push_back({{"ph", "M"}, {"pid", pid}, {"tid", sm}, {"name", "thread_sort_index"}, {"args", {{"sort_index", sm}}}});
     }
-    // Work slices; the gaps between them (and before the first) are where waits can show.
-    std::vector<std::pair<double, double>> gaps;
-    double prev_end = t_min;
     for (const Slice& w : work[sm]) {
-      if (w.r->op == -3) continue;  // a drain task's own arrival: no work of its own
       ev.push_back({{"ph", "X"}, {"pid", 0}, {"tid", sm}, {"name", work_name(*w.r)}, {"cat", op_label(w.r->op)},
                     {"ts", us(w.t0)}, {"dur", round_ns(w.t1 - w.t0)}, {"args", work_args(*w.r, plan)}});
-      busy += w.t1 - w.t0;
-      s.busy_us[op_label(w.r->op)] += (w.t1 - w.t0) * 1e-3;
+      TraceOpTime& o = s.ops[op_label(w.r->op)];
+      ++o.n_tasks;
+      o.task_us += (w.t1 - w.t0) * 1e-3;
+      in_tasks += w.t1 - w.t0;
       ++s.n_work;
-      if (w.t0 > prev_end) gaps.push_back({prev_end, w.t0});
-      prev_end = std::max(prev_end, w.t1);
     }
-    for (const Slice& w : wait[sm]) {
-      ++s.n_wait;
-      const std::string counter = counter_name(plan, w.r->arg0);
-      const nlohmann::json args = {{"target", w.r->arg1}, {"first_seen", w.r->arg2}, {"task", w.r->task},
-                                   {"for", work_name(*w.r)}};
-      ev.push_back({{"ph", "X"}, {"pid", 1}, {"tid", sm}, {"name", "wait " + counter}, {"cat", "wait"},
-                    {"ts", us(w.t0)}, {"dur", round_ns(w.t1 - w.t0)}, {"args", args}});
-      for (const auto& [g0, g1] : gaps) {  // the part of the wait that left the SM idle
-        const double a = std::max(g0, w.t0), b = std::min(g1, w.t1);
-        if (b <= a) continue;
-        ev.push_back({{"ph", "X"}, {"pid", 0}, {"tid", sm}, {"name", "wait " + counter}, {"cat", "wait"},
-                      {"ts", us(a)}, {"dur", round_ns(b - a)}, {"args", args}});
-        stalled += b - a;
-        s.stall_us[op_label(w.r->op)] += (b - a) * 1e-3;
+    for (const Slice& w : parts[sm]) {
+      TraceOpTime& o = s.ops[op_label(w.r->op)];
+      const double d = w.t1 - w.t0;
+      nlohmann::json args = {{"task", w.r->task}, {"for", work_name(*w.r)}};
+      std::string name;
+      if (w.r->kind == kTraceWait) {
+        ++s.n_wait;
+        name = "wait " + counter_name(plan, w.r->arg0);
+        args["target"] = w.r->arg1;
+        args["first_seen"] = w.r->arg2;
+        o.wait_us += d * 1e-3;
+        waits += d;
+      } else {
+        ++s.n_phase;
+        name = trace_phase_name(w.r->arg0);
+        o.phase_us[w.r->arg0] += d * 1e-3;
+        if (w.r->arg0 == kPhasePage) pages += d;
       }
+      ev.push_back({{"ph", "X"}, {"pid", 1}, {"tid", sm}, {"name", name},
+                    {"cat", w.r->kind == kTraceWait ? "wait" : "phase"}, {"ts", us(w.t0)}, {"dur", round_ns(d)},
+                    {"args", args}});
     }
   }
   std::vector<WorkSlice> slices;
@@ -177,44 +199,64 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
   s.layer_timeline = std::move(timeline.waves);
   const double sm_time = static_cast<double>(n_sms) * (t_max - t_min);
   if (sm_time > 0) {
-    s.busy_frac = busy / sm_time;
-    s.wait_frac = stalled / sm_time;
-    s.idle_frac = std::max(0.0, 1.0 - s.busy_frac - s.wait_frac);
+    s.busy_frac = std::max(0.0, in_tasks - waits - pages) / sm_time;
+    s.wait_frac = waits / sm_time;
+    s.page_frac = pages / sm_time;
+    s.idle_frac = std::max(0.0, 1.0 - in_tasks / sm_time);
   }
   nlohmann::json other = meta;
   other["dropped_records"] = dropped;
   other["step_us"] = s.step_us;
   other["busy_frac"] = s.busy_frac;
   other["wait_frac"] = s.wait_frac;
+  other["page_frac"] = s.page_frac;
   other["idle_frac"] = s.idle_frac;
   other["globaltimer_granularity_ns"] = s.timer_granularity_ns;
+  other["sm_clock_ghz"] = s.sm_clock_ghz;
   other["layer_us"] = s.layer_us;
   other["layer_timeline"] = layer_timeline_json(s);
+  other["ops"] = trace_ops_json(s);
   if (summary) *summary = s;
   return {{"traceEvents", std::move(ev)}, {"displayTimeUnit", "ns"}, {"otherData", other}};
+}
+
+nlohmann::json trace_ops_json(const TraceSummary& s) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [op, o] : s.ops) {
+    nlohmann::json j = {{"tasks", o.n_tasks}, {"task_us", o.task_us}, {"wait_us", o.wait_us}};
+    for (int ph = 0; ph < kNumTracePhases; ++ph) j[std::string(trace_phase_name(ph)) + "_us"] = o.phase_us[ph];
+    out[op] = j;
+  }
+  return out;
 }
 
 nlohmann::json layer_timeline_json(const TraceSummary& s) { return wave_timings_json(s.layer_timeline); }
 
 std::string format_trace_summary(const TraceSummary& s) {
-  char line[256];
+  char line[320];
   std::string out;
   std::snprintf(line, sizeof line,
-                "trace: step %.1f us on %d SMs: busy %.1f%%, waiting on counters %.1f%%, other idle %.1f%% "
-                "(%lld work, %lld waits, %lld dropped, globaltimer step %.0f ns)\n",
-                s.step_us, s.n_sms, 100 * s.busy_frac, 100 * s.wait_frac, 100 * s.idle_frac,
-                static_cast<long long>(s.n_work), static_cast<long long>(s.n_wait), static_cast<long long>(s.dropped),
-                s.timer_granularity_ns);
+                "trace: step %.1f us on %d SMs: working %.1f%%, waiting on counters %.1f%%, waiting for pages %.1f%%, "
+                "outside tasks %.1f%% (%lld tasks, %lld waits, %lld phases, %lld dropped, globaltimer step %.0f ns, "
+                "SM clock %.2f GHz)\n",
+                s.step_us, s.n_sms, 100 * s.busy_frac, 100 * s.wait_frac, 100 * s.page_frac, 100 * s.idle_frac,
+                static_cast<long long>(s.n_work), static_cast<long long>(s.n_wait), static_cast<long long>(s.n_phase),
+                static_cast<long long>(s.dropped), s.timer_granularity_ns, s.sm_clock_ghz);
   out += line;
-  std::vector<std::pair<double, std::string>> ops;
-  for (const auto& [op, t] : s.busy_us) ops.push_back({t, op});
-  std::sort(ops.rbegin(), ops.rend());
+  std::snprintf(line, sizeof line, "  %-12s %6s %7s | mean us per task: %7s %7s %7s %7s %7s %7s %7s\n", "op", "tasks",
+                "step %", "task", "waits", "pages", "fill", "routing", "prolog", "merge");
+  out += line;
+  std::vector<std::pair<double, std::string>> order;
+  for (const auto& [op, o] : s.ops) order.push_back({o.task_us, op});
+  std::sort(order.rbegin(), order.rend());
   const double sm_us = s.step_us * s.n_sms;
-  for (const auto& [t, op] : ops) {
-    const auto st = s.stall_us.find(op);
-    std::snprintf(line, sizeof line, "  %-12s busy %9.1f SM-us (%5.1f%%)   stalled before it %9.1f SM-us (%5.1f%%)\n",
-                  op.c_str(), t, sm_us > 0 ? 100 * t / sm_us : 0.0, st == s.stall_us.end() ? 0.0 : st->second,
-                  sm_us > 0 && st != s.stall_us.end() ? 100 * st->second / sm_us : 0.0);
+  for (const auto& [t, op] : order) {
+    const TraceOpTime& o = s.ops.at(op);
+    const double n = o.n_tasks > 0 ? static_cast<double>(o.n_tasks) : 1.0;
+    std::snprintf(line, sizeof line, "  %-12s %6lld %6.1f%% |                   %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n",
+                  op.c_str(), static_cast<long long>(o.n_tasks), sm_us > 0 ? 100 * t / sm_us : 0.0, o.task_us / n,
+                  o.wait_us / n, o.phase_us[kPhasePage] / n, o.phase_us[kPhaseFill] / n, o.phase_us[kPhaseRouting] / n,
+                  o.phase_us[kPhaseAttnPrologue] / n, o.phase_us[kPhaseAttnMerge] / n);
     out += line;
   }
   if (!s.layer_timeline.empty()) out += format_layer_timeline({s.layer_us, s.layer_timeline});

@@ -1,6 +1,6 @@
 // GPU checks of the benchmark's kernel switches and trace (ctest label gpu, from the `_gpu`
 // suffix; like every GPU test it fails without a GPU unless MEGADECODE_ALLOW_NO_GPU is set): on the
-// `small` preset, the loader in order, no L2 prefetch and backed-off polls give bitwise the logits of the default
+// `small` preset, the loader in order, the L2 prefetch and backed-off polls give bitwise the logits of the default
 // kernel (they change only when work runs), and a traced step records exactly one work record per
 // task (attention items are tasks) and exports to a Chrome trace.
 #include <gtest/gtest.h>
@@ -57,8 +57,8 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
   for (int batch : {1, 3, 17}) {
     const Batch b = make_batch(rng, c, batch, 16);
     std::vector<float> ref;
-    for (uint32_t flags : {0u, uint32_t{cuda::kMkLoaderInOrder}, uint32_t{cuda::kMkNoL2Prefetch},
-                           uint32_t{cuda::kMkPollBackoff}, uint32_t{cuda::kMkLoaderInOrder | cuda::kMkNoL2Prefetch}}) {
+    for (uint32_t flags : {0u, uint32_t{cuda::kMkLoaderInOrder}, uint32_t{cuda::kMkL2Prefetch},
+                           uint32_t{cuda::kMkPollBackoff}, uint32_t{cuda::kMkLoaderInOrder | cuda::kMkL2Prefetch}}) {
       BackendOptions o;
       o.backend = "cuda-mk";
       o.n_kv_blocks = 4000;

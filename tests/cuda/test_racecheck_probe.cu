@@ -9,6 +9,12 @@
 // through the mbarrier into the async proxy): scripts/gpu's sanitize part runs it under racecheck to
 // show that report on provably ordered code, and classes the megakernel's reports of the same
 // pattern (and only those) with it.
+// The second probe is the routing handoff: the 256 consumer threads write a table (the layer's
+// routing), meet at their named barrier, thread 0 arrives on an mbarrier the loader thread waits
+// on; the loader reads and checks every entry, then arrives on a second mbarrier the consumers
+// wait on before they write the next round. Ordered both ways through mbarriers only, which
+// racecheck does not follow either: its reports here are the pattern of the megakernel's routing
+// tables (written by compute_routing, read by the loader's task_job).
 #include <cstdint>
 #include <vector>
 
@@ -56,6 +62,51 @@ __global__ void ring_probe(const uint32_t* src, uint32_t* bad) {
     if (lane == 0) cuda::ptx::mbar_arrive(&empty[slot]);
   }
   atomicAdd(bad, wrong);
+}
+
+constexpr int kTableWords = 512;
+constexpr int kRounds = 16;
+
+__global__ void table_probe(uint32_t* bad) {
+  __shared__ uint32_t table[kTableWords];
+  __shared__ __align__(8) uint64_t ready, done;
+  const int warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0) {
+    cuda::ptx::mbar_init(&ready, 1);
+    cuda::ptx::mbar_init(&done, 1);
+    cuda::ptx::fence_mbar_init();
+  }
+  __syncthreads();
+  if (warp == 8) {
+    if ((threadIdx.x & 31) == 0) {
+      uint32_t wrong = 0;
+      for (int r = 0; r < kRounds; ++r) {
+        cuda::ptx::mbar_wait(&ready, r & 1);
+        for (int i = 0; i < kTableWords; ++i) wrong += table[i] != static_cast<uint32_t>(r * 131 + i);
+        cuda::ptx::mbar_arrive(&done);
+      }
+      atomicAdd(bad, wrong);
+    }
+    return;
+  }
+  for (int r = 0; r < kRounds; ++r) {
+    if (r > 0) {
+      if (threadIdx.x == 0) cuda::ptx::mbar_wait(&done, (r - 1) & 1);
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+    }
+    for (int i = threadIdx.x; i < kTableWords; i += 256) table[i] = static_cast<uint32_t>(r * 131 + i);
+    asm volatile("bar.sync 1, 256;" ::: "memory");
+    if (threadIdx.x == 0) cuda::ptx::mbar_arrive(&ready);
+  }
+}
+
+TEST(RacecheckProbe, RoutingTablesHandedOverThroughMbarriers) {
+  MD_REQUIRE_GPU();
+  DeviceBuffer<uint32_t> bad(1);
+  bad.fill_bytes(0);
+  table_probe<<<1, 288>>>(bad.get());
+  CUDA_CHECK_LAST();
+  EXPECT_EQ(bad.download()[0], 0u) << "the loader read a table entry of the wrong round";
 }
 
 TEST(RacecheckProbe, PageRingReadsEveryPageBeforeItsRefill) {

@@ -50,7 +50,7 @@ std::vector<Variant> ablation_variants(const BackendOptions& base) {
   std::vector<Variant> v;
   for (const std::string& p : policy_names()) v.push_back(variant(p, base, "cuda-mk", p, 0));
   v.push_back(variant("loader-in-order", base, "cuda-mk", d.policy, cuda::kMkLoaderInOrder));
-  v.push_back(variant("no-l2-prefetch", base, "cuda-mk", d.policy, cuda::kMkNoL2Prefetch));
+  v.push_back(variant("l2-prefetch", base, "cuda-mk", d.policy, cuda::kMkL2Prefetch));
   v.push_back(variant("poll-backoff", base, "cuda-mk", d.policy, cuda::kMkPollBackoff));
   v.push_back(variant("cuda-ops", base, "cuda-ops", d.policy, 0));
   return v;
@@ -131,8 +131,8 @@ int bench_decode(int argc, char** argv) {
       std::printf("trace of one cuda-mk step (batch %d, context %d) written to %s\n", o.trace_batch, ctx,
                   o.trace_path.c_str());
       trace_summary = {{"batch", o.trace_batch}, {"context", ctx}, {"step_us", sum.step_us},
-                       {"busy_frac", sum.busy_frac}, {"wait_frac", sum.wait_frac}, {"idle_frac", sum.idle_frac},
-                       {"busy_us_by_op", sum.busy_us}, {"stall_us_by_op", sum.stall_us},
+                       {"busy_frac", sum.busy_frac}, {"wait_frac", sum.wait_frac}, {"page_frac", sum.page_frac}, {"idle_frac", sum.idle_frac},
+                       {"ops", trace_ops_json(sum)},
                        {"layer_us", sum.layer_us}, {"layer_timeline", layer_timeline_json(sum)}};
     }
   }

@@ -1,9 +1,10 @@
 // The consumers' activation fills: the GEMM prologues that put a job's activation window into shared
 // memory (bf16 rows, pitch = window + kActPad elements, 16-byte vector loads and stores).
 //   RMSNorm fill (QKV, router, expert up, LM head): each row's scale r = 1 / sqrt(mean(v^2) + eps)
-//   from the whole fp32 residual row (a warp per row: lane l sums elements 4l + 128j.. in order,
-//   then a butterfly), then bf16(bf16(v * r) * weight) — the HF rounding points. Every SM computes
-//   the same scale with the same code, so the norm needs no task of its own. Layer 0's residual is
+//   from the whole fp32 residual row (all 256 threads per row, every load of a row in flight at
+//   once: the fill is on the layer's critical path), then bf16(bf16(v * r) * weight) — the HF
+//   rounding points. Every SM computes the same scale with the same code and summation order,
+//   so the norm needs no task of its own. Layer 0's residual is
 //   the embedding row of the token (bf16, exact in fp32).
 //   Row copy (O-proj: the merged attention output; expert down: the up outputs of its slots).
 // Rows other SMs wrote in this launch are read with ld.global.cg (after the task's acquire).
@@ -23,47 +24,106 @@ struct NormSource {
   const uint16_t* weight;  // [H] bf16 norm weight
   int32_t H;
   float eps;
+};
 
-  __device__ __forceinline__ float4 load4(int r, int i) const {
-    if (x != nullptr) return __ldcg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(r) * H + i));
-    const uint2 b = __ldg(reinterpret_cast<const uint2*>(embed + static_cast<int64_t>(tokens[r]) * H + i));
+// Four elements [i, i + 4) of row r of the source (kEmbed: the token's embedding row, bf16).
+template <bool kEmbed>
+__device__ __forceinline__ float4 norm_load4(const NormSource& src, int r, int i) {
+  if constexpr (!kEmbed) {
+    return __ldcg(reinterpret_cast<const float4*>(src.x + static_cast<int64_t>(r) * src.H + i));
+  } else {
+    const uint2 b = __ldg(reinterpret_cast<const uint2*>(src.embed + static_cast<int64_t>(src.tokens[r]) * src.H + i));
     return make_float4(bf16_bits_to_float(static_cast<uint16_t>(b.x)), bf16_bits_to_float(static_cast<uint16_t>(b.x >> 16)),
                        bf16_bits_to_float(static_cast<uint16_t>(b.y)), bf16_bits_to_float(static_cast<uint16_t>(b.y >> 16)));
   }
-};
+}
 
-// scale[r] for rows [0, n_rows): a warp per row. All consumer threads call it; no barrier inside.
-__device__ inline void norm_scales(const NormSource& src, int n_rows, float* scale) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int r = warp; r < n_rows; r += kConsumerWarps) {
-    float ss = 0.0f;
-    for (int i = lane * 4; i < src.H; i += 128) {
-      const float4 v = src.load4(r, i);
-      ss += v.x * v.x;
-      ss += v.y * v.y;
-      ss += v.z * v.z;
-      ss += v.w * v.w;
+// Hidden sizes up to kNormMaxChunks x 1024 elements (the megakernel's shape check).
+constexpr int kNormStride = 4 * kConsumerThreads;  // elements of a row the 256 threads load at once
+constexpr int kNormMaxChunks = 8;
+
+// Thread t's sum of squares of elements 4t + 1024j (j ascending) of every row, butterflied per
+// warp into part[r * 8 + warp]. The (row, j) pairs are walked flat, 8 loads in flight at a time,
+// whatever the batch.
+template <bool kEmbed>
+__device__ inline void norm_partials(const NormSource& src, int n_rows, float* part) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int n_chunks = (src.H + kNormStride - 1) / kNormStride, total = n_rows * n_chunks;
+  constexpr int kBatch = 4;
+  float ss = 0.0f;
+  int r = 0, j = 0;  // the (row, chunk) of the batch's first load
+#pragma unroll 1
+  for (int q0 = 0; q0 < total; q0 += kBatch) {
+    float4 v[kBatch];
+    int rr = r, jj = j;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = 4 * tid + jj * kNormStride;
+      v[u] = q0 + u < total && i < src.H ? norm_load4<kEmbed>(src, rr, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (++jj == n_chunks) {
+        jj = 0;
+        ++rr;
+      }
     }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) scale[r] = 1.0f / sqrtf(ss / static_cast<float>(src.H) + src.eps);
+    for (int u = 0; u < kBatch; ++u) {
+      ss += v[u].x * v[u].x;
+      ss += v[u].y * v[u].y;
+      ss += v[u].z * v[u].z;
+      ss += v[u].w * v[u].w;
+      if (q0 + u < total && j == n_chunks - 1) {  // the row's last chunk (warp-uniform)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) part[r * kConsumerWarps + warp] = ss;
+        ss = 0.0f;
+      }
+      if (++j == n_chunks) {
+        j = 0;
+        ++r;
+      }
+    }
   }
 }
 
-__device__ __forceinline__ uint32_t normed_pair(float a, float b, float s, uint32_t w2) {
-  const float wa = bf16_bits_to_float(static_cast<uint16_t>(w2)), wb = bf16_bits_to_float(static_cast<uint16_t>(w2 >> 16));
-  return static_cast<uint32_t>(float_to_bf16_bits(round_bf16(a * s) * wa)) |
-         (static_cast<uint32_t>(float_to_bf16_bits(round_bf16(b * s) * wb)) << 16);
+// scale[r] = 1 / sqrt(mean(v^2) + eps) for rows [0, n_rows): every consumer thread sums elements
+// 4t + 1024j (j ascending) of each row, a butterfly each warp's, then thread r the 8 warps' in
+// warp order: one summation order for every row, batch and tile. `part`: n_rows x 8 floats of
+// scratch. All consumer threads call it; the caller meets after.
+__device__ inline void norm_scales(const NormSource& src, int n_rows, float* part, float* scale) {
+  if (src.x != nullptr) norm_partials<false>(src, n_rows, part);
+  else norm_partials<true>(src, n_rows, part);
+  consumer_sync();
+  for (int r = threadIdx.x; r < n_rows; r += kConsumerThreads) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kConsumerWarps; ++w) ss += part[r * kConsumerWarps + w];
+    scale[r] = 1.0f / sqrtf(ss / static_cast<float>(src.H) + src.eps);
+  }
 }
 
-// Rows [0, n_rows), columns [k0, k0 + kw) of the normed activation into dst (row r at dst + r * pitch).
-// kw a multiple of 8. All consumer threads; the caller meets before and after.
-__device__ inline void fill_normed(const NormSource& src, const float* scale, int n_rows, int k0, int kw, uint16_t* dst,
-                                   int pitch) {
+// Two floats rounded to nearest-even bf16, packed (lo in the low half): one cvt.rn.bf16x2 (a NaN
+// becomes the canonical NaN).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// bf16(bf16(a * s) * w_a) | bf16(bf16(b * s) * w_b) << 16 (w2: the two bf16 weights, packed).
+__device__ __forceinline__ uint32_t normed_pair(float a, float b, float s, uint32_t w2) {
+  const uint32_t n = pack_bf16x2(a * s, b * s);
+  return pack_bf16x2(__uint_as_float(n << 16) * __uint_as_float(w2 << 16),
+                     __uint_as_float(n & 0xffff0000u) * __uint_as_float(w2 & 0xffff0000u));
+}
+
+template <bool kEmbed>
+__device__ inline void fill_normed_rows(const NormSource& src, const float* scale, int n_rows, int k0, int kw,
+                                        uint16_t* dst, int pitch) {
   const int per_row = kw / 8;
+#pragma unroll 2
   for (int idx = threadIdx.x; idx < n_rows * per_row; idx += kConsumerThreads) {
     const int r = idx / per_row, c = idx % per_row, k = k0 + c * 8;
-    const float4 a = src.load4(r, k), b = src.load4(r, k + 4);
+    const float4 a = norm_load4<kEmbed>(src, r, k), b = norm_load4<kEmbed>(src, r, k + 4);
     const uint4 w = __ldg(reinterpret_cast<const uint4*>(src.weight + k));
     const float s = scale[r];
     uint4 out;
@@ -75,16 +135,65 @@ __device__ inline void fill_normed(const NormSource& src, const float* scale, in
   }
 }
 
+// Rows [0, n_rows), columns [k0, k0 + kw) of the normed activation into dst (row r at dst + r * pitch).
+// kw a multiple of 8. All consumer threads; the caller meets before and after.
+__device__ inline void fill_normed(const NormSource& src, const float* scale, int n_rows, int k0, int kw, uint16_t* dst,
+                                   int pitch) {
+  if (src.x != nullptr) fill_normed_rows<false>(src, scale, n_rows, k0, kw, dst, pitch);
+  else fill_normed_rows<true>(src, scale, n_rows, k0, kw, dst, pitch);
+}
+
 // Rows [row0, row0 + n_rows) of a bf16 matrix (stride elements per row), columns [k0, k0 + kw),
 // into dst rows 0.. . kw a multiple of 8. All consumer threads; the caller meets before and after.
 __device__ inline void fill_rows(const uint16_t* src, int64_t stride, int row0, int n_rows, int k0, int kw, uint16_t* dst,
                                  int pitch) {
   const int per_row = kw / 8;
+#pragma unroll 4
   for (int idx = threadIdx.x; idx < n_rows * per_row; idx += kConsumerThreads) {
     const int r = idx / per_row, c = idx % per_row;
     const uint4 v = __ldcg(reinterpret_cast<const uint4*>(src + static_cast<int64_t>(row0 + r) * stride + k0 + c * 8));
     *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * pitch + c * 8) = v;
   }
+}
+
+// A GEMM job's activation fill as data (one noinline routine for every op).
+enum class FillKind : int32_t {
+  kNormed,  // RMSNorm rows of ns (QKV, router, expert up, LM head)
+  kRows,    // a bf16 row copy of src (O-proj: the attention output; expert down: the up outputs)
+};
+struct Fill {
+  FillKind kind;
+  int32_t n_rows;       // activation rows
+  int32_t window_kb;    // k blocks per window (the job's layout)
+  int32_t n_kb;         // k blocks in all
+  int32_t filled;       // the window the area holds now (-1: none): asking for it again is free
+  int32_t scales_ready; // kNormed: scale[] holds the rows' scales (else window 0 computes them)
+  uint16_t* dst;        // row r of the window at dst + r * pitch
+  int32_t pitch;
+  NormSource ns;        // kNormed
+  float* scale;         // kNormed: [n_rows]
+  float* part;          // kNormed: [n_rows x 8] scratch of norm_scales
+  const uint16_t* src;  // kRows: rows row0.. of a bf16 matrix of `stride` elements per row
+  int64_t stride;
+  int32_t row0;
+};
+
+// Window w of the fill. All consumer threads (each holds the same Fill); the caller meets before
+// and after. Out of line: one copy for its three callers (it runs once a window, not a page).
+__device__ __noinline__ void fill_window(Fill& f, int w) {
+  if (f.filled == w) return;
+  const int k0 = w * f.window_kb * 16, kw = min(f.n_kb - w * f.window_kb, f.window_kb) * 16;
+  if (f.kind == FillKind::kRows) {
+    fill_rows(f.src, f.stride, f.row0, f.n_rows, k0, kw, f.dst, f.pitch);
+  } else {
+    if (!f.scales_ready) {
+      norm_scales(f.ns, f.n_rows, f.part, f.scale);
+      consumer_sync();
+      f.scales_ready = 1;
+    }
+    fill_normed(f.ns, f.scale, f.n_rows, k0, kw, f.dst, f.pitch);
+  }
+  f.filled = w;
 }
 
 }  // namespace megadecode::cuda::mk

@@ -44,15 +44,15 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
     attn_load(geo, kc, warp, ks, lane);
     attn_load(geo, vc, warp, vs, lane);
   }
-  bool ok = true;
-  if (tid == 0)
-    for (int i = 0; ok && i < t.n_waits; ++i) ok = mk_wait_counter(p, t.wait[i].counter, t.wait[i].target, task);
-  if (consumer_any(!ok)) {
+  if (consumer_any(!wait_counters(p, t, task, 0, t.n_waits))) {
     ptx::cp_async_wait<0>();  // no copy may land after this op gave the shared memory up
     return false;
   }
   // 1-2. norms, RoPE, append, q terms.
+  PhaseClock phase;
+  phase.start(p);
   attn_prologue(p, layer, it, geo, appends, kc, vc, sc);
+  phase.stop(p, t, task, kPhaseAttnPrologue);
 
   // 3. this warp's chunks. Per lane: rows g, g + 8 of the accumulators (log2 domain).
   const float scale_log2 = p.w.attn_scale * 1.4426950408889634f;
@@ -149,6 +149,7 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
   }
   ptx::cp_async_wait<0>();
   consumer_sync();  // every warp is done with the stages: they become the merge area
+  phase.start(p);
 
   // 4. the warps' states merged in warp order -> the item's partial (unnormalised o, m, l).
   float* red_o = reinterpret_cast<float*>(sc.stage);  // [warp][gs][D]
@@ -191,9 +192,9 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
   }
   // 5. publish; the last of the (seq, group)'s splits to arrive merges them (split order).
   const int elected = attn_publish_split(p, layer, task, it, sc.old);
-  if (elected <= 0) return elected == 0;
-  attn_merge_splits(p, layer, it);
-  return true;
+  if (elected > 0) attn_merge_splits(p, layer, it);
+  phase.stop(p, t, task, kPhaseAttnMerge);
+  return elected >= 0;
 }
 
 }  // namespace megadecode::cuda::mk

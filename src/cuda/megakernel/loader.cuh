@@ -2,9 +2,10 @@
 // weight pages of every GEMM job into the page ring, one bulk copy per page (evict-first), as soon
 // as a slot is free: it never waits on a counter, so the next tasks' weights land while the
 // consumers wait for activations. The only thing it waits for besides slots is a layer's routing,
-// which the consumers compute on the SM (routing.cuh) at the layer's first routed task; until then
-// it prefetches its later static tiles' weights into L2 (evict-last), so HBM keeps streaming
-// through the routing gap. Job geometry: the consumers' (ops.cuh), so both walk one page sequence.
+// which the consumers compute on the SM (routing.cuh) at the layer's first routed task; with
+// kMkL2Prefetch it prefetches its later static tiles' weights into L2 (evict-last) meanwhile (off
+// by default: measured slower on the H200, docs/perf/notes.md). Job geometry: the consumers'
+// (ops.cuh task_job), so both walk one page sequence.
 #pragma once
 
 #include <cstdint>
@@ -66,25 +67,23 @@ struct Loader {
 
   // Later static tiles' weights into L2, up to kL2AheadBytes ahead of task `cur`.
   __device__ void prefetch_l2(int cur, int end) {
-    if (p.flags & kMkNoL2Prefetch) return;
+    if (!(p.flags & kMkL2Prefetch)) return;
     int64_t budget = kL2AheadBytes;
     int j = l2_next > cur ? l2_next : cur + 1;
     for (; j < end && budget > 0; ++j) {
       const Task t = p.tasks[j];
       const Op op = static_cast<Op>(t.op);
       if (op != Op::kQkv && op != Op::kOProj && op != Op::kRouter && op != Op::kLmHead) continue;
-      const GemmJob job = tile_job<kNT>(p, t);
-      const uint8_t* a = reinterpret_cast<const uint8_t*>(j_first(job));
-      const int64_t all = static_cast<int64_t>(job.rb_end - job.rb_begin) * job.n_kb_total * kTileBytes;
+      int32_t n_kb_total;
+      const uint16_t* w = tile_matrix(p, t, &n_kb_total);
+      const uint8_t* a = reinterpret_cast<const uint8_t*>(w + page_tile_offset(t.arg[0], n_kb_total, 0));
+      const int64_t all = static_cast<int64_t>(t.arg[1] - t.arg[0]) * n_kb_total * kTileBytes;
       const int64_t take = all < budget ? all : budget;
       for (int64_t off = 0; off < take; off += 1 << 20)
         bulk_prefetch_l2_keep(a + off, static_cast<uint32_t>(take - off < (1 << 20) ? take - off : (1 << 20)), evict_last);
       budget -= take;
     }
     l2_next = j;
-  }
-  __device__ static const uint16_t* j_first(const GemmJob& j) {
-    return j.w + page_tile_offset(j.rb_begin, j.n_kb_total, 0);
   }
 
   // The layer's routing: computed by the consumers at the layer's first routed task of the launch.
@@ -106,35 +105,17 @@ struct Loader {
   }
 
   __device__ bool run(int begin, int end) {
-    const PlanShape& s = p.plan.shape;
     for (int i = begin; i < end; ++i) {
       const Task t = p.tasks[i];
       const Op op = static_cast<Op>(t.op);
       if ((p.flags & kMkLoaderInOrder) && !wait_consumers(i)) return false;
-      switch (op) {
-        case Op::kQkv:
-        case Op::kOProj:
-        case Op::kRouter:
-        case Op::kLmHead:
-          if (!issue_job(tile_job<kNT>(p, t))) return false;
-          break;
-        case Op::kExpertUp: {
-          if (!wait_routing(t.layer, i, end)) return false;
-          bool ok = true;
-          for_up_jobs(s, route, t, [&](int e, int u0, int u1) { ok = ok && issue_job(up_job<kNT>(p, t.layer, e, u0, u1)); });
-          if (!ok) return false;
-          break;
-        }
-        case Op::kExpertDown: {
-          if (!wait_routing(t.layer, i, end)) return false;
-          const MoeShare rbs = moe_share(s.down_rbs, t.arg[0], t.arg[1]);
-          for (int rb = rbs.begin; rb < rbs.end; ++rb)
-            for (int ei = 0; ei < route.n_active; ++ei)
-              if (!issue_job(down_job<kNT>(p, t.layer, route.active[ei], rb))) return false;
-          break;
-        }
-        default:  // attention items load their K/V themselves; SAMPLE reads no weights
-          break;
+      // Attention items load their K/V themselves; SAMPLE reads no weights.
+      if (op == Op::kAttn || op == Op::kSample) continue;
+      if (op_is_routed(op) && !wait_routing(t.layer, i, end)) return false;
+      for (int j = 0;; ++j) {  // the consumers' job sequence (ops.cuh task_job)
+        TaskJob tj;
+        if (!task_job<kNT>(p, t, route, j, tj)) break;
+        if (!issue_job(tj.job)) return false;
       }
     }
     return true;

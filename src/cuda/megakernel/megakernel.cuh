@@ -44,18 +44,19 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
     bool ok;
     switch (static_cast<Op>(t.op)) {
       case Op::kAttn: ok = op_attn(p, t, i, *reinterpret_cast<AttnScratch*>(c.area)); break;
-      case Op::kExpertUp: ok = op_expert_up(c, t, i); break;
-      case Op::kExpertDown: ok = op_expert_down(c, t, i); break;
       case Op::kSample:
-        ok = wait_task(c, t, i, 0, t.n_waits) && op_sample(p, t, *reinterpret_cast<SampleScratch*>(c.area));
+        ok = wait_task(c, t, i, 0, t.n_waits) && op_sample(p, t.arg[0], t.arg[1], *reinterpret_cast<SampleScratch*>(c.area));
         break;
-      default: ok = op_tile(c, t, i); break;
+      default: ok = op_gemm(c, t, i); break;
     }
     if (!ok) return;  // ops fail uniformly (every thread returns the same)
     if (t.n_arrives > 0) {
       consumer_sync();  // every thread's stores of this task are done
       if (tid == 0)
-        for (int a = 0; a < t.n_arrives && a < kMaxArrives; ++a) mk_arrive(p, t.arrive[a].counter, t.arrive[a].amount);
+        for (int a = 0; a < t.n_arrives && a < kMaxArrives; ++a) {
+          const Arrive ar = p.tasks[i].arrive[a];  // from the list: no indexed local copy
+          mk_arrive(p, ar.counter, ar.amount);
+        }
     }
     if (p.trace && tid == 0) trace_task(p, t, i, g0, c0);
   }

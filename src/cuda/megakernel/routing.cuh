@@ -34,7 +34,7 @@ struct RouteSmem {
 // All 256 consumer threads. Fills `r` for `layer` from the router logits (written by other SMs in
 // this launch: ld.global.cg after the caller's acquire) and, on SM 0 with capture on, the routing
 // capture. Returns false (uniformly) when a choice was not an expert; the caller reports it.
-__device__ inline bool compute_routing(const MkParams& p, int layer, RouteSmem& r) {
+__device__ __noinline__ bool compute_routing(const MkParams& p, int layer, RouteSmem& r) {
   const PlanShape& s = p.plan.shape;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int B = s.batch, K = s.top_k, E = s.n_experts, n = B * K;

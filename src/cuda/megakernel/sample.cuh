@@ -14,10 +14,11 @@
 namespace megadecode::cuda::mk {
 
 // Samples rows [arg0, arg1) of the task.
-__device__ inline bool op_sample(const MkParams& p, const Task& task, SampleScratch& sc) {
+// (Out of line, its rows by value: it runs once a step.)
+__device__ __noinline__ bool op_sample(const MkParams& p, int row_begin, int row_end, SampleScratch& sc) {
   const PlanShape& s = p.plan.shape;
   const BufferLayout& b = p.plan.buffers;
-  for (int t = task.arg[0]; t < task.arg[1]; ++t) {
+  for (int t = row_begin; t < row_end; ++t) {
     const float* row = buf<float>(p, b.logits) + static_cast<int64_t>(t) * s.vocab;
     const SamplingParams sp = buf<const SamplingParams>(p, b.sampling)[t];
     const int64_t position = buf<int32_t>(p, b.seq_len)[t];

@@ -117,6 +117,53 @@ __device__ inline bool mk_wait_counter(const MkParams& p, int32_t counter, int32
   }
 }
 
+// ---- trace hooks (trace.h; consumer thread 0, nothing when tracing is off) ----
+
+// Times one phase of a task: start(), then stop() with what it was.
+struct PhaseClock {
+  int64_t g0 = 0, c0 = 0;
+  bool on = false;
+  __device__ __forceinline__ void start(const MkParams& p, bool when = true) {
+    on = p.trace != nullptr && threadIdx.x == 0 && when;
+    if (on) {
+      g0 = trace_gtime();
+      c0 = trace_clock();
+    }
+  }
+  __device__ __forceinline__ void stop(const MkParams& p, const Task& t, int task, int phase) const {
+    if (on) trace_phase(p.trace, p.trace_counts, p.trace_capacity, t.op, t.layer, task, phase, g0, c0);
+  }
+};
+
+// Thread 0 waits on waits [first, last) of task `t` (a trace record for each that had to poll);
+// the other threads return true. Callers make the result uniform (consumer_any).
+__device__ inline bool wait_counters(const MkParams& p, const Task& t, int task, int first, int last) {
+  if (threadIdx.x != 0) return true;
+  for (int i = first; i < last; ++i) {
+    // From the task list itself: a dynamically indexed copy of the task would live in local memory.
+    const Wait wt = p.tasks[task].wait[i];
+    int32_t seen = 0;
+    const int64_t g0 = p.trace ? trace_gtime() : 0, c0 = p.trace ? trace_clock() : 0;
+    if (!mk_wait_counter(p, wt.counter, wt.target, task, &seen)) return false;
+    if (p.trace && seen < wt.target) {
+      TraceRecord r{};
+      r.g_begin = g0;
+      r.c_begin = c0;
+      r.c_end = trace_clock();
+      r.g_end = trace_gtime();
+      r.kind = kTraceWait;
+      r.op = t.op;
+      r.layer = t.layer;
+      r.task = task;
+      r.arg0 = wt.counter;
+      r.arg1 = wt.target;
+      r.arg2 = seen;
+      trace_put(p.trace, p.trace_counts, p.trace_capacity, 1, r);
+    }
+  }
+  return true;
+}
+
 // One thread, after a consumer barrier over every thread that wrote the data being published.
 __device__ __forceinline__ void mk_arrive(const MkParams& p, int32_t counter, int32_t amount) {
   red_release_gpu_add(counter_ptr(p, counter), amount);

@@ -1,8 +1,9 @@
 // Per-SM trace of one megakernel launch (bench decode --trace): POD records shared by the kernel
-// and the host, plus the device-side writer. Two writers per SM, each with its own array so no
-// atomics are needed: role 0 = consumer thread 0 (one record per Work: the op's tile, from the
-// moment the consumers hold the Work record until its arrivals are published), role 1 = the
-// producer thread (one record per counter wait that was not already satisfied).
+// and the host, plus the device-side writer. Consumer thread 0 writes two arrays per SM (no
+// atomics): role 0, one record per task (from the consumers' start of it to its arrivals); role 1,
+// the parts of a task: each counter wait that had to poll, and each phase (TracePhase) — a wait for
+// a weight page that had not landed, an activation fill, the routing, the attention prologue and
+// split merge. Parts nest inside their task's record.
 // Timestamps: both %globaltimer (ns, comparable across SMs, possibly coarse) and clock64 (SM
 // cycles, fine, per-SM origin); the host maps clock64 onto globaltimer per SM by least squares
 // (bench/decode_trace.cpp). Tracing costs nothing when MkParams::trace is null: every hook is one
@@ -14,8 +15,17 @@
 namespace megadecode {
 
 enum TraceKind : int32_t {
-  kTraceWork = 0,  // consumer: one Work (a static task, or one claimed queue item)
-  kTraceWait = 1,  // producer: a counter wait that had to poll
+  kTraceWork = 0,   // a task
+  kTraceWait = 1,   // a counter wait inside a task that had to poll
+  kTracePhase = 2,  // a phase of a task (arg0: TracePhase)
+};
+enum TracePhase : int32_t {
+  kPhasePage = 0,        // the consumers waited for a weight page to land in the ring
+  kPhaseFill = 1,        // an activation window fill (RMSNorm scales and rows, or a row copy)
+  kPhaseRouting = 2,     // the layer's routing tables computed on the SM
+  kPhaseAttnPrologue = 3,  // attention item: q/k norm, RoPE, append, q terms
+  kPhaseAttnMerge = 4,   // attention item: the warps' merge, the publish, the split merge
+  kNumTracePhases = 5,
 };
 inline constexpr int kTraceRoles = 2;
 
@@ -28,9 +38,9 @@ struct TraceRecord {
   int32_t op;              // Op of the task (the work's op; for waits the waiting task's op)
   int32_t layer;           // -1 after the last layer
   int32_t task;            // plan task index (-1: none)
-  int32_t arg0;            // work: arg[0] (attention: item index; experts: expert); wait: counter
-  int32_t arg1;            // work: arg[1] (experts: block; tiles: first row);      wait: target
-  int32_t arg2;            // work: arg[2];                                          wait: value seen first
+  int32_t arg0;            // task: arg[0] (attention: item index); wait: counter; phase: TracePhase
+  int32_t arg1;            // task: arg[1];                         wait: target
+  int32_t arg2;            // task: arg[2];                         wait: value seen first
   int32_t sm;              // the CTA (written by trace_put)
 };
 static_assert(sizeof(TraceRecord) == 64, "TraceRecord must stay one 64-byte record");
@@ -56,6 +66,22 @@ __device__ __forceinline__ void trace_put(TraceRecord* records, int32_t* counts,
   const int32_t n = *count;
   *count = n + 1;
   if (n < capacity) records[(static_cast<int64_t>(blockIdx.x) * kTraceRoles + role) * capacity + n] = r;
+}
+
+// A phase record of task `task` (role 1), from (g0, c0) to now. Consumer thread 0 only.
+__device__ __forceinline__ void trace_phase(TraceRecord* records, int32_t* counts, int32_t capacity, int32_t op,
+                                            int32_t layer, int32_t task, int32_t phase, int64_t g0, int64_t c0) {
+  TraceRecord r{};
+  r.g_begin = g0;
+  r.c_begin = c0;
+  r.c_end = trace_clock();
+  r.g_end = trace_gtime();
+  r.kind = kTracePhase;
+  r.op = op;
+  r.layer = layer;
+  r.task = task;
+  r.arg0 = phase;
+  trace_put(records, counts, capacity, 1, r);
 }
 
 }  // namespace megadecode::cuda::mk

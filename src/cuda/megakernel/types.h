@@ -62,7 +62,8 @@ static_assert(sizeof(MkError) == 32);
 enum MkFlag : uint32_t {
   kMkLoaderInOrder = 1u << 0,  // the loader issues a task's weight pages only once the consumers
                                // started it (no streaming ahead of the dependencies)
-  kMkNoL2Prefetch = 1u << 1,   // no L2 prefetch of the next tasks' weights during the routing gap
+  kMkL2Prefetch = 1u << 1,     // L2 prefetch of the next tasks' weights during the routing gap (off by
+                               // default: on the H200 it made batch 1 at 8K 10 % slower, 7.13 vs 6.39 ms)
   kMkPollBackoff = 1u << 2,    // counter polls back off 32 -> 256 ns (the first kernel's) instead of spinning
 };
 
