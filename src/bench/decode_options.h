@@ -22,7 +22,7 @@ struct DecodeBenchOptions {
   int steps = 100;
   int warmup = 10;
   uint64_t seed = 1;  // fixed by default: runs are comparable
-  // The main sweep's backend options (kv_block_size, policy, attention; backend and n_kv_blocks
+  // The main sweep's backend options (kv_block_size, policy; backend and n_kv_blocks
   // are set per run). The ablations vary them from here.
   BackendOptions backend;
   bool run_mk = true, run_ops = true;

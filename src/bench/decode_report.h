@@ -16,7 +16,7 @@
 namespace megadecode {
 
 struct DecodePoint {
-  BackendOptions options;  // the backend measured (backend, policy, kernel_flags, attention)
+  BackendOptions options;  // the backend measured (backend, policy, kernel_flags)
   std::string ablation;    // "" in the main sweep; the variant's name in the ablation table
   int batch = 0;
   int context = 0;

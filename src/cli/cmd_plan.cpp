@@ -73,7 +73,11 @@ int cmd_plan(int argc, char** argv) {
   for (int64_t c : contexts) MD_REQUIRE(c >= 1 && c <= (1 << 24), "--context must be in 1..16777216, got ", c);
 
   Policy policy = policy_by_name(args.get("policy", "default"));
-  if (args.has("tiles-per-sm")) policy.tiles_per_sm = static_cast<int>(args.get_int("tiles-per-sm", 1));
+  if (args.has("tiles-per-sm")) {
+    const int64_t tiles = args.get_int("tiles-per-sm", 1);
+    MD_REQUIRE(tiles >= 1 && tiles <= 4096, "--tiles-per-sm must be in 1..4096, got ", tiles);
+    policy.tiles_per_sm = static_cast<int>(tiles);
+  }
   PlanOptions options;
   options.n_sms = static_cast<int>(args.get_int("sms", 132));
   options.lm_head = options.sample = !args.flag("no-lm-head");

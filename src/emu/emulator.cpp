@@ -71,6 +71,21 @@ void poison(std::vector<double>& arena, const BufferLayout& b) {
 #undef MD_POISON
 }
 
+// Sequential runs re-poison what a layer must write afresh before the layer writes it (all of the
+// previous layer has run by then, in wave order): the activations before its QKV wave, the
+// residual x before its down shares (after the QKV and O-proj tiles read it). A row some tile
+// leaves out then reads as NaN in any layer, not as the previous layer's value.
+void poison_for_wave(std::vector<double>& arena, const BufferLayout& b, const WaveInfo& wave) {
+  auto nan_fill = [&](const BufferSpan& s) {
+    float* p = at<float>(arena, s);
+    std::fill(p, p + s.bytes / 4, std::numeric_limits<float>::quiet_NaN());
+  };
+  if (wave.op == Op::kQkv && wave.layer > 0)
+    for (const BufferSpan* s : {&b.qkv, &b.attn_part_o, &b.attn_part_ml, &b.attn_out, &b.h, &b.router_logits, &b.act})
+      nan_fill(*s);
+  if (wave.op == Op::kExpertDown) nan_fill(b.x);
+}
+
 }  // namespace
 
 Emulator::Emulator(const ModelConfig& config, const ModelWeights& weights, ref::KvStore& kv)
@@ -126,13 +141,15 @@ void Emulator::run(const Plan& plan, const StepInput& input, const EmulatorOptio
     guarded(shared, w, [&] {
       // Wave by wave; inside a wave SM 0's tasks first. Lists are sorted by wave.
       std::vector<int> next(plan.list_begin.begin(), plan.list_begin.end() - 1);
-      for (int wave = 0; wave < static_cast<int>(plan.waves.size()); ++wave)
+      for (int wave = 0; wave < static_cast<int>(plan.waves.size()); ++wave) {
+        if (options.poison) poison_for_wave(arena_, b, plan.waves[wave]);
         for (int sm = 0; sm < n_sms; ++sm) {
           int end = next[sm];
           while (end < plan.list_begin[sm + 1] && plan.task_wave[end] == wave) ++end;
           run_tasks(v, plan, w, next[sm], end);
           next[sm] = end;
         }
+      }
     });
   } else {
     std::vector<std::thread> threads;

@@ -23,7 +23,7 @@
 
 namespace megadecode::emu {
 
-// How a tile waits, arrives and claims: implemented by the emulator's workers (std::atomic
+// How a tile waits and arrives: implemented by the emulator's workers (std::atomic
 // counters with acquire/release, bounded spins, injected delays).
 class Sync {
  public:

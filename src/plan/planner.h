@@ -30,7 +30,8 @@ struct AttnSplit {
 };
 AttnSplit attn_split_for(int n_ctx, const Policy& policy, int kv_block_size);
 
-// The attention split of one step (exposed for tests and statistics): items in queue order.
+// The attention split of one step (exposed for tests and statistics): items group-major, then by
+// sequence and split.
 std::vector<AttnItem> plan_attention_items(const ModelConfig& config, const BatchState& batch, const Policy& policy);
 
 }  // namespace megadecode

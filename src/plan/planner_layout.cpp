@@ -37,6 +37,8 @@ void check_plannable(const ModelConfig& c, const BatchState& batch, const Policy
   MD_REQUIRE(batch.kv_block_size >= 1, "KV block size must be >= 1");
   MD_REQUIRE(policy.tiles_per_sm >= 1 && policy.attn_min_split_tokens >= 1 && policy.attn_max_splits >= 1,
              "policy ", policy.name, " has a non-positive size");
+  MD_REQUIRE(policy.tiles_per_sm <= 4096, "policy ", policy.name, ": ", policy.tiles_per_sm,
+             " tiles per SM, at most 4096");
   MD_REQUIRE((c.n_heads / c.n_kv_heads + 2) * c.head_dim % 16 == 0 && c.hidden_size % 16 == 0 &&
                  c.moe_intermediate_size % 16 == 0 && c.head_dim % 16 == 0,
              "the decode planner needs the fused QKV rows of a KV group, the hidden size, the MoE intermediate size "

@@ -5,6 +5,8 @@
 // from L2. The consumers wait on the counters themselves.
 #include "plan/simulate_agents.h"
 
+#include <algorithm>
+
 namespace megadecode::sim {
 namespace {
 
@@ -23,14 +25,15 @@ void prefetch_l2(Step& st, SmState& s, int from) {
     if (list[j].cls != SimClass::kGemm && list[j].cls != SimClass::kAttention) continue;
     const int64_t take = std::min(budget, task_bytes(list[j]) - s.l2_ahead[j]);
     if (take <= 0) continue;
-    st.e.issue(s.sm, take, false, false);
+    st.e.issue(s.sm, take, 0, false);
     s.l2_ahead[j] += take;
     s.l2_pending += take;
   }
 }
 
 // Issues `bytes` of task j starting at byte `offset` of the task, page by page as slots free up;
-// the part prefetched into L2 is read from there.
+// the part prefetched into L2 (the task's first l2_ahead[j] bytes, which may end inside a page) is
+// read from there.
 Co stream(Step& st, SmState& s, int j, int64_t offset, int64_t bytes) {
   const int64_t page = st.e.params.page_bytes;
   for (int64_t k = 0, n = n_pages(bytes, page); k < n; ++k) {
@@ -39,9 +42,9 @@ Co stream(Step& st, SmState& s, int j, int64_t offset, int64_t bytes) {
       co_await st.e.block(s.loader, "a free ring slot");
     }
     const int64_t b = page_size(bytes, page, k);
-    const bool from_l2 = offset + k * page < s.l2_ahead[j];
-    if (from_l2) s.l2_pending -= b;
-    st.e.issue(s.sm, b, from_l2, true);
+    const int64_t in_l2 = std::clamp<int64_t>(s.l2_ahead[j] - (offset + k * page), 0, b);
+    s.l2_pending -= in_l2;
+    st.e.issue(s.sm, b, in_l2, true);
   }
 }
 

@@ -82,14 +82,16 @@ Co Engine::wait_counter(Agent& a, SimWait w, std::vector<std::pair<double, doubl
 
 // ---- memory ----
 
-int64_t Engine::issue(int sm, int64_t bytes, bool from_l2, bool ring) {
-  MD_CHECK(bytes > 0);
+int64_t Engine::issue(int sm, int64_t bytes, int64_t l2_part, bool ring) {
+  MD_CHECK(bytes > 0 && l2_part >= 0 && l2_part <= bytes);
   SmMem& m = sms_[sm];
   const int id = static_cast<int>(pages_.size());
   const int64_t seq = ring ? static_cast<int64_t>(m.ring.size()) : -1;
-  pages_.push_back(Page{sm, bytes, now_, kNever, seq, from_l2});
+  const bool from_l2 = l2_part == bytes;
+  pages_.push_back(Page{sm, from_l2 ? bytes : bytes - l2_part, now_, kNever, seq, from_l2});
   if (ring) m.ring.push_back(id);
-  (from_l2 ? l2_bytes_ : hbm_bytes_) += bytes;
+  hbm_bytes_ += bytes - l2_part;
+  l2_bytes_ += l2_part;
   m.fifo.push_back(id);
   serve_next(sm);
   return seq;

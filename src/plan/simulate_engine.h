@@ -119,9 +119,11 @@ class Engine {
   Co wait_counter(Agent& a, SimWait w, std::vector<std::pair<double, double>>* record);
 
   // ---- memory ----
-  // A page read of `bytes` from HBM or L2 into SM sm's ring (ring: it takes the next slot and
-  // lands for the consumers) or into L2 only (a prefetch). Returns its ring sequence number or -1.
-  int64_t issue(int sm, int64_t bytes, bool from_l2, bool ring);
+  // A page read of `bytes`, the first `l2_part` of them already in L2 (prefetched), into SM sm's
+  // ring (ring: it takes the next slot and lands for the consumers) or from HBM into L2 only (a
+  // prefetch, l2_part 0). A page wholly in L2 is served at the L2 rate; one partly in L2 lands
+  // when its HBM part has been served. Returns its ring sequence number or -1.
+  int64_t issue(int sm, int64_t bytes, int64_t l2_part, bool ring);
   int64_t ring_issued(int sm) const { return static_cast<int64_t>(sms_[sm].ring.size()); }
   bool slot_free(int sm) const;  // the slot of the next ring page is free
   void on_slot(int sm, Agent& a);
@@ -154,7 +156,7 @@ class Engine {
   };
   struct Page {
     int sm;
-    int64_t bytes;
+    int64_t bytes;  // served by its pool (a page partly in L2: its HBM part)
     double issued;
     double landed = kNever;
     int64_t seq;  // ring sequence number, -1 for an L2 prefetch

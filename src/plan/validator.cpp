@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,14 @@ struct Producers {
   std::vector<int64_t> static_sum;          // [counter] arrivals from tasks' arrive lists
   std::vector<int64_t> reachable;           // [counter] static_sum + declared dynamic maxima
 };
+
+// "task 3 (...), task 9 (...)" (the first few).
+std::string describe_tasks(const Plan& plan, const std::vector<int>& tasks) {
+  std::string out;
+  for (size_t i = 0; i < tasks.size() && i < 4; ++i) out += cat(i ? ", " : "", describe_task(plan, tasks[i]));
+  if (tasks.size() > 4) out += cat(" and ", tasks.size() - 4, " more");
+  return out;
+}
 
 void check_structure(const Plan& plan) {
   const PlanShape& s = plan.params.shape;
@@ -82,17 +91,39 @@ void check_attn_items(const Plan& plan) {
                " splits");
   MD_REQUIRE(static_cast<int>(next_split.size()) == s.batch * s.n_kv_heads,
              "plan: some (sequence, group) has no attention item");
-  std::vector<std::vector<int>> seen(s.n_layers, std::vector<int>(s.n_attn_items, 0));
+  std::vector<std::vector<std::vector<int>>> runs(s.n_layers, std::vector<std::vector<int>>(s.n_attn_items));
   for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
     const Task& t = plan.tasks[i];
     if (t.op != static_cast<uint8_t>(Op::kAttn)) continue;
     MD_REQUIRE(t.layer >= 0 && t.arg[0] >= 0 && t.arg[0] < s.n_attn_items, describe_task(plan, i),
                ": names no attention item");
-    ++seen[t.layer][t.arg[0]];
+    runs[t.layer][t.arg[0]].push_back(i);
   }
   for (int L = 0; L < s.n_layers; ++L)
-    for (int it = 0; it < s.n_attn_items; ++it)
-      MD_REQUIRE(seen[L][it] == 1, "plan: attention item ", it, " of L", L, " runs ", seen[L][it], " times");
+    for (int i = 0; i < s.n_attn_items; ++i) {
+      const AttnItem& it = plan.attn_items[i];
+      MD_REQUIRE(runs[L][i].size() == 1, "plan: attention item ", i, " (seq ", it.seq, ", g", it.group, ", split ",
+                 it.split, ") of L", L, " runs ", runs[L][i].size(), " times",
+                 runs[L][i].empty() ? ": no task of the layer names it" : cat(": ", describe_tasks(plan, runs[L][i])));
+    }
+}
+
+// A QKV tile feeds one KV group's attention: its rows lie inside group g, and it arrives on that
+// group's qkv_done (the group's items wait for it there) and on no other group's.
+void check_qkv_group(const Plan& plan, int i) {
+  const Task& t = plan.tasks[i];
+  const int group_rbs = plan.params.shape.qkv_group_rows / 16, g = t.arg[0] / group_rbs;
+  MD_REQUIRE((t.arg[1] - 1) / group_rbs == g, describe_task(plan, i), ": rows of KV groups ", g, " and ",
+             (t.arg[1] - 1) / group_rbs, " in one QKV tile");
+  const int32_t own = layer_counter(plan.params.counters, t.layer, plan.params.counters.qkv_done + g);
+  bool arrives = false;
+  for (int j = 0; j < t.n_arrives; ++j) {
+    const int32_t ctr = t.arrive[j].counter;
+    MD_REQUIRE(ctr == own || plan.counters[ctr].kind != CounterKind::kQkvDone, describe_task(plan, i),
+               ": rows of KV group ", g, " but arrives on ", counter_name(plan, ctr));
+    arrives = arrives || ctr == own;
+  }
+  MD_REQUIRE(arrives, describe_task(plan, i), ": does not arrive on ", counter_name(plan, own));
 }
 
 // GEMM tiles cover their op's row blocks exactly once per layer; the MoE shares 0..n-1 of each
@@ -108,7 +139,8 @@ void check_tiles_and_shares(const Plan& plan) {
       default: return 0;
     }
   };
-  std::map<std::pair<int, int>, std::vector<int>> covered;  // (op, layer) -> times each row block / share is done
+  // (op, layer) -> the tasks that do each row block / share
+  std::map<std::pair<int, int>, std::vector<std::vector<int>>> covered;
   for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
     const Task& t = plan.tasks[i];
     const Op op = static_cast<Op>(t.op);
@@ -116,20 +148,80 @@ void check_tiles_and_shares(const Plan& plan) {
       MD_REQUIRE(t.arg[0] >= 0 && t.arg[0] < t.arg[1] && t.arg[1] <= n, describe_task(plan, i),
                  ": row blocks outside the matrix's ", n);
       auto& v = covered[{t.op, t.layer}];
-      v.resize(n, 0);
-      for (int rb = t.arg[0]; rb < t.arg[1]; ++rb) ++v[rb];
+      v.resize(n);
+      for (int rb = t.arg[0]; rb < t.arg[1]; ++rb) v[rb].push_back(i);
+      if (op == Op::kQkv) check_qkv_group(plan, i);
     } else if (op_is_routed(op)) {
       MD_REQUIRE(t.arg[1] >= 1 && t.arg[0] >= 0 && t.arg[0] < t.arg[1], describe_task(plan, i), ": bad share");
       auto& v = covered[{t.op, t.layer}];
-      v.resize(t.arg[1], 0);
-      MD_REQUIRE(static_cast<int>(v.size()) == t.arg[1], describe_task(plan, i), ": shares of a layer disagree on their count");
-      ++v[t.arg[0]];
+      if (v.empty()) v.resize(t.arg[1]);
+      MD_REQUIRE(static_cast<int>(v.size()) == t.arg[1], describe_task(plan, i), ": its layer's other shares count ",
+                 v.size(), ", not ", t.arg[1]);
+      v[t.arg[0]].push_back(i);
     }
   }
-  for (const auto& [key, v] : covered)
-    for (size_t k = 0; k < v.size(); ++k)
-      MD_REQUIRE(v[k] == 1, "plan: L", key.second, " ", op_name(static_cast<Op>(key.first)), " ",
-                 op_is_routed(static_cast<Op>(key.first)) ? "share " : "row block ", k, " runs ", v[k], " times");
+  for (const auto& [key, v] : covered) {
+    const Op op = static_cast<Op>(key.first);
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (v[k].size() == 1) continue;
+      std::string who = cat(": ", describe_tasks(plan, v[k]));
+      if (v[k].empty()) {  // name the neighbours that leave the gap
+        std::string near;
+        if (k > 0 && !v[k - 1].empty()) near = cat("after ", describe_task(plan, v[k - 1].back()));
+        if (k + 1 < v.size() && !v[k + 1].empty())
+          near += cat(near.empty() ? "" : ", ", "before ", describe_task(plan, v[k + 1].front()));
+        who = op_is_routed(op) ? ": no task of the layer has it"
+                               : cat(": no tile covers it", near.empty() ? "" : cat(" (", near, ")"));
+      }
+      throw Error(cat("plan: L", key.second, " ", op_name(op), op_is_routed(op) ? " share " : " row block ", k, " runs ",
+                      v[k].size(), " times", who));
+    }
+  }
+}
+
+// The attention items' run-time arrivals are declared with exactly the tasks that may make them:
+// every ATTN task on its (seq, group)'s split counter and on its layer's attn_done, no other task,
+// adding at most one per split and one merge per (seq, group). The dependency graph takes its edges
+// from these lists, so a task left out would hide a cycle or an unordered buffer reuse.
+void check_dynamic_arrivals(const Plan& plan) {
+  const PlanShape& s = plan.params.shape;
+  const CounterLayout& c = plan.params.counters;
+  const int32_t n_counters = c.n_counters, n_tasks = static_cast<int32_t>(plan.tasks.size());
+  std::map<int32_t, std::vector<int32_t>> expected;  // counter -> the tasks that may arrive on it, ascending
+  std::map<int32_t, int64_t> most;                   // counter -> what they add at most
+  for (int32_t i = 0; i < n_tasks; ++i) {
+    const Task& t = plan.tasks[i];
+    if (t.op != static_cast<uint8_t>(Op::kAttn)) continue;
+    const AttnItem& it = plan.attn_items[t.arg[0]];
+    const int32_t split = layer_counter(c, t.layer, c.attn_split + it.seq * s.n_kv_heads + it.group);
+    const int32_t done = layer_counter(c, t.layer, c.attn_done);
+    expected[split].push_back(i);
+    expected[done].push_back(i);
+    most[split] += 1;
+    if (it.split == 0) most[done] += 1;
+  }
+  std::set<int32_t> declared;
+  for (const DynamicArrival& d : plan.dynamic_arrivals) {
+    MD_REQUIRE(d.counter >= 0 && d.counter < n_counters, "plan: dynamic arrival on counter ", d.counter,
+               " outside the ", n_counters, " counters");
+    const std::string what = cat("plan: the dynamic arrivals on ", counter_name(plan, d.counter));
+    MD_REQUIRE(declared.insert(d.counter).second, what, " are declared twice");
+    for (int32_t t : d.tasks)
+      MD_REQUIRE(t >= 0 && t < n_tasks, what, " name task ", t, " outside the ", n_tasks, " tasks");
+    std::vector<int32_t> got = d.tasks;
+    std::sort(got.begin(), got.end());
+    const std::vector<int32_t>& want = expected[d.counter];
+    for (int32_t t : want)
+      MD_REQUIRE(std::binary_search(got.begin(), got.end(), t), what, " leave out ", describe_task(plan, t),
+                 ", which may make them");
+    for (int32_t t : got)
+      MD_REQUIRE(std::binary_search(want.begin(), want.end(), t), what, " name ", describe_task(plan, t),
+                 ", which cannot make them");
+    MD_REQUIRE(d.max_amount == most[d.counter], what, " add at most ", most[d.counter], ", declared ", d.max_amount);
+  }
+  for (const auto& [counter, tasks] : expected)
+    MD_REQUIRE(declared.count(counter), "plan: ", describe_task(plan, tasks.front()), " arrives on ",
+               counter_name(plan, counter), " at run time, and no dynamic arrival declares it");
 }
 
 Producers collect_producers(const Plan& plan) {
@@ -143,15 +235,9 @@ Producers collect_producers(const Plan& plan) {
     }
   }
   p.reachable = p.static_sum;
-  for (const DynamicArrival& d : plan.dynamic_arrivals) {
-    MD_REQUIRE(d.counter >= 0 && d.counter < static_cast<int32_t>(n), "plan: dynamic arrival on counter ", d.counter,
-               " out of range");
+  for (const DynamicArrival& d : plan.dynamic_arrivals) {  // checked by check_dynamic_arrivals
     p.reachable[d.counter] += d.max_amount;
-    for (int32_t t : d.tasks) {
-      MD_REQUIRE(t >= 0 && t < static_cast<int32_t>(plan.tasks.size()), "plan: dynamic arrival from task ", t,
-                 " out of range");
-      p.tasks[d.counter].push_back(t);
-    }
+    p.tasks[d.counter].insert(p.tasks[d.counter].end(), d.tasks.begin(), d.tasks.end());
   }
   for (auto& v : p.tasks) {
     std::sort(v.begin(), v.end());
@@ -361,6 +447,7 @@ void validate_plan(const Plan& plan) {
   check_structure(plan);
   check_attn_items(plan);
   check_tiles_and_shares(plan);
+  check_dynamic_arrivals(plan);
   const Producers producers = collect_producers(plan);
   check_satisfiable(plan, producers);
   const Graph graph = build_graph(plan, producers);

@@ -2,7 +2,9 @@
 // It throws megadecode::Error naming the offending task when a plan could hang or compute wrong:
 //   1. structure: opcodes, wait/arrive counts, counter indices, list bounds;
 //   2. attention items well-formed (each (seq, group) split in order) and each run once per layer;
-//      GEMM tiles cover their op's row blocks exactly once; the MoE shares of a layer exist once each;
+//      GEMM tiles cover their op's row blocks exactly once (QKV tiles inside one KV group, arriving
+//      on its counter); the MoE shares of a layer exist once each;
+//      the dynamic arrivals (attention splits and merges) name exactly the tasks that may make them;
 //   3. satisfiable waits: 1 <= target <= what the counter's producers can arrive (static arrivals
 //      plus the attention items' dynamic maxima) and <= the counter's planned total;
 //   4. the dependency graph (task -> producers of every counter it waits on; a dynamic arrival's

@@ -1,5 +1,5 @@
-// CPU tests of the decode benchmark's host side: byte accounting of a step, distinct experts from
-// DISPATCH's item counts, records and tables, --points parsing, the Chrome trace export (clock
+// CPU tests of the decode benchmark's host side: byte accounting of a step, distinct experts from a
+// step's routing capture, records and tables, --points parsing, the Chrome trace export (clock
 // mapping, waits shown in the gaps between work), and the SVG renderer on a synthetic trace.
 #include <gtest/gtest.h>
 
@@ -68,13 +68,30 @@ TEST(DecodeBytes, ScalesWithDistinctExpertsAndContexts) {
   EXPECT_THROW(decode_step_bytes(c, zero, d), Error);
 }
 
-TEST(DecodeBytes, DistinctExpertsFromItems) {
-  const std::vector<int32_t> items = {8 * 12, 8 * 6, 64 * 12, 64 * 6, 0, 0};
-  EXPECT_EQ(distinct_experts_from_items(items, 3, 12, 6, 128), (std::vector<int>{8, 64, 0}));
-  EXPECT_THROW(distinct_experts_from_items(std::vector<int32_t>{13, 6}, 1, 12, 6, 128), Error);  // not whole
-  EXPECT_THROW(distinct_experts_from_items(std::vector<int32_t>{24, 6}, 1, 12, 6, 128), Error);  // disagree
-  EXPECT_THROW(distinct_experts_from_items(std::vector<int32_t>{12 * 200, 6 * 200}, 1, 12, 6, 128), Error);
-  EXPECT_THROW(distinct_experts_from_items(std::vector<int32_t>{12}, 1, 12, 6, 128), Error);  // too short
+// Distinct experts per layer over every token of a step's routing, repeats and top-k order aside.
+TEST(DecodeBytes, DistinctExpertsFromTheRouting) {
+  RoutingLog log(3, 2);
+  const std::vector<float> w(6, 0.5f);
+  // layer 0: {1, 2} + {2, 1} + {1, 7}; layer 1: {4, 5} three times; layer 2: {0, 9} {3, 6} {8, 2}
+  log.record(0, 10, std::vector<int32_t>{1, 2, 4, 5, 0, 9}, w);
+  log.record(1, 3, std::vector<int32_t>{2, 1, 5, 4, 3, 6}, w);
+  log.record(2, 0, std::vector<int32_t>{1, 7, 4, 5, 8, 2}, w);
+  EXPECT_EQ(distinct_experts(log, 3, 10), (std::vector<int>{3, 2, 6}));
+  log.record(1, 3, std::vector<int32_t>{3, 1, 5, 4, 3, 6}, w);  // a token recorded again replaces its routing
+  EXPECT_EQ(distinct_experts(log, 3, 10), (std::vector<int>{4, 2, 6}));
+  EXPECT_THROW(distinct_experts(log, 4, 10), Error);  // another layer count
+  EXPECT_THROW(distinct_experts(log, 3, 9), Error);   // expert 9 outside 9 experts
+  EXPECT_THROW(distinct_experts(RoutingLog(3, 2), 3, 10), Error);  // nothing captured
+  // The counts feed decode_step_bytes.
+  const ModelConfig c = preset_config("small");
+  RoutingLog one(c.n_layers, c.n_experts_per_tok);
+  std::vector<int32_t> experts(static_cast<size_t>(c.n_layers) * c.n_experts_per_tok);
+  std::iota(experts.begin(), experts.end(), 0);
+  one.record(0, 0, experts, std::vector<float>(experts.size(), 0.125f));
+  const std::vector<int> d = distinct_experts(one, c.n_layers, c.n_experts);
+  EXPECT_EQ(d, std::vector<int>(c.n_layers, c.n_experts_per_tok));
+  std::vector<int> ctx = {100};
+  EXPECT_EQ(decode_step_bytes(c, ctx, d).experts, int64_t{c.n_layers} * c.n_experts_per_tok * expert_bytes(c));
 }
 
 TEST(DecodeReport, RecordArithmetic) {
@@ -124,8 +141,6 @@ TEST(DecodeOptions, DefaultsAndMemoryPlan) {
   EXPECT_EQ(d.points.back(), (std::pair<int, int>{8192, 64}));
   EXPECT_TRUE(d.run_mk && d.run_ops && !d.ablations && d.trace_path.empty());
   EXPECT_EQ(d.steps, 100);
-  EXPECT_EQ(d.backend.attention, BackendOptions{}.attention);
-  EXPECT_EQ(parse({"--attention", "tc"}).backend.attention, "tc");
   EXPECT_EQ(d.block_bytes(), 16 * 98304);
   EXPECT_EQ(d.main_blocks(), 64 * 512);  // batch 64 x 8192 / 16: 48 GiB of KV
   // What scripts/gpu runs fits on an H200 (141 GB, ~140 GB free) and not on an 80 GB card.
@@ -150,7 +165,7 @@ TEST(DecodeOptions, BadFlagsAreErrors) {
       {"--batch", "0"}, {"--batch", "65"}, {"--context", "0"}, {"--context", "2000000"}, {"--steps", "0"},
       {"--warmup", "-1"}, {"--backends", "mk,gpu"}, {"--policy", "nope"}, {"--ablation-batch", "99"},
       {"--trace-batch", "0"}, {"--kv-block-size", "0"}, {"--ceiling-mib", "1"}, {"--preset", "nope"},
-      {"--points", "1:"}, {"--bogus"}, {"--attention", "flash"}};
+      {"--points", "1:"}, {"--bogus"}, {"--attention", "tc"}};  // --attention is gone: one attention item now
   for (const auto& words : bad) EXPECT_THROW(parse(words), Error) << words[0];
 }
 
@@ -243,12 +258,12 @@ TEST(DecodeTrace, ChromeJsonShowsWaitsApartFromWork) {
   EXPECT_THROW(trace_to_chrome(t.recs, t.plan, 0, {}), Error);
 }
 
-// The per-layer timeline: three layers of (norm, qkv, o_proj) waves on two SMs with known times;
+// The per-layer timeline: three layers of (qkv, attn, o_proj) waves on two SMs with known times;
 // the middle layer's medians are read back exactly.
 TEST(DecodeTrace, LayerTimelineMeasuresWavesAndHops) {
   TraceCase t = trace_case();
   t.recs.clear();
-  const int norm = static_cast<int>(Op::kAttnNorm), qkv = static_cast<int>(Op::kQkv), oproj = static_cast<int>(Op::kOProj);
+  const int qkv = static_cast<int>(Op::kQkv), attn = static_cast<int>(Op::kAttn), oproj = static_cast<int>(Op::kOProj);
   for (int layer = 0; layer < 3; ++layer) {
     const int64_t l0 = layer * 100000;  // 100 us per layer
     auto add = [&](int sm, int op, int64_t a, int64_t b) {
@@ -256,9 +271,9 @@ TEST(DecodeTrace, LayerTimelineMeasuresWavesAndHops) {
       r.layer = layer;
       t.recs.push_back(r);
     };
-    add(0, norm, 0, 2000);                                     // norm 0..2 us on SM 0
-    add(0, qkv, 5000, 9000);                                   // qkv: hop of 3 us after the norm
-    add(1, qkv, 6000, 16000);                                  //   items of 4 and 10 us
+    add(0, qkv, 0, 2000);                                      // qkv 0..2 us on SM 0
+    add(0, attn, 5000, 9000);                                  // attn: hop of 3 us after qkv
+    add(1, attn, 6000, 16000);                                 //   items of 4 and 10 us
     add(0, oproj, 20000 + 1000 * layer, 23000 + 1000 * layer); // o_proj: hop 4 us (layer 1: 5 us)
     add(1, oproj, 21000, 22000);
   }
@@ -267,8 +282,8 @@ TEST(DecodeTrace, LayerTimelineMeasuresWavesAndHops) {
   EXPECT_NEAR(s.layer_us, 100.0, 1e-6);
   ASSERT_EQ(s.layer_timeline.size(), 3u);
   const WaveTiming &n = s.layer_timeline[0], &q = s.layer_timeline[1], &o = s.layer_timeline[2];
-  EXPECT_EQ(n.op, "attn_norm");
-  EXPECT_EQ(q.op, "qkv");
+  EXPECT_EQ(n.op, "qkv");
+  EXPECT_EQ(q.op, "attn");
   EXPECT_EQ(o.op, "o_proj");
   EXPECT_NEAR(q.start_us, 5.0, 1e-6);
   EXPECT_NEAR(q.end_us, 16.0, 1e-6);

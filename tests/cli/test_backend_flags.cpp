@@ -19,7 +19,7 @@ BackendOptions parse(std::vector<std::string> words, const std::string& default_
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   const Args args(static_cast<int>(argv.size()), argv.data(),
-                  {"backend", "block-size", "threads", "gpu-memory-utilization", "prefill-chunk", "attention"}, {});
+                  {"backend", "block-size", "threads", "gpu-memory-utilization", "prefill-chunk"}, {});
   return backend_options_from(args, default_backend);
 }
 
@@ -41,7 +41,6 @@ TEST(BackendFlags, AbsentFlagsKeepTheOneSetOfDefaults) {
   EXPECT_EQ(o.n_threads, d.n_threads);
   EXPECT_EQ(o.gpu_memory_utilization, d.gpu_memory_utilization);
   EXPECT_EQ(o.prefill_chunk, d.prefill_chunk);
-  EXPECT_EQ(o.attention, d.attention);
   EXPECT_EQ(o.policy, d.policy);
   EXPECT_EQ(o.n_sms, d.n_sms);
   EXPECT_EQ(o.wait_timeout_ms, d.wait_timeout_ms);
@@ -50,13 +49,14 @@ TEST(BackendFlags, AbsentFlagsKeepTheOneSetOfDefaults) {
 
 TEST(BackendFlags, GivenFlagsAreRead) {
   const BackendOptions o = parse({"--backend", "cuda-ops", "--block-size", "32", "--threads", "3",
-                                  "--gpu-memory-utilization", "0.5", "--prefill-chunk", "2048", "--attention", "tc2"});
+                                  "--gpu-memory-utilization", "0.5", "--prefill-chunk", "512"});
   EXPECT_EQ(o.backend, "cuda-ops");
   EXPECT_EQ(o.kv_block_size, 32);
   EXPECT_EQ(o.n_threads, 3);
   EXPECT_EQ(o.gpu_memory_utilization, 0.5);
-  EXPECT_EQ(o.prefill_chunk, 2048);
-  EXPECT_EQ(o.attention, "tc2");
+  EXPECT_EQ(o.prefill_chunk, 512);
+  ASSERT_NE(BackendOptions{}.prefill_chunk, 0) << "the test needs a non-zero default";
+  EXPECT_EQ(parse({"--prefill-chunk", "0"}).prefill_chunk, 0);  // prefill through the decode step
 }
 
 TEST(BackendFlags, BadValuesNameTheFlag) {
@@ -64,9 +64,7 @@ TEST(BackendFlags, BadValuesNameTheFlag) {
   EXPECT_NE(error_of({"--threads", "-2"}).find("--threads"), std::string::npos);
   EXPECT_NE(error_of({"--gpu-memory-utilization", "1.5"}).find("--gpu-memory-utilization"), std::string::npos);
   EXPECT_NE(error_of({"--prefill-chunk", "-1"}).find("--prefill-chunk"), std::string::npos);
-  EXPECT_NE(error_of({"--backend", "cuda-mk", "--attention", "flash"}).find("--attention"), std::string::npos);
-  // The attention item is a choice of the CUDA backends only.
-  EXPECT_NE(error_of({"--attention", "tc"}).find("not of cpu-ref"), std::string::npos);
+  EXPECT_NE(error_of({"--prefill-chunk", "65537"}).find("--prefill-chunk"), std::string::npos);
 }
 
 TEST(BackendFactory, HandsTheOptionsToTheBackendUnchanged) {

@@ -1,6 +1,7 @@
 // The cpu-mk backend through the Backend interface, against cpu-ref: prefill logits, then decode
-// steps over a ragged batch fed the same tokens, logits within 1e-4 · max |ref| at every step;
-// sampled tokens are the host sampler's on the returned logits; bad calls are clear errors.
+// steps over a ragged batch fed the same tokens, logits within 1e-5 · max |ref| at every step (only
+// the attention arithmetic differs: a one-token prompt's logits are bitwise cpu-ref's); sampled
+// tokens are the host sampler's on the returned logits; bad calls are clear errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,7 +32,7 @@ void expect_close(std::span<const float> got, std::span<const float> want, const
     ASSERT_FALSE(std::isnan(got[i])) << what << " logit " << i;
     err = std::max(err, std::fabs(got[i] - want[i]));
   }
-  EXPECT_LE(err, 1e-4f * max_abs(want)) << what;
+  EXPECT_LE(err, 1e-5f * max_abs(want)) << what;
 }
 
 TEST(CpuMkBackend, MatchesCpuRefOverPrefillAndDecodeSteps) {
@@ -51,7 +52,7 @@ TEST(CpuMkBackend, MatchesCpuRefOverPrefillAndDecodeSteps) {
   ref::RefBackend ref(config, w.weights, w.store, {.kv_block_size = bs, .n_kv_blocks = n_blocks, .n_threads = 1});
   SCOPED_TRACE(cat("seed ", seed, " sms ", mk_opt.n_threads, " policy ", mk_opt.policy));
 
-  // Three sequences with shuffled blocks; prompts of ragged lengths.
+  // Three sequences with shuffled blocks; prompts of ragged lengths, the first of one token.
   std::vector<int32_t> pool(n_blocks);
   std::iota(pool.begin(), pool.end(), 0);
   for (int i = n_blocks - 1; i > 0; --i) std::swap(pool[i], pool[rng.below(i + 1)]);
@@ -62,7 +63,7 @@ TEST(CpuMkBackend, MatchesCpuRefOverPrefillAndDecodeSteps) {
   std::vector<Seq> seqs(3);
   for (int s = 0; s < 3; ++s) {
     seqs[s].table.assign(pool.begin() + s * 20, pool.begin() + (s + 1) * 20);
-    seqs[s].tokens = test::random_tokens(rng, 1 + static_cast<int>(rng.below(13)), V);
+    seqs[s].tokens = test::random_tokens(rng, s == 0 ? 1 : 1 + static_cast<int>(rng.below(13)), V);
     if (s == 2) {
       seqs[s].sampling.temperature = 0.8f;
       seqs[s].sampling.top_p = 0.9f;
@@ -75,6 +76,9 @@ TEST(CpuMkBackend, MatchesCpuRefOverPrefillAndDecodeSteps) {
     mk.prefill(chunk, a);
     ref.prefill(chunk, b);
     expect_close(a, b, cat("prefill of sequence ", s));
+    if (s == 0) {
+      EXPECT_EQ(a, b) << "a one-token prompt differs from cpu-ref's";
+    }
   }
   for (int step = 0; step < 4; ++step) {
     std::vector<DecodeSeq> batch;

@@ -1,5 +1,6 @@
-// Helpers shared by the plan and emulator tests: random small qwen3_moe shapes, random batches
-// with ragged contexts and shuffled block tables, random policies; `megadecode plan` in-process.
+// Helpers shared by the plan, emulator and CLI tests: random small qwen3_moe shapes (every size the
+// planner accepts, awkward ones on purpose), random batches with ragged contexts and shuffled block
+// tables, random policies; finding a plan's tasks; `megadecode plan` in-process.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,16 +23,18 @@ inline int pick(SplitMix64& rng, std::initializer_list<int> values) {
   return *(values.begin() + rng.below(values.size()));
 }
 
-// A small random qwen3_moe shape (awkward sizes on purpose).
+// A small random qwen3_moe shape. The planner needs the hidden size, the head dim and the MoE
+// intermediate size in multiples of 16; the rest is awkward on purpose (expert counts and
+// vocabularies that leave a partial last row block, one-row-block hidden sizes).
 inline ModelConfig random_config(SplitMix64& rng) {
   ModelConfig c = preset_config("tiny");
-  c.hidden_size = pick(rng, {24, 32, 48, 64, 80});
+  c.hidden_size = pick(rng, {16, 32, 48, 64, 80});
   c.n_kv_heads = pick(rng, {1, 2, 3});
   c.n_heads = c.n_kv_heads * pick(rng, {1, 2, 4});
-  c.head_dim = pick(rng, {8, 12, 16});
-  c.n_experts = pick(rng, {4, 6, 8, 12});
+  c.head_dim = pick(rng, {16, 32});
+  c.n_experts = pick(rng, {4, 6, 8, 12, 20});
   c.n_experts_per_tok = 1 + static_cast<int>(rng.below(std::min(4, c.n_experts)));
-  c.moe_intermediate_size = pick(rng, {16, 24, 40});
+  c.moe_intermediate_size = pick(rng, {16, 32, 48});
   c.vocab_size = 50 + static_cast<int>(rng.below(500));
   c.norm_topk_prob = rng.below(4) != 0;
   c.rope_theta = rng.below(2) ? 1e6 : 1e4;
@@ -42,13 +45,11 @@ inline ModelConfig random_config(SplitMix64& rng) {
   return c;
 }
 
-// Tiles small enough that every op has several tiles on these shapes.
+// Several tiles of one op per SM at times, and short attention splits, so that small shapes still
+// run every path of the plan.
 inline Policy random_policy(SplitMix64& rng, const std::string& name) {
   Policy p = policy_by_name(name);
-  p.tile_weight_bytes = pick(rng, {256, 512, 1024, 4096});
-  p.lm_tile_weight_bytes = pick(rng, {512, 2048, 8192});
-  p.row_align = pick(rng, {1, 4, 8, 16});
-  p.norm_tokens = pick(rng, {1, 1, 2, 3});
+  p.tiles_per_sm = pick(rng, {1, 1, 2, 3, 8});
   p.attn_min_split_tokens = pick(rng, {1, 8, 16, 64});
   p.attn_max_splits = pick(rng, {1, 3, 8, 64});
   return p;
@@ -88,6 +89,23 @@ inline RandomBatch random_batch(SplitMix64& rng, int batch, int max_ctx, int blo
   }
   for (int i = 0; i < batch; ++i) rb.state.seqs.push_back({ctx[i], rb.tables[i]});
   return rb;
+}
+
+// The tasks of `op` at `layer` (every SM, in task order); `sm` >= 0 keeps that SM's only.
+inline std::vector<int> tasks_of(const Plan& plan, Op op, int layer, int sm = -1) {
+  std::vector<int> out;
+  const int begin = sm < 0 ? 0 : plan.list_begin[sm], end = sm < 0 ? plan.list_begin.back() : plan.list_begin[sm + 1];
+  for (int i = begin; i < end; ++i)
+    if (plan.tasks[i].op == static_cast<uint8_t>(op) && plan.tasks[i].layer == layer) out.push_back(i);
+  return out;
+}
+
+// The nth task of `op` at `layer` on SM `sm` (-1: any SM); a test failure when there is none.
+inline int find_task(const Plan& plan, Op op, int layer, int sm = -1, int nth = 0) {
+  const std::vector<int> all = tasks_of(plan, op, layer, sm);
+  if (nth < static_cast<int>(all.size())) return all[nth];
+  ADD_FAILURE() << "no " << op_name(op) << " task #" << nth << " of L" << layer << " on SM " << sm;
+  return -1;
 }
 
 // Runs `megadecode plan ARGS` and returns what it printed (errors propagate as exceptions).

@@ -1,13 +1,18 @@
 // Tests for the planner: every random (shape, batch, policy, SM count) gives a plan the validator
-// accepts, whose tiles cover every output exactly once, dealt as the policy says; the full
-// qwen3-30b-a3b shape plans at batch 1 and 64; bad batches are clear errors.
+// accepts, whose tiles are sized to the SM count and cover every output exactly once, dealt as
+// planner.h says (GEMM tiles round-robin continuing across waves, attention items largest first on
+// the least-loaded SM, expert share s on SM s); the full qwen3-30b-a3b shape at batch 1 and 64; the
+// attention split of a sequence ignores the rest of the batch; the MoE share formula; bad inputs
+// are clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <set>
 
 #include "core/check.h"
+#include "plan/moe_split.h"
 #include "plan/planner.h"
 #include "plan/stats.h"
 #include "plan/validator.h"
@@ -20,55 +25,133 @@ using test::random_batch;
 using test::random_config;
 using test::random_policy;
 
-// Each output element of each layer's static ops is produced by exactly one task.
-void check_coverage(const Plan& plan) {
+int ceil16(int n) { return (n + 15) / 16; }
+
+// 16-row blocks of a GEMM op's weight matrix (0: not a GEMM op).
+int gemm_row_blocks(const PlanShape& s, Op op) {
+  switch (op) {
+    case Op::kQkv: return s.n_kv_heads * s.qkv_group_rows / 16;
+    case Op::kOProj: return s.hidden / 16;
+    case Op::kRouter: return ceil16(s.n_experts);
+    case Op::kLmHead: return ceil16(s.vocab);
+    default: return 0;
+  }
+}
+
+// The tile count planner.h promises: min(row blocks, tiles_per_sm * SMs); QKV per KV group.
+int expected_tiles(const PlanShape& s, const Policy& p, Op op) {
+  const int max_tiles = p.tiles_per_sm * s.n_sms;
+  if (op == Op::kQkv) return s.n_kv_heads * std::clamp(max_tiles / s.n_kv_heads, 1, s.qkv_group_rows / 16);
+  return std::min(max_tiles, gemm_row_blocks(s, op));
+}
+
+// Each layer's GEMM row blocks, SAMPLE tokens, attention items and MoE shares are done exactly
+// once, by as many tiles as the SM count gives, of (almost) equal size; QKV tiles stay inside one
+// KV group and arrive on that group's counter.
+void check_coverage(const Plan& plan, const Policy& policy) {
   const PlanShape& s = plan.params.shape;
-  std::map<std::pair<int, int>, std::vector<int>> hits;  // (layer, op) -> count per output element
-  auto mark = [&](int layer, Op op, int size, int begin, int end) {
+  const CounterLayout& c = plan.params.counters;
+  std::map<std::pair<int, int>, std::vector<int>> hits;  // (layer, op) -> count per row block / token / item / share
+  std::map<std::pair<int, int>, std::vector<int>> sizes;  // (layer, op) -> GEMM tile sizes in row blocks
+  auto mark = [&](int layer, Op op, int n, int begin, int end) {
     auto& v = hits[{layer, static_cast<int>(op)}];
-    if (v.empty()) v.assign(size, 0);
-    ASSERT_TRUE(begin >= 0 && begin < end && end <= size) << op_name(op) << " range " << begin << ".." << end;
+    if (v.empty()) v.assign(n, 0);
+    ASSERT_TRUE(begin >= 0 && begin < end && end <= n) << op_name(op) << " range " << begin << ".." << end << " of " << n;
     for (int i = begin; i < end; ++i) ++v[i];
   };
+  const int group_rbs = s.qkv_group_rows / 16;
   for (const Task& t : plan.tasks) {
     const Op op = static_cast<Op>(t.op);
-    switch (op) {
-      case Op::kAttnNorm:
-      case Op::kMoeNorm:
-      case Op::kFinalNorm:
-      case Op::kSample: mark(t.layer, op, s.batch, t.arg[0], t.arg[1]); break;
-      case Op::kQkv: mark(t.layer, op, s.n_kv_heads * s.qkv_group_rows, t.arg[0] * s.qkv_group_rows + t.arg[1], t.arg[0] * s.qkv_group_rows + t.arg[2]); break;
-      case Op::kOProj: mark(t.layer, op, s.n_kv_heads * s.hidden, t.arg[0] * s.hidden + t.arg[1], t.arg[0] * s.hidden + t.arg[2]); break;
-      case Op::kRouter: mark(t.layer, op, s.n_experts, t.arg[0], t.arg[1]); break;
-      case Op::kLmHead: mark(t.layer, op, s.vocab, t.arg[0], t.arg[1]); break;
-      case Op::kDispatch: mark(t.layer, op, 1, 0, 1); break;
-      default: break;
+    if (const int n = gemm_row_blocks(s, op); n > 0) {
+      mark(t.layer, op, n, t.arg[0], t.arg[1]);
+      sizes[{t.layer, t.op}].push_back(t.arg[1] - t.arg[0]);
+      if (op == Op::kQkv) {
+        const int g = t.arg[0] / group_rbs;
+        ASSERT_EQ((t.arg[1] - 1) / group_rbs, g) << "QKV tile " << t.arg[0] << ".." << t.arg[1] << " straddles groups";
+        ASSERT_EQ(t.arrive[0].counter, layer_counter(c, t.layer, c.qkv_done + g));
+      }
+    } else if (op == Op::kSample) {
+      mark(t.layer, op, s.batch, t.arg[0], t.arg[1]);
+    } else if (op == Op::kAttn) {
+      mark(t.layer, op, s.n_attn_items, t.arg[0], t.arg[0] + 1);
+    } else {
+      ASSERT_TRUE(op_is_routed(op));
+      ASSERT_EQ(t.arg[1], s.n_sms) << "one share per SM";
+      mark(t.layer, op, s.n_sms, t.arg[0], t.arg[0] + 1);
     }
   }
   for (const auto& [key, v] : hits)
     for (size_t i = 0; i < v.size(); ++i)
-      ASSERT_EQ(v[i], 1) << "layer " << key.first << " " << op_name(static_cast<Op>(key.second)) << " element " << i;
-  const int expected_ops = 6 * s.n_layers + (s.lm_head ? 2 : 0) + (s.sample ? 1 : 0);
+      ASSERT_EQ(v[i], 1) << "L" << key.first << " " << op_name(static_cast<Op>(key.second)) << " element " << i;
+  const int expected_ops = 6 * s.n_layers + (s.lm_head ? 1 : 0) + (s.sample ? 1 : 0);
   EXPECT_EQ(static_cast<int>(hits.size()), expected_ops);
+  for (const auto& [key, v] : sizes) {
+    const Op op = static_cast<Op>(key.second);
+    ASSERT_EQ(static_cast<int>(v.size()), expected_tiles(s, policy, op)) << op_name(op) << " L" << key.first;
+    // Equal weight bytes to within one row block (QKV: inside each group).
+    const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+    ASSERT_LE(*hi - *lo, 1) << op_name(op) << " L" << key.first << " tiles of " << *lo << " to " << *hi << " row blocks";
+  }
+  EXPECT_EQ(s.n_qkv_tasks, expected_tiles(s, policy, Op::kQkv));
+  EXPECT_EQ(s.n_oproj_tasks, expected_tiles(s, policy, Op::kOProj));
+  EXPECT_EQ(s.n_router_tasks, expected_tiles(s, policy, Op::kRouter));
+  EXPECT_EQ(s.n_lm_tasks, expected_tiles(s, policy, Op::kLmHead));
 }
 
-void check_dealing(const Plan& plan, const Policy& policy) {
+// Where planner.h says each wave's tasks go.
+void check_dealing(const Plan& plan) {
   const int S = plan.n_sms();
-  std::vector<std::vector<int>> per_wave(plan.waves.size());  // SMs of a wave's tasks, in list order of SMs
-  for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) per_wave[plan.task_wave[i]].push_back(plan.sm_of(i));
+  std::vector<std::vector<int>> per_wave(plan.waves.size());  // tasks of each wave
+  for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) per_wave[plan.task_wave[i]].push_back(i);
   int cursor = 0;
   for (size_t w = 0; w < plan.waves.size(); ++w) {
     const WaveInfo& wave = plan.waves[w];
-    std::vector<int> count(S, 0);
-    for (int sm : per_wave[w]) ++count[sm];
-    if (op_is_drain(wave.op)) {
-      for (int sm = 0; sm < S; ++sm) ASSERT_EQ(count[sm], 1) << "drain wave " << w << " on SM " << sm;
+    std::vector<int>& tasks = per_wave[w];
+    ASSERT_EQ(static_cast<int>(tasks.size()), wave.n_tasks);
+    if (op_is_routed(wave.op)) {
+      for (int i : tasks) ASSERT_EQ(plan.tasks[i].arg[0], plan.sm_of(i)) << op_name(wave.op) << " share on another SM";
       continue;
     }
-    const int start = policy.deal == WaveDeal::kRotate ? cursor : 0;
-    for (int k = 0; k < wave.n_tasks; ++k) --count[(start + k) % S];
-    for (int sm = 0; sm < S; ++sm) ASSERT_EQ(count[sm], 0) << "wave " << w << " (" << op_name(wave.op) << ") on SM " << sm;
-    cursor = (start + wave.n_tasks) % S;
+    if (wave.op == Op::kAttn) {
+      // Largest first on the least-loaded SM: loads end within one item of each other, and with
+      // no more items than SMs every SM runs at most one.
+      std::vector<int64_t> load(S, 0);
+      std::vector<int> count(S, 0);
+      int64_t longest = 0;
+      for (int i : tasks) {
+        const AttnItem& it = plan.attn_items[plan.tasks[i].arg[0]];
+        load[plan.sm_of(i)] += it.pos_end - it.pos_begin;
+        ++count[plan.sm_of(i)];
+        longest = std::max<int64_t>(longest, it.pos_end - it.pos_begin);
+      }
+      const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+      ASSERT_LE(*hi - *lo, longest) << "attention wave " << w << " is unbalanced";
+      if (wave.n_tasks <= S) {
+        ASSERT_EQ(*std::max_element(count.begin(), count.end()), 1);
+      }
+      continue;
+    }
+    // Round-robin in row-block (or token) order, starting where the previous dealt wave ended.
+    std::sort(tasks.begin(), tasks.end(), [&](int a, int b) { return plan.tasks[a].arg[0] < plan.tasks[b].arg[0]; });
+    for (int k = 0; k < wave.n_tasks; ++k)
+      ASSERT_EQ(plan.sm_of(tasks[k]), (cursor + k) % S) << "wave " << w << " (" << op_name(wave.op) << ") tile " << k;
+    cursor = (cursor + wave.n_tasks) % S;
+  }
+}
+
+// Under grid-sync every task after the first wave waits on all of the previous wave, only.
+void check_grid_sync(const Plan& plan) {
+  const CounterLayout& c = plan.params.counters;
+  ASSERT_GE(c.wave_done, 0);
+  for (size_t i = 0; i < plan.tasks.size(); ++i) {
+    const Task& t = plan.tasks[i];
+    const int w = plan.task_wave[i];
+    ASSERT_EQ(t.n_waits, w > 0 ? 1 : 0) << describe_task(plan, static_cast<int>(i));
+    if (w > 0) {
+      EXPECT_EQ(t.wait[0].counter, c.wave_done + w - 1);
+      EXPECT_EQ(t.wait[0].target, plan.waves[w - 1].n_tasks);
+    }
+    EXPECT_EQ(t.arrive[t.n_arrives - 1].counter, c.wave_done + w);
   }
 }
 
@@ -86,25 +169,22 @@ TEST(Planner, RandomPlansValidateCoverAndDeal) {
     o.n_sms = test::pick(rng, {1, 2, 3, 8, 13, 132});
     o.lm_head = rng.below(4) != 0;
     o.sample = o.lm_head && rng.below(2);
-    SCOPED_TRACE(cat("seed ", seed, " iter ", iter, " policy ", name, " batch ", batch, " sms ", o.n_sms));
+    SCOPED_TRACE(cat("seed ", seed, " iter ", iter, " policy ", name, " tiles/SM ", p.tiles_per_sm, " batch ", batch,
+                     " sms ", o.n_sms));
     const Plan plan = make_plan(c, rb.state, p, o);
     ASSERT_NO_THROW(validate_plan(plan));
-    check_coverage(plan);
-    check_dealing(plan, p);
+    check_coverage(plan, p);
+    check_dealing(plan);
+    if (p.grid_sync) check_grid_sync(plan);
     const PlanStats st = plan_stats(plan);
     EXPECT_GE(st.critical_path_tasks_ordered, st.critical_path_tasks);
-    EXPECT_EQ(st.critical_path_tasks, static_cast<int>(plan.waves.size()));  // the layer chain is sequential
-    if (p.grid_sync) {
-      for (size_t i = 0; i < plan.tasks.size(); ++i) {
-        if (plan.task_wave[i] > 0) {
-          ASSERT_EQ(plan.tasks[i].n_waits, 1);
-        }
-      }
-    }
+    EXPECT_EQ(st.critical_path_tasks, static_cast<int>(plan.waves.size()));  // every wave waits on the one before
   }
 }
 
-TEST(Planner, AttentionSplitsScaleWithContextAndStayWithinCapacity) {
+// The attention items of a step: per (sequence, group) consecutive splits covering the context,
+// every split but the last at least the minimum and on KV block edges, at most the maximum count.
+TEST(Planner, AttentionSplitsScaleWithContext) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   SplitMix64 rng(seed);
@@ -116,19 +196,22 @@ TEST(Planner, AttentionSplitsScaleWithContextAndStayWithinCapacity) {
     p.attn_min_split_tokens = test::pick(rng, {16, 64, 256});
     p.attn_max_splits = test::pick(rng, {2, 16, 64});
     const Plan plan = make_plan(c, rb.state, p, {});
-    const PlanShape& s = plan.params.shape;
-    ASSERT_LE(s.n_attn_items, s.attn_capacity) << "seed " << seed << " iter " << iter;
+    SCOPED_TRACE(cat("seed ", seed, " iter ", iter));
+    std::map<std::pair<int, int>, int> covered;  // (seq, group) -> positions so far
     for (const AttnItem& it : plan.attn_items) {
       ASSERT_LE(it.n_splits, p.attn_max_splits);
       const int n_ctx = rb.state.seqs[it.seq].n_ctx;
+      int& next = covered[{it.seq, it.group}];
+      ASSERT_EQ(it.pos_begin, next);
+      next = it.pos_end;
       if (it.split + 1 < it.n_splits) {
         ASSERT_GE(it.pos_end - it.pos_begin, p.attn_min_split_tokens) << "split too short";
         ASSERT_EQ((it.pos_end - it.pos_begin) % 16, 0) << "splits end on block edges";
-      }
-      if (it.split + 1 == it.n_splits) {
+      } else {
         ASSERT_EQ(it.pos_end, n_ctx);
       }
     }
+    ASSERT_EQ(static_cast<int>(covered.size()), batch * c.n_kv_heads);
   }
   // A long context at batch 1 fills the SMs; a short one is a single split.
   std::vector<int32_t> table(512);
@@ -167,7 +250,8 @@ TEST(Planner, AttentionSplitOfASequenceIgnoresTheRestOfTheBatch) {
   }
 }
 
-TEST(Planner, FullShapeAtBatch1And64) {
+// The counts of the full model on an H200's 132 SMs.
+TEST(Planner, FullShapeTilesAreSizedToTheSms) {
   const ModelConfig c = preset_config("qwen3-30b-a3b");
   for (int batch : {1, 64}) {
     std::vector<std::vector<int32_t>> tables(batch);
@@ -178,17 +262,71 @@ TEST(Planner, FullShapeAtBatch1And64) {
       st.seqs.push_back({1 + (i * 997) % 1024, tables[i]});
     }
     for (const std::string& name : policy_names()) {
-      const Plan plan = make_plan(c, st, policy_by_name(name), {});
-      ASSERT_NO_THROW(validate_plan(plan)) << name << " batch " << batch;
+      SCOPED_TRACE(cat(name, " batch ", batch));
+      const Policy policy = policy_by_name(name);
+      const Plan plan = make_plan(c, st, policy, {});
+      ASSERT_NO_THROW(validate_plan(plan));
+      check_coverage(plan, policy);
       const PlanShape& s = plan.params.shape;
-      EXPECT_EQ(s.qkv_tiles_per_group * s.n_kv_heads, 160);  // 32-row tiles of 128 KiB
-      EXPECT_EQ(s.o_row_blocks * s.n_kv_heads, 128);
-      EXPECT_EQ(s.router_tiles, 4);
-      EXPECT_EQ(s.up_cols, 16);
-      EXPECT_EQ(s.down_rows, 80);
-      EXPECT_EQ(s.up_capacity, std::min(128, batch * 8) * s.up_blocks);
+      EXPECT_EQ(s.n_sms, 132);
+      EXPECT_EQ(s.n_qkv_tasks, 132);  // 33 per KV group of 80 row blocks
+      EXPECT_EQ(test::tasks_of(plan, Op::kQkv, 5).size(), 132u);
+      EXPECT_EQ(s.n_oproj_tasks, 128);  // one per row block of the hidden size
+      EXPECT_EQ(s.n_router_tasks, 8);   // 128 experts
+      EXPECT_EQ(s.n_lm_tasks, 132);
+      EXPECT_EQ(s.up_units, 96);  // 768 gate + 768 up rows in 16-row blocks
+      EXPECT_EQ(s.down_rbs, 128);
+      EXPECT_EQ(plan.waves.size(), 48u * 6 + 2);
+      // Every SM runs one EXPERT_UP and one EXPERT_DOWN of every layer.
+      for (int sm = 0; sm < 132; ++sm)
+        for (int L = 0; L < 48; ++L) {
+          ASSERT_EQ(test::tasks_of(plan, Op::kExpertUp, L, sm).size(), 1u) << "SM " << sm << " L" << L;
+          ASSERT_EQ(test::tasks_of(plan, Op::kExpertDown, L, sm).size(), 1u) << "SM " << sm << " L" << L;
+        }
+      // QKV tiles and the LM head put one tile on every SM.
+      for (int sm = 0; sm < 132; ++sm) ASSERT_EQ(test::tasks_of(plan, Op::kQkv, 0, sm).size(), 1u) << sm;
+      for (int sm = 0; sm < 132; ++sm) ASSERT_EQ(test::tasks_of(plan, Op::kLmHead, -1, sm).size(), 1u) << sm;
     }
   }
+  // Two tiles per SM where the op has the row blocks for them.
+  std::vector<int32_t> table(1, 0);
+  Policy two = policy_by_name("default");
+  two.tiles_per_sm = 2;
+  const Plan plan = make_plan(c, BatchState{16, {{1, table}}}, two, {});
+  EXPECT_EQ(plan.params.shape.n_qkv_tasks, 264);
+  EXPECT_EQ(plan.params.shape.n_oproj_tasks, 128);
+  EXPECT_EQ(plan.params.shape.n_router_tasks, 8);
+  EXPECT_EQ(plan.params.shape.n_lm_tasks, 264);
+  // More SMs than a KV group has row blocks: one row block per QKV tile (the two-layer `small`
+  // preset has the full widths).
+  PlanOptions wide;
+  wide.n_sms = 4096;
+  const Plan w = make_plan(preset_config("small"), BatchState{16, {{1, table}}}, policy_by_name("default"), wide);
+  EXPECT_EQ(w.params.shape.n_qkv_tasks, 320);
+  EXPECT_NO_THROW(validate_plan(w));
+}
+
+// Share s of S of n items is [n*s/S, n*(s+1)/S): contiguous, covering [0, n) once, sizes within one.
+TEST(MoeSplit, SharesCoverTheItemsOnceAndEvenly) {
+  const uint64_t seed = test_seed();
+  SplitMix64 rng(seed);
+  for (int iter = 0; iter < 1000; ++iter) {
+    const int32_t n = static_cast<int32_t>(rng.below(iter % 10 == 0 ? 1 << 20 : 300));
+    const int32_t shares = 1 + static_cast<int32_t>(rng.below(iter % 7 == 0 ? 4096 : 140));
+    int32_t next = 0, lo = n, hi = 0;
+    for (int32_t s = 0; s < shares; ++s) {
+      const MoeShare sh = moe_share(n, s, shares);
+      ASSERT_EQ(sh.begin, next) << "seed " << seed << " n " << n << " shares " << shares << " share " << s;
+      ASSERT_LE(sh.begin, sh.end);
+      lo = std::min(lo, sh.end - sh.begin);
+      hi = std::max(hi, sh.end - sh.begin);
+      next = sh.end;
+    }
+    ASSERT_EQ(next, n);
+    ASSERT_LE(hi - lo, 1) << "n " << n << " shares " << shares;
+  }
+  // Large counts do not overflow: 132 SMs of 128 experts x 96 units x 2^14.
+  EXPECT_EQ(moe_share(128 * 96 << 14, 131, 132).end, 128 * 96 << 14);
 }
 
 TEST(Planner, LayoutsAreDisjointAndAligned) {
@@ -207,21 +345,26 @@ TEST(Planner, LayoutsAreDisjointAndAligned) {
       EXPECT_GE(spans[i].offset, spans[i - 1].offset + spans[i - 1].bytes);
     }
   }
-  std::set<int> kinds_seen;
+  const PlanShape& s = plan.params.shape;
+  EXPECT_EQ(plan.params.buffers.qkv.bytes, static_cast<uint64_t>(s.batch) * s.n_kv_heads * s.qkv_group_rows * 4);
+  EXPECT_EQ(plan.params.buffers.attn_part_o.bytes,
+            static_cast<uint64_t>(s.n_attn_items) * s.group_size * s.head_dim * 4);
+  EXPECT_EQ(plan.params.buffers.act.bytes, static_cast<uint64_t>(s.batch) * s.top_k * s.moe_inter * 4);
   for (const CounterInfo& ci : plan.counters) EXPECT_NE(ci.kind, CounterKind::kUnused);
   EXPECT_EQ(plan.params.counters.stride_bytes, 128);
 }
 
-std::string plan_error(const ModelConfig& c, const BatchState& b) {
+std::string plan_error(const ModelConfig& c, const BatchState& b, const Policy& p = policy_by_name("default"),
+                       const PlanOptions& o = {}) {
   try {
-    make_plan(c, b, policy_by_name("default"), {});
+    make_plan(c, b, p, o);
   } catch (const Error& e) {
     return e.what();
   }
   return "";
 }
 
-TEST(Planner, BadBatchesAreClearErrors) {
+TEST(Planner, BadInputsAreClearErrors) {
   const ModelConfig c = preset_config("tiny");
   std::vector<int32_t> t1{0, 1}, t2{1, 2}, t3{0};
   EXPECT_NE(plan_error(c, BatchState{16, {}}).find("at least one sequence"), std::string::npos);
@@ -229,10 +372,31 @@ TEST(Planner, BadBatchesAreClearErrors) {
   EXPECT_NE(plan_error(c, BatchState{16, {{0, t3}}}).find("context length 0"), std::string::npos);
   // Both sequences' new tokens would land in block 1, offset 3.
   EXPECT_NE(plan_error(c, BatchState{16, {{20, t1}, {4, t2}}}).find("also another sequence's new slot"), std::string::npos);
+  const BatchState one{16, {{1, t3}}};
   ModelConfig dense = c;
   dense.layers[1].ffn = FfnKind::kDense;
-  EXPECT_NE(plan_error(dense, BatchState{16, {{1, t3}}}).find("layer 1 is dense"), std::string::npos);
-  EXPECT_THROW(policy_by_name("fastest"), Error);
+  EXPECT_NE(plan_error(dense, one).find("layer 1 is dense"), std::string::npos);
+  ModelConfig odd = c;
+  odd.hidden_size = 120;
+  EXPECT_NE(plan_error(odd, one).find("multiples of 16"), std::string::npos);
+  Policy zero = policy_by_name("default");
+  zero.tiles_per_sm = 0;
+  EXPECT_NE(plan_error(c, one, zero).find("non-positive"), std::string::npos);
+  zero.tiles_per_sm = 1 << 20;  // tiles_per_sm x SMs must not overflow
+  EXPECT_NE(plan_error(c, one, zero).find("at most 4096"), std::string::npos);
+  PlanOptions no_sms;
+  no_sms.n_sms = 0;
+  EXPECT_NE(plan_error(c, one, policy_by_name("default"), no_sms).find("--sms"), std::string::npos);
+  PlanOptions sample_only;
+  sample_only.lm_head = false;
+  EXPECT_NE(plan_error(c, one, policy_by_name("default"), sample_only).find("sampling needs the LM head"),
+            std::string::npos);
+  try {
+    policy_by_name("fastest");
+    ADD_FAILURE() << "unknown policy accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grid-sync"), std::string::npos) << e.what();  // names the known ones
+  }
 }
 
 }  // namespace
