@@ -30,6 +30,28 @@ Target parse_url(const std::string& url) {
   return t;
 }
 
+namespace {
+
+bool non_empty_string(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() && !it->get_ref<const std::string&>().empty();
+}
+
+}  // namespace
+
+bool carries_tokens(const json& event) {
+  auto choices = event.find("choices");
+  if (choices == event.end() || !choices->is_array()) return false;
+  for (const json& c : *choices) {
+    if (!c.is_object()) continue;
+    if (non_empty_string(c, "text")) return true;
+    if (auto ids = c.find("token_ids"); ids != c.end() && ids->is_array() && !ids->empty()) return true;
+    if (auto delta = c.find("delta"); delta != c.end() && delta->is_object() && non_empty_string(*delta, "content"))
+      return true;
+  }
+  return false;
+}
+
 BenchRequest::BenchRequest(net::io_context& ioc, const tcp::endpoint& ep, std::string http_request,
                            RequestRecord& rec, BenchClock::time_point t0, std::function<void(double)> on_chunk,
                            std::function<void()> done)
@@ -112,17 +134,7 @@ void BenchRequest::parse() {
     if (j.is_discarded() || !j.is_object()) return finish("invalid JSON event");
     if (j.contains("error")) return finish("server error: " + j["error"].value("message", ""));
     if (j.contains("usage") && j["usage"].is_object()) rec_.output_tokens = j["usage"].value("completion_tokens", 0);
-    bool has_text = false;
-    if (j.contains("choices") && j["choices"].is_array()) {
-      for (const json& c : j["choices"]) {
-        if (!c.is_object()) continue;
-        if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) has_text = true;
-        if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content") &&
-            c["delta"]["content"].is_string() && !c["delta"]["content"].get<std::string>().empty())
-          has_text = true;
-      }
-    }
-    if (has_text) {
+    if (carries_tokens(j)) {
       const double t = now();
       if (rec_.first_token < 0) rec_.first_token = t;
       rec_.chunk_times.push_back(t);

@@ -1,5 +1,5 @@
 // The client side of `megadecode bench serve`: one streaming OpenAI request per connection (the
-// chunked SSE response parsed as it arrives, the arrival time of every chunk that carries text
+// chunked SSE response parsed as it arrives, the arrival time of every chunk that carries tokens
 // recorded), request framing, random token-id prompts and latency summaries. Asio, one thread.
 #pragma once
 #if defined(__SANITIZE_THREAD__)
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/rng.h"
 
@@ -40,11 +41,15 @@ struct RequestRecord {
   double send = 0.0;                // seconds since the benchmark started
   double first_token = -1.0;
   double end = 0.0;
-  std::vector<double> chunk_times;  // arrival of each chunk that carried text
+  std::vector<double> chunk_times;  // arrival of each chunk that carried tokens (carries_tokens)
   int output_tokens = 0;            // from the final usage chunk
 };
 
-// One streaming request on its own connection. `on_chunk(t)` runs after each text chunk (t: its
+// Whether a streamed event brings tokens: a choice with non-empty text, delta content or
+// "token_ids" (a --skip-tokenizer-init server sends ids and empty text).
+bool carries_tokens(const nlohmann::json& event);
+
+// One streaming request on its own connection. `on_chunk(t)` runs after each token chunk (t: its
 // arrival, already in rec.chunk_times); `done` runs once when the request ends for any reason.
 class BenchRequest : public std::enable_shared_from_this<BenchRequest> {
  public:

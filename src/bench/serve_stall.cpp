@@ -12,7 +12,7 @@ using nlohmann::json;
 
 namespace {
 
-// The long request asks for a few tokens, not one: its first text chunk is what ends the window,
+// The long request asks for a few tokens, not one: its first token chunk is what ends the window,
 // and a lone token may decode to no text (part of a UTF-8 character).
 constexpr int kLongMaxTokens = 4;
 

@@ -38,7 +38,7 @@ struct StallReport {
   double t_arrival = -1;  // the long request was sent
   double t_first = -1;    // its first token arrived
   StallWindow before, during;
-  std::vector<int> stream_tokens;  // text chunks each stream received
+  std::vector<int> stream_tokens;  // token chunks each stream received
 };
 
 // The windows from the streams' chunk arrival times. An ITL sample is the gap (a, b) between two

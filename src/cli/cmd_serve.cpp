@@ -1,7 +1,7 @@
 // `megadecode serve MODEL_DIR [flags]` (or `serve --random-weights --preset NAME`): loads the
-// model, tokenizer and backend, starts the engine and the OpenAI-compatible HTTP server, and runs
-// until SIGINT/SIGTERM (then shuts down in bounded time: HTTP first, then the engine). Flags
-// follow vLLM's names where the meaning is the same.
+// model, tokenizer (none with --skip-tokenizer-init) and backend, starts the engine and the
+// OpenAI-compatible HTTP server, and runs until SIGINT/SIGTERM (then shuts down in bounded time:
+// HTTP first, then the engine). Flags follow vLLM's names where the meaning is the same.
 #include <pthread.h>
 
 #include <csignal>
@@ -33,10 +33,14 @@ constexpr const char* kUsage =
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
     "         [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
-    "         [--reasoning-parser qwen3|none]\n"
+    "         [--reasoning-parser qwen3|none] [--skip-tokenizer-init]\n"
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
     "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
+    "  --skip-tokenizer-init: load no tokenizer (vLLM's flag). Completions take token-id prompts only and\n"
+    "  return the generated ids as \"token_ids\" (\"text\" is empty); chat, text prompts, echo, stop strings,\n"
+    "  logprobs, /tokenize and /detokenize are refused. End tokens come from config.json and\n"
+    "  generation_config.json (--random-weights: the preset's config).\n"
     "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 2048; 0: the decode step one\n"
     "  token at a time). The scheduler's chunk is --max-num-batched-tokens.\n"
     "  --tool-call-parser, --reasoning-parser: default from the chat template (Qwen3: hermes and qwen3;\n"
@@ -48,6 +52,18 @@ int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, i
   return static_cast<int>(v);
 }
 
+// The chat flags as given; each needs a tokenizer, so none goes with --skip-tokenizer-init.
+ChatFlags chat_flags_from(const Args& args, bool skip_tokenizer) {
+  for (const char* name : {"chat-template", "tool-call-parser", "reasoning-parser"})
+    MD_REQUIRE(!skip_tokenizer || !args.has(name), "--", name, " needs a tokenizer: it cannot be used with ",
+               "--skip-tokenizer-init");
+  ChatFlags flags;
+  if (args.has("chat-template")) flags.chat_template = args.get("chat-template", "");
+  if (args.has("tool-call-parser")) flags.tool_call_parser = args.get("tool-call-parser", "");
+  if (args.has("reasoning-parser")) flags.reasoning_parser = args.get("reasoning-parser", "");
+  return flags;
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -56,12 +72,14 @@ int cmd_serve(int argc, char** argv) {
                    "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
                    "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk",
                    "chat-template", "tool-call-parser", "reasoning-parser"},
-                  {"no-enable-prefix-caching", "random-weights", "help"});
+                  {"no-enable-prefix-caching", "random-weights", "skip-tokenizer-init", "help"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
     return 0;
   }
   const bool random_weights = args.flag("random-weights");
+  const bool skip_tokenizer = args.flag("skip-tokenizer-init");
+  const ChatFlags chat_flags = chat_flags_from(args, skip_tokenizer);
   MD_REQUIRE(args.positional().size() == (random_weights ? 0u : 1u),
              random_weights ? "--random-weights takes no MODEL_DIR\n" : "expected one MODEL_DIR\n", kUsage);
   BackendOptions options = backend_options_from(args, random_weights ? "cuda-mk" : "cpu-ref");
@@ -87,7 +105,8 @@ int cmd_serve(int argc, char** argv) {
   std::unique_ptr<Backend> backend;
   if (random_weights) {
     config = preset_config(args.require("preset"));
-    model_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";  // tokenizer files only
+    if (!skip_tokenizer)  // tokenizer files only; without a tokenizer, no directory at all
+      model_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";
     const auto weights_seed = static_cast<uint64_t>(args.get_int("weights-seed", 0));
     if (gpu) {
       backend = make_backend_with_random_weights(config, weights_seed, options);
@@ -102,7 +121,8 @@ int cmd_serve(int argc, char** argv) {
     config = model->config;
     backend = make_backend(config, model->weights, model, options);
   }
-  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(model_dir);
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!skip_tokenizer) tokenizer = Tokenizer::load(model_dir);
 
   EngineConfig ec;
   ec.scheduler.max_num_seqs = max_num_seqs;
@@ -110,15 +130,12 @@ int cmd_serve(int argc, char** argv) {
   ec.scheduler.prefix_caching = !args.flag("no-enable-prefix-caching");
   ec.max_model_len = int_flag(args, "max-model-len", 0, 0, 1 << 30);
   ec.max_waiting = int_flag(args, "max-waiting", 1024, 1, 1 << 20);
-  Engine engine(*backend, ec, streaming_decoders(*tokenizer));
+  Engine engine(*backend, ec, tokenizer ? streaming_decoders(*tokenizer) : no_text_decoders());
 
   const std::string name =
       args.get("served-model-name", random_weights ? args.require("preset") : args.positional()[0]);
-  ChatFlags chat_flags;
-  if (args.has("chat-template")) chat_flags.chat_template = args.get("chat-template", "");
-  if (args.has("tool-call-parser")) chat_flags.tool_call_parser = args.get("tool-call-parser", "");
-  if (args.has("reasoning-parser")) chat_flags.reasoning_parser = args.get("reasoning-parser", "");
-  ServedModel served = served_model(model_dir, name, config, *tokenizer, chat_flags);
+  ServedModel served = tokenizer ? served_model(model_dir, name, config, *tokenizer, chat_flags)
+                                 : served_model_without_tokenizer(model_dir, name, config);
   OpenAiService service(engine, served);
   HttpServerConfig hc;
   hc.host = args.get("host", "127.0.0.1");
@@ -129,9 +146,9 @@ int cmd_serve(int argc, char** argv) {
   HttpServer http(hc, service.handler());
   engine.start();
   http.start();
-  log_info("serving ", name, " (backend ", backend->name(), ", max_model_len ", engine.max_model_len(), ", ",
-           backend->n_kv_blocks(), " KV blocks of ", block_size, ", max_num_seqs ", max_num_seqs, ") on http://",
-           hc.host, ":", http.port());
+  log_info("serving ", name, tokenizer ? "" : " as token ids (--skip-tokenizer-init)", " (backend ", backend->name(),
+           ", max_model_len ", engine.max_model_len(), ", ", backend->n_kv_blocks(), " KV blocks of ", block_size,
+           ", max_num_seqs ", max_num_seqs, ") on http://", hc.host, ":", http.port());
 
   int sig = 0;
   sigwait(&signals, &sig);

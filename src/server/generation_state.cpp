@@ -30,8 +30,9 @@ json byte_list(const std::string& s) {
 
 }  // namespace
 
-GenerationState::GenerationState(GenerationSetup setup, const Tokenizer& tokenizer, std::shared_ptr<Exchange> exchange)
+GenerationState::GenerationState(GenerationSetup setup, const Tokenizer* tokenizer, std::shared_ptr<Exchange> exchange)
     : setup_(std::move(setup)), tokenizer_(tokenizer), exchange_(std::move(exchange)) {
+  MD_CHECK(tokenizer_ != nullptr || !setup_.logprobs, "logprobs need a tokenizer");
   choices_.resize(setup_.prompts.size() * setup_.n);
   const bool parse = setup_.endpoint == Endpoint::kChat && setup_.chat_output.active();
   for (size_t i = 0; i < choices_.size(); ++i) {
@@ -50,7 +51,7 @@ json GenerationState::new_logprobs() const {
 // Ids the tokenizer does not know (a padded model vocabulary) show as empty strings.
 std::string GenerationState::token_text(int32_t token) const {
   try {
-    return tokenizer_.decode(std::span<const int32_t>(&token, 1), false);
+    return tokenizer_->decode(std::span<const int32_t>(&token, 1), false);
   } catch (const Error&) {
     return "";
   }
@@ -58,7 +59,7 @@ std::string GenerationState::token_text(int32_t token) const {
 
 std::string GenerationState::token_bytes(int32_t token) const {
   try {
-    return tokenizer_.token_bytes(token);
+    return tokenizer_->token_bytes(token);
   } catch (const Error&) {
     return "";
   }
@@ -240,6 +241,7 @@ void GenerationState::handle(SeqOutput& o) {
     } else {
       c.text += text;
     }
+    if (setup_.token_ids) c.token_ids.insert(c.token_ids.end(), o.tokens.begin(), o.tokens.end());
     if (has_lps) {
       if (setup_.endpoint == Endpoint::kChat) {
         for (auto& e : lps) c.logprobs.push_back(std::move(e));
@@ -263,7 +265,7 @@ void GenerationState::handle(SeqOutput& o) {
     } else if (!text.empty()) {
       deltas.push_back({{"content", text}});
     }
-  } else if (!text.empty()) {
+  } else if (!text.empty() || (setup_.token_ids && !o.tokens.empty())) {
     deltas.push_back(json::object());
   }
   if (deltas.empty() && (has_lps || ended_normally || (first_event && setup_.echo))) deltas.push_back(json::object());
@@ -276,6 +278,7 @@ void GenerationState::handle(SeqOutput& o) {
       choice["logprobs"] = first && has_lps ? json{{"content", lps}} : json(nullptr);
     } else {
       choice["text"] = text;
+      if (setup_.token_ids) choice["token_ids"] = o.tokens;
       choice["logprobs"] = has_lps ? lps : json(nullptr);
     }
     choice["finish_reason"] = last && ended_normally ? json(finish_reason(c)) : json(nullptr);
@@ -342,6 +345,7 @@ void GenerationState::finish_response() {
       choice["logprobs"] = has_lps ? json{{"content", c.logprobs}} : json(nullptr);
     } else {
       choice["text"] = c.text;
+      if (setup_.token_ids) choice["token_ids"] = c.token_ids;
       choice["logprobs"] = has_lps ? c.logprobs : json(nullptr);
     }
     choice["finish_reason"] = finish_reason(c);

@@ -1,7 +1,8 @@
 // One /v1/completions or /v1/chat/completions request while it generates: receives the engine's
 // events for its n choices (prompts x n), and writes them to the client in the OpenAI shape:
 // SSE chunks as they come (stream) or one JSON response when every choice has finished. Chat
-// choices go through a ChatOutputParser when the request asks for reasoning or tool calls.
+// choices go through a ChatOutputParser when the request asks for reasoning or tool calls. A
+// server without a tokenizer adds the generated ids to every choice and chunk ("token_ids").
 // Threading: on_output() runs on the engine's scheduler thread and only posts the event to the
 // connection's strand; everything else runs on that strand.
 #pragma once
@@ -37,11 +38,15 @@ struct GenerationSetup {
   std::optional<int> logprobs;  // top count, when logprobs were asked for
   uint64_t id_bits = 0;         // random bits behind `id` (tool-call ids derive from them)
   ChatOutputOptions chat_output;  // chat: reasoning and tool-call parsing
+  // No tokenizer (--skip-tokenizer-init): completions choices carry "token_ids", the ids generated
+  // (end token included, as usage counts them): in each chunk those of its event, else all.
+  bool token_ids = false;
 };
 
 class GenerationState : public OutputSink, public std::enable_shared_from_this<GenerationState> {
  public:
-  GenerationState(GenerationSetup setup, const Tokenizer& tokenizer, std::shared_ptr<Exchange> exchange);
+  // `tokenizer` (token strings of logprobs) may be null when the request asks for no logprobs.
+  GenerationState(GenerationSetup setup, const Tokenizer* tokenizer, std::shared_ptr<Exchange> exchange);
   // Strand: sends the stream's headers (and the chat role chunks).
   void begin();
   void on_output(SeqOutput&& output) override;
@@ -49,6 +54,7 @@ class GenerationState : public OutputSink, public std::enable_shared_from_this<G
  private:
   struct Choice {
     std::string text;
+    std::vector<int32_t> token_ids;  // with setup.token_ids, not streamed: every generated id
     nlohmann::json logprobs;  // completions: {tokens, token_logprobs, top_logprobs, text_offset}; chat: [entries]
     size_t text_offset = 0;
     int n_tokens = 0;
@@ -80,7 +86,7 @@ class GenerationState : public OutputSink, public std::enable_shared_from_this<G
   std::string token_bytes(int32_t token) const;
 
   GenerationSetup setup_;
-  const Tokenizer& tokenizer_;
+  const Tokenizer* tokenizer_;
   std::shared_ptr<Exchange> exchange_;
   std::vector<Choice> choices_;
   int n_finished_ = 0;

@@ -1,4 +1,4 @@
-// streaming_decoders and served_model (see model_text.h).
+// streaming_decoders, no_text_decoders and the ServedModel builders (see model_text.h).
 #include "server/model_text.h"
 
 #include <algorithm>
@@ -37,10 +37,38 @@ class StreamingTextDecoder : public TextDecoder {
   StreamingDetokenizer detok_;
 };
 
+class NoTextDecoder : public TextDecoder {
+ public:
+  std::string push(int32_t /*token*/) override { return ""; }
+  std::string flush() override { return ""; }
+};
+
+void add_end_token(ServedModel& m, int32_t token) {
+  if (token >= 0 && std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), token) == m.eos_token_ids.end())
+    m.eos_token_ids.push_back(token);
+}
+
+// What both builders share: the name, the root, generation_config.json's defaults and the end
+// tokens of config.json, then generation_config.json.
+ServedModel served_model_base(const std::filesystem::path& model_dir, const std::string& name,
+                              const ModelConfig& config) {
+  ServedModel m;
+  m.name = name;
+  m.root = model_dir.empty() ? name : model_dir.string();
+  if (!model_dir.empty()) m.defaults = load_generation_defaults(model_dir);
+  for (int t : config.eos_token_ids) add_end_token(m, t);
+  for (int32_t t : m.defaults.eos_token_ids) add_end_token(m, t);
+  return m;
+}
+
 }  // namespace
 
 TextDecoderFactory streaming_decoders(const Tokenizer& tokenizer) {
   return [&tokenizer](bool skip_special) { return std::make_unique<StreamingTextDecoder>(tokenizer, skip_special); };
+}
+
+TextDecoderFactory no_text_decoders() {
+  return [](bool /*skip_special*/) { return std::make_unique<NoTextDecoder>(); };
 }
 
 ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags& flags) {
@@ -82,20 +110,17 @@ ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags
 
 ServedModel served_model(const std::filesystem::path& model_dir, const std::string& name, const ModelConfig& config,
                          const Tokenizer& tokenizer, const ChatFlags& chat_flags) {
-  ServedModel m;
-  m.name = name;
-  m.root = model_dir.string();
+  ChatSupport chat = chat_support(model_dir, chat_flags);  // first: a bad chat flag is the error to report
+  ServedModel m = served_model_base(model_dir, name, config);
   m.tokenizer = &tokenizer;
-  m.chat = chat_support(model_dir, chat_flags);
-  m.defaults = load_generation_defaults(model_dir);
-  auto add = [&](int32_t t) {
-    if (t >= 0 && std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), t) == m.eos_token_ids.end())
-      m.eos_token_ids.push_back(t);
-  };
-  for (int t : config.eos_token_ids) add(t);
-  for (int32_t t : m.defaults.eos_token_ids) add(t);
-  if (auto eos = tokenizer.eos_token_id()) add(*eos);
+  m.chat = std::move(chat);
+  if (auto eos = tokenizer.eos_token_id()) add_end_token(m, *eos);
   return m;
+}
+
+ServedModel served_model_without_tokenizer(const std::filesystem::path& model_dir, const std::string& name,
+                                           const ModelConfig& config) {
+  return served_model_base(model_dir, name, config);  // no tokenizer: the service serves token ids only
 }
 
 }  // namespace megadecode

@@ -1,6 +1,7 @@
 // Wiring a real model's text side into the server: the tokenizer's StreamingDetokenizer as the
 // engine's TextDecoder, the chat template and its output formats, and every end token a model
-// names.
+// names; or, for a server without a tokenizer (--skip-tokenizer-init), decoders that release no
+// text and a model that serves token ids only.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,9 @@ namespace megadecode {
 // Decoders backed by StreamingDetokenizer over `tokenizer` (which must outlive them).
 TextDecoderFactory streaming_decoders(const Tokenizer& tokenizer);
 
+// Decoders that release no text (--skip-tokenizer-init: the server returns token ids).
+TextDecoderFactory no_text_decoders();
+
 // The server's chat flags (vLLM's names); unset ones follow the template's family.
 struct ChatFlags {
   std::optional<std::filesystem::path> chat_template;  // --chat-template FILE instead of the model's
@@ -35,5 +39,11 @@ ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags
 // config.json, generation_config.json and the tokenizer, and chat_support().
 ServedModel served_model(const std::filesystem::path& model_dir, const std::string& name, const ModelConfig& config,
                          const Tokenizer& tokenizer, const ChatFlags& chat_flags);
+
+// The ServedModel of a server without a tokenizer (--skip-tokenizer-init): token-id prompts and
+// outputs, no chat; end tokens from config.json and generation_config.json only. An empty
+// model_dir (--random-weights) has no generation_config.json: the config's end tokens alone.
+ServedModel served_model_without_tokenizer(const std::filesystem::path& model_dir, const std::string& name,
+                                           const ModelConfig& config);
 
 }  // namespace megadecode

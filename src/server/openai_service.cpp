@@ -40,9 +40,7 @@ void respond_error(const std::shared_ptr<Exchange>& exchange, const ApiError& e,
 }  // namespace
 
 OpenAiService::OpenAiService(Engine& engine, ServedModel model)
-    : engine_(engine), model_(std::move(model)), started_at_(unix_now()), seed_counter_(std::random_device{}()) {
-  MD_CHECK(model_.tokenizer != nullptr, "the service needs a tokenizer");
-}
+    : engine_(engine), model_(std::move(model)), started_at_(unix_now()), seed_counter_(std::random_device{}()) {}
 
 uint64_t OpenAiService::fresh_seed() { return mix64(seed_counter_.fetch_add(1) + 0x51ed); }
 
@@ -90,6 +88,22 @@ void OpenAiService::check_model(const std::optional<std::string>& model) const {
     throw not_found(cat("The model `", *model, "` does not exist."), "model", "model_not_found");
 }
 
+void OpenAiService::require_tokenizer(const char* what, const char* param) const {
+  if (model_.tokenizer == nullptr)
+    throw bad_request(cat("this server runs with --skip-tokenizer-init: ", what),
+                      param != nullptr ? std::optional<std::string>(param) : std::nullopt);
+}
+
+// Every generation field that needs text, refused by name when there is no tokenizer.
+void OpenAiService::refuse_text_fields(const OpenAiRequest& r) const {
+  if (r.endpoint == Endpoint::kChat) require_tokenizer("chat completions need a tokenizer", "messages");
+  for (const PromptInput& p : r.prompts)
+    if (p.text) require_tokenizer("prompts must be token ids", "prompt");
+  if (r.echo) require_tokenizer("'echo' needs a tokenizer", "echo");
+  if (!r.stop.empty()) require_tokenizer("'stop' strings need a tokenizer (stop_token_ids work)", "stop");
+  if (r.logprobs) require_tokenizer("'logprobs' needs a tokenizer", "logprobs");
+}
+
 std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_special_tokens) const {
   try {
     return model_.tokenizer->encode(text, add_special_tokens);
@@ -102,6 +116,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   const RequestJson body = parse_json_body(request.body);
   OpenAiRequest r = parse_generate_request(body, endpoint);
   check_model(r.model);
+  refuse_text_fields(r);
   const bool chat = endpoint == Endpoint::kChat;
   const int vocab = engine_.vocab_size();
   const int max_len = engine_.max_model_len();
@@ -116,6 +131,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   setup.n = r.n;
   setup.echo = r.echo;
   setup.logprobs = r.logprobs;
+  setup.token_ids = model_.tokenizer == nullptr;
   const uint64_t id_bits = fresh_seed();
   setup.id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(id_bits, mix64(id_bits));
   setup.id_bits = id_bits;
@@ -175,7 +191,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
     throw bad_request(e.what(), e.field());
   }
   const uint64_t request_id = engine_.new_request_id();
-  auto state = std::make_shared<GenerationState>(setup, *model_.tokenizer, exchange);
+  auto state = std::make_shared<GenerationState>(setup, model_.tokenizer, exchange);
   std::vector<SequenceRequest> seqs;
   const auto arrival = Clock::now();
   for (size_t p = 0; p < setup.prompts.size(); ++p) {
@@ -223,6 +239,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
 }
 
 void OpenAiService::tokenize(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
+  require_tokenizer("/tokenize needs a tokenizer", nullptr);
   const RequestJson body = parse_json_body(request.body);
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) throw bad_request("'model' must be a string", "model");
@@ -247,6 +264,7 @@ void OpenAiService::tokenize(const HttpRequest& request, const std::shared_ptr<E
 }
 
 void OpenAiService::detokenize(const HttpRequest& request, const std::shared_ptr<Exchange>& exchange) {
+  require_tokenizer("/detokenize needs a tokenizer", nullptr);
   const RequestJson body = parse_json_body(request.body);
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) throw bad_request("'model' must be a string", "model");

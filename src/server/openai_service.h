@@ -4,6 +4,9 @@
 //   POST /v1/completions, POST /v1/chat/completions   generation (SSE with "stream": true)
 //   GET  /v1/models, GET /health, GET /metrics, GET /version
 //   POST /tokenize, POST /detokenize
+// Without a tokenizer (--skip-tokenizer-init) it serves token ids only: completions of token-id
+// prompts whose choices carry the generated "token_ids" (text ""); what needs text (text prompts,
+// chat, echo, stop strings, logprobs, /tokenize, /detokenize) is a 400 that says why.
 // Threading: handle() runs on any I/O thread, concurrently; the service itself is immutable after
 // construction (the tokenizer is thread-safe, the engine's submit/abort are).
 #pragma once
@@ -25,8 +28,8 @@ namespace megadecode {
 
 struct ServedModel {
   std::string name;                    // what clients send as "model"
-  std::string root;                    // the model directory (shown by /v1/models)
-  const Tokenizer* tokenizer = nullptr;  // outlives the service
+  std::string root;                    // the model directory, else the name (shown by /v1/models)
+  const Tokenizer* tokenizer = nullptr;  // outlives the service; null: token ids only (--skip-tokenizer-init)
   ChatSupport chat;                    // the chat template and output formats
   GenerationDefaults defaults;
   std::vector<int32_t> eos_token_ids;  // every end token (config.json, generation_config.json, tokenizer)
@@ -47,6 +50,8 @@ class OpenAiService {
   void models(const std::shared_ptr<Exchange>& exchange);
   void metrics(const std::shared_ptr<Exchange>& exchange);
   void check_model(const std::optional<std::string>& model) const;
+  void require_tokenizer(const char* what, const char* param) const;
+  void refuse_text_fields(const OpenAiRequest& r) const;
   std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) const;
   uint64_t fresh_seed();
 

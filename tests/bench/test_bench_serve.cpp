@@ -1,5 +1,6 @@
 // `megadecode bench serve` against a test server: every request completes, the JSON report holds
-// the counts and latency summaries, and the server ends with no KV block held.
+// the counts and latency summaries, and the server ends with no KV block held; against a server
+// without a tokenizer (--skip-tokenizer-init) too, whose chunks carry token ids and no text.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -8,6 +9,7 @@
 
 #include "../server/server_fixture.h"
 #include "bench/bench.h"
+#include "bench/serve_client.h"
 
 namespace megadecode {
 namespace {
@@ -36,6 +38,88 @@ TEST(BenchServe, CompletesEveryRequestAndWritesJson) {
   }
   std::filesystem::remove(json_path);
   EXPECT_TRUE(server.drained());
+}
+
+testing::TestServerOptions without_tokenizer() {
+  testing::TestServerOptions o;
+  o.skip_tokenizer = true;
+  return o;
+}
+
+// One streaming request of `output_len` tokens, as bench serve sends it, run to its end.
+serve_bench::RequestRecord run_one(int port, int output_len) {
+  namespace net = serve_bench::net;
+  net::io_context ioc;
+  const serve_bench::tcp::endpoint ep(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port));
+  const serve_bench::Target target{"127.0.0.1", port};
+  const std::string body = serve_bench::completion_body("fake-model", {72, 101, 108, 108, 111}, output_len);
+  serve_bench::RequestRecord rec;
+  int n_chunks = 0;
+  auto req = std::make_shared<serve_bench::BenchRequest>(
+      ioc, ep, serve_bench::http_post(target, "/v1/completions", body), rec, serve_bench::BenchClock::now(),
+      [&](double) { ++n_chunks; }, nullptr);
+  req->start();
+  ioc.run_for(std::chrono::seconds(30));
+  EXPECT_TRUE(req->finished());
+  EXPECT_EQ(n_chunks, static_cast<int>(rec.chunk_times.size()));
+  return rec;
+}
+
+TEST(BenchServe, CountsEveryTokenOfATokenIdServer) {
+  for (bool skip_tokenizer : {false, true}) {
+    SCOPED_TRACE(skip_tokenizer ? "token ids" : "text");
+    testing::TestServer server(skip_tokenizer ? without_tokenizer() : testing::TestServerOptions{});
+    const serve_bench::RequestRecord rec = run_one(server.port(), 9);
+    EXPECT_TRUE(rec.ok) << rec.error;
+    EXPECT_EQ(rec.output_tokens, 9);
+    EXPECT_GE(rec.first_token, rec.send);
+    EXPECT_GE(rec.end, rec.first_token);
+    if (skip_tokenizer) {
+      EXPECT_EQ(rec.chunk_times.size(), 9u);  // every token is a chunk of its id
+    } else {
+      EXPECT_GE(rec.chunk_times.size(), 1u);  // text chunks: tokens that complete a character
+    }
+    EXPECT_TRUE(std::is_sorted(rec.chunk_times.begin(), rec.chunk_times.end()));
+    EXPECT_TRUE(server.drained());
+  }
+}
+
+TEST(BenchServe, MeasuresATokenIdServer) {
+  testing::TestServer server(without_tokenizer());
+  const auto json_path =
+      std::filesystem::temp_directory_path() / ("bench_serve_ids_" + std::to_string(::getpid()) + ".json");
+  std::vector<std::string> a = {"--url", "http://127.0.0.1:" + std::to_string(server.port()), "--num-prompts", "12",
+                                "--concurrency", "4", "--input-len", "10", "--output-len", "8", "--vocab", "250",
+                                "--json", json_path.string()};
+  std::vector<char*> argv;
+  for (auto& s : a) argv.push_back(s.data());
+  EXPECT_EQ(bench_serve(static_cast<int>(argv.size()), argv.data()), 0);
+  std::ifstream in(json_path);
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["completed"], 12);
+  EXPECT_EQ(j["failed"], 0);
+  EXPECT_EQ(j["total_output_tokens"], 12 * 8);
+  EXPECT_GT(j["ttft"]["mean_ms"].get<double>(), 0.0);
+  EXPECT_GT(j["itl"]["mean_ms"].get<double>(), 0.0);
+  EXPECT_GE(j["itl"]["max_ms"].get<double>(), j["itl"]["p99_ms"].get<double>());
+  std::filesystem::remove(json_path);
+  EXPECT_TRUE(server.drained());
+}
+
+TEST(BenchServe, ChunksCarryTokensWhenTheyHoldTextOrIds) {
+  using nlohmann::json;
+  EXPECT_TRUE(serve_bench::carries_tokens(json::parse(R"({"choices": [{"text": "a"}]})")));
+  EXPECT_TRUE(serve_bench::carries_tokens(json::parse(R"({"choices": [{"text": "", "token_ids": [5]}]})")));
+  EXPECT_TRUE(serve_bench::carries_tokens(json::parse(R"({"choices": [{"delta": {"content": "x"}}]})")));
+  EXPECT_TRUE(
+      serve_bench::carries_tokens(json::parse(R"({"choices": [{"text": ""}, {"text": "", "token_ids": [1, 2]}]})")));
+  EXPECT_FALSE(serve_bench::carries_tokens(json::parse(R"({"choices": [{"text": "", "token_ids": []}]})")));
+  EXPECT_FALSE(serve_bench::carries_tokens(json::parse(R"({"choices": [{"text": "", "finish_reason": "length"}]})")));
+  EXPECT_FALSE(
+      serve_bench::carries_tokens(json::parse(R"({"choices": [{"delta": {"role": "assistant", "content": ""}}]})")));
+  EXPECT_FALSE(serve_bench::carries_tokens(json::parse(R"({"choices": [], "usage": {"completion_tokens": 3}})")));
+  EXPECT_FALSE(serve_bench::carries_tokens(json::parse(R"({"choices": [{"token_ids": "5"}, 7]})")));
+  EXPECT_FALSE(serve_bench::carries_tokens(json::parse(R"({"choices": {"text": "a"}})")));
 }
 
 // --timeout bounds the run: with a backend that never answers, every request fails (cancelled or

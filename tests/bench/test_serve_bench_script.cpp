@@ -1,7 +1,8 @@
 // scripts/serve_bench end to end on the CPU: two CPU backends serving the tiny preset with random
 // weights, every scenario at tiny lengths plus the decode-stall run; the merged JSON must hold
 // every record and key with sane values, the markdown table the ratio rows, and no server may
-// outlive the script.
+// outlive the script. The servers run without a tokenizer (--skip-tokenizer-init), so no
+// tokenizer files are needed: random weights always, a model directory without tokenizer.json.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -52,7 +53,6 @@ class ServeBenchScript : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::exists(megadecode_binary())) << megadecode_binary() << " is not built";
-    ASSERT_TRUE(fs::exists(kRoot / "data/tokenizer/qwen3/tokenizer.json")) << "run scripts/setup";
     dir_ = fs::temp_directory_path() / ("serve_bench_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
@@ -72,6 +72,13 @@ class ServeBenchScript : public ::testing::Test {
 
   fs::path dir_;
 };
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+constexpr const char* kTokenIdServer = "as token ids (--skip-tokenizer-init)";  // the server's start-up line
 
 TEST_F(ServeBenchScript, EstimateOnlyRunsNothing) {
   auto [rc, out] = run(command("ESTIMATE_ONLY=1"));
@@ -128,6 +135,8 @@ TEST_F(ServeBenchScript, RunsEveryScenarioOnTwoBackends) {
   EXPECT_EQ(j["backends"], json(kBackends));
   EXPECT_TRUE(j["missing"].empty()) << j["missing"];
   EXPECT_NE(j["command"].get<std::string>().find("scripts/serve_bench"), std::string::npos);
+  EXPECT_EQ(j["serve_flags"].get<std::string>().rfind("--max-num-seqs 64 --skip-tokenizer-init --threads 2", 0), 0u)
+      << j["serve_flags"];
 
   std::set<std::pair<std::string, std::string>> seen;
   for (const json& r : j["records"]) {
@@ -181,12 +190,31 @@ TEST_F(ServeBenchScript, RunsEveryScenarioOnTwoBackends) {
   for (const auto& [name, spec] : kSpecs) EXPECT_NE(md.find("\n| " + name + " | cpu-mk | "), std::string::npos) << name;
   EXPECT_NE(md.find("| cpu-ref | 3 | 200 | "), std::string::npos) << md;
 
-  // The servers are gone: their logs say they shut down on the signal.
+  // The servers ran without a tokenizer and are gone: their logs say they shut down on the signal.
   for (const std::string& b : kBackends) {
-    std::ifstream log(dir_ / "raw" / (b + ".server.log"));
-    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    const std::string text = read_text(dir_ / "raw" / (b + ".server.log"));
+    EXPECT_NE(text.find(kTokenIdServer), std::string::npos) << b << ":\n" << text;
     EXPECT_NE(text.find("shutting down"), std::string::npos) << b << ":\n" << text;
   }
+}
+
+TEST_F(ServeBenchScript, AModelDirectoryWithoutTokenizerIsServedAsTokenIds) {
+  const fs::path model = dir_ / "tiny-no-tokenizer";
+  auto [rc_make, out_make] = run(quoted(megadecode_binary()) + " make-model --preset tiny --seed 0 --no-tokenizer" +
+                                 " --out " + quoted(model) + " 2>&1");
+  ASSERT_EQ(rc_make, 0) << out_make;
+  ASSERT_FALSE(fs::exists(model / "tokenizer.json"));
+  auto [rc, out] = run(command("MODEL_DIR=" + quoted(model) + " BACKENDS=cpu-ref SCENARIOS=a"));
+  ASSERT_EQ(rc, 0) << out;
+  std::ifstream in(dir_ / "serve.json");
+  const json j = json::parse(in);
+  ASSERT_EQ(j["records"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["records"][0]["completed"], kSpecs.at("a")[3]);
+  EXPECT_EQ(j["records"][0]["failed"], 0);
+  EXPECT_GT(j["records"][0]["itl_ms_p99"].get<double>(), 0.0);
+  const std::string log = read_text(dir_ / "raw" / "cpu-ref.server.log");
+  EXPECT_NE(log.find("loading " + model.string()), std::string::npos) << log;
+  EXPECT_NE(log.find(kTokenIdServer), std::string::npos) << log;
 }
 
 }  // namespace

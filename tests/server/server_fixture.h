@@ -1,5 +1,6 @@
-// A test server: the engine on the fake backend, a byte-level fake tokenizer and chat template,
-// the HTTP server on 127.0.0.1 and an ephemeral port; plus a small blocking HTTP client and an
+// A test server: the engine on the fake backend, a byte-level fake tokenizer and chat template
+// (or no tokenizer at all, as `serve --skip-tokenizer-init` runs), the HTTP server on 127.0.0.1 and
+// an ephemeral port; plus a small blocking HTTP client and an
 // SSE parser. Teardown follows the server's lifetime rule (HTTP stop, engine stop, destroy).
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "../engine/fakes.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
+#include "server/model_text.h"
 #include "server/openai_service.h"
 
 namespace megadecode::testing {
@@ -90,6 +92,7 @@ struct TestServerOptions {
   int n_io_threads = 2;
   int backend_delay_us = 0;
   GenerationDefaults defaults;
+  bool skip_tokenizer = false;  // no tokenizer: token-id prompts and "token_ids" outputs only
 };
 
 class TestServer {
@@ -99,14 +102,18 @@ class TestServer {
     EngineConfig ec;
     ec.scheduler = o.scheduler;
     ec.max_waiting = o.max_waiting;
-    engine = std::make_unique<Engine>(backend, ec, fake_decoders());
+    engine = std::make_unique<Engine>(backend, ec, o.skip_tokenizer ? no_text_decoders() : fake_decoders());
     ServedModel model;
-    model.name = "fake-model";
-    model.root = "/models/fake";
-    model.tokenizer = &tokenizer;
-    model.chat.render = fake_render_chat;
+    if (o.skip_tokenizer) {
+      model = served_model_without_tokenizer({}, "fake-model", backend.config());  // end tokens: kFakeEos
+    } else {
+      model.name = "fake-model";
+      model.root = "/models/fake";
+      model.tokenizer = &tokenizer;
+      model.chat.render = fake_render_chat;
+      model.eos_token_ids = {kFakeEos};
+    }
     model.defaults = o.defaults;
-    model.eos_token_ids = {kFakeEos};
     service = std::make_unique<OpenAiService>(*engine, model);
     HttpServerConfig hc;
     hc.port = 0;

@@ -2,7 +2,8 @@
 // `megadecode make-model --preset tiny` writes, with its Qwen3 tokenizer and chat template.
 // Temperature-0 output equals `megadecode generate` (the CLI, and its loop token for token, also
 // under prefix caching, chunked prefill, preemption and a batch of neighbours), and the official
-// openai npm client passes against it.
+// openai npm client passes against it. Served without its tokenizer (--skip-tokenizer-init), the
+// model returns the same tokens as ids, with the end tokens of its config files.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -57,25 +58,32 @@ class TinyModelTest : public ::testing::Test {
 };
 
 struct TinyStack {
-  explicit TinyStack(int kv_blocks = 512, int block_size = 16, int max_num_seqs = 8, int chunk = 32) {
+  explicit TinyStack(int kv_blocks = 512, int block_size = 16, int max_num_seqs = 8, int chunk = 32,
+                     bool with_tokenizer = true) {
     model = std::make_shared<LoadedModel>(load_model(tiny_model_dir()));
-    tokenizer = Tokenizer::load(tiny_model_dir());
+    if (with_tokenizer) tokenizer = Tokenizer::load(tiny_model_dir());
     backend = make_backend(model->config, model->weights, model,
                            BackendOptions{.kv_block_size = block_size, .n_kv_blocks = kv_blocks, .n_threads = 2});
     EngineConfig ec;
     ec.scheduler = SchedulerConfig{.max_num_seqs = max_num_seqs, .max_prefill_tokens = chunk, .check_invariants = true};
     ec.max_model_len = 1024;
-    engine = std::make_unique<Engine>(*backend, ec, streaming_decoders(*tokenizer));
+    engine = std::make_unique<Engine>(*backend, ec, tokenizer ? streaming_decoders(*tokenizer) : no_text_decoders());
   }
   std::shared_ptr<LoadedModel> model;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Tokenizer> tokenizer;  // null: as `serve --skip-tokenizer-init`
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Engine> engine;
 };
 
+ServedModel tiny_served_model(const TinyStack& stack) {
+  return stack.tokenizer ? served_model(tiny_model_dir(), "tiny", stack.model->config, *stack.tokenizer, ChatFlags{})
+                         : served_model_without_tokenizer(tiny_model_dir(), "tiny", stack.model->config);
+}
+
 // TinyStack behind the HTTP server, as `megadecode serve` assembles it.
 struct TinyServer {
-  TinyServer() : service(*stack.engine, served_model(tiny_model_dir(), "tiny", stack.model->config, *stack.tokenizer, ChatFlags{})) {
+  explicit TinyServer(bool with_tokenizer = true)
+      : stack(512, 16, 8, 32, with_tokenizer), service(*stack.engine, tiny_served_model(stack)) {
     HttpServerConfig hc;
     hc.port = 0;
     http = std::make_unique<HttpServer>(hc, service.handler());
@@ -167,6 +175,41 @@ TEST_F(TinyModelTest, ServedTextEqualsGenerateCli) {
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.json()["choices"][0]["text"].get<std::string>() + "\n", cli) << "prompt: " << prompt;
     EXPECT_EQ(r.json()["usage"]["completion_tokens"], 16);
+  }
+}
+
+TEST_F(TinyModelTest, WithoutTokenizerTheSameTokensComeBackAsIds) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  TinyServer with_text;
+  TinyServer ids_only(/*with_tokenizer=*/false);
+  // Qwen3's end tokens, from config.json and generation_config.json: the tokenizer adds none.
+  EXPECT_EQ(tiny_served_model(ids_only.stack).eos_token_ids, (std::vector<int32_t>{151645, 151643}));
+  EXPECT_EQ(tiny_served_model(with_text.stack).eos_token_ids, (std::vector<int32_t>{151645, 151643}));
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> prompt;
+    for (int k = 0, n = 3 + static_cast<int>(rng.below(20)); k < n; ++k)
+      prompt.push_back(static_cast<int32_t>(rng.below(151000)));
+    const nlohmann::json body = {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0},
+                                 {"ignore_eos", true}};
+    testing::HttpClient c(ids_only.http->port());
+    auto r = c.request("POST", "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const nlohmann::json choice = r.json()["choices"][0];
+    const auto ids = choice["token_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(ids, reference_generate(*ids_only.stack.model, prompt, 12)) << "prompt " << i;
+    EXPECT_EQ(choice["text"], "");
+    // The tokenizer server's text is those ids detokenized.
+    std::unique_ptr<TextDecoder> decoder = streaming_decoders(*with_text.stack.tokenizer)(true);
+    std::string expected;
+    for (int32_t t : ids) expected += decoder->push(t);
+    expected += decoder->flush();
+    testing::HttpClient t(with_text.http->port());
+    auto text = t.request("POST", "/v1/completions", body.dump());
+    ASSERT_EQ(text.status, 200) << text.body;
+    EXPECT_EQ(text.json()["choices"][0]["text"], expected) << "prompt " << i;
+    EXPECT_FALSE(text.json()["choices"][0].contains("token_ids"));
   }
 }
 

@@ -1,0 +1,93 @@
+// The ServedModel builders of server/model_text: the end tokens each gathers and in which order
+// (config.json, generation_config.json, then the tokenizer's), the defaults, and the model without
+// a tokenizer (--skip-tokenizer-init), whose decoders release no text and which, given no model
+// directory (--random-weights), reads no generation_config.json from anywhere.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/model_text.h"
+#include "server_fixture.h"
+
+namespace megadecode {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A model directory holding only generation_config.json; removed at the end of the test.
+class ModelDir {
+ public:
+  explicit ModelDir(const std::string& generation_config)
+      : path_(fs::temp_directory_path() /
+              ("model_text_" + std::to_string(::getpid()) + "_" + std::to_string(next_++))) {
+    fs::create_directories(path_);
+    std::ofstream(path_ / "generation_config.json") << generation_config;
+  }
+  ~ModelDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int next_ = 0;
+  fs::path path_;
+};
+
+ModelConfig config_with_end_tokens(std::vector<int> eos) {
+  ModelConfig c;
+  c.vocab_size = testing::kFakeVocab;
+  c.eos_token_ids = std::move(eos);
+  return c;
+}
+
+const char* kGenerationConfig = R"({"eos_token_id": [7, 3], "temperature": 0.5, "max_new_tokens": 5})";
+
+TEST(ModelText, WithoutTokenizerEndTokensComeFromTheConfigs) {
+  ModelDir dir(kGenerationConfig);
+  const ServedModel m = served_model_without_tokenizer(dir.path(), "m", config_with_end_tokens({3, 9}));
+  EXPECT_EQ(m.tokenizer, nullptr);
+  EXPECT_EQ(m.eos_token_ids, (std::vector<int32_t>{3, 9, 7}));  // config.json first, no repeats
+  EXPECT_EQ(m.name, "m");
+  EXPECT_EQ(m.root, dir.path().string());
+  EXPECT_EQ(m.defaults.sampling.temperature, 0.5f);
+  EXPECT_EQ(m.defaults.max_new_tokens, 5);
+  EXPECT_FALSE(m.chat.render);
+}
+
+TEST(ModelText, WithoutModelDirectoryNothingIsRead) {
+  // A generation_config.json in the working directory must not be taken for the model's.
+  ModelDir cwd(kGenerationConfig);
+  const fs::path before = fs::current_path();
+  fs::current_path(cwd.path());
+  const ServedModel m = served_model_without_tokenizer({}, "qwen3-30b-a3b", config_with_end_tokens({151645}));
+  fs::current_path(before);
+  EXPECT_EQ(m.eos_token_ids, (std::vector<int32_t>{151645}));
+  EXPECT_EQ(m.root, "qwen3-30b-a3b");
+  EXPECT_FALSE(m.defaults.sampling.temperature.has_value());
+  EXPECT_FALSE(m.defaults.max_new_tokens.has_value());
+}
+
+TEST(ModelText, WithTokenizerItsEndTokenComesLast) {
+  ModelDir dir(kGenerationConfig);
+  testing::FakeTokenizer tokenizer;  // end token kFakeEos
+  const ServedModel m = served_model(dir.path(), "m", config_with_end_tokens({9}), tokenizer, ChatFlags{});
+  EXPECT_EQ(m.tokenizer, &tokenizer);
+  EXPECT_EQ(m.eos_token_ids, (std::vector<int32_t>{9, 7, 3, testing::kFakeEos}));
+  EXPECT_EQ(m.root, dir.path().string());
+  EXPECT_EQ(m.defaults.max_new_tokens, 5);
+  EXPECT_FALSE(m.chat.render);  // the directory has no chat template
+  EXPECT_NE(m.chat.unavailable.find("serves no chat"), std::string::npos) << m.chat.unavailable;
+}
+
+TEST(ModelText, NoTextDecodersReleaseNothing) {
+  for (bool skip_special : {false, true}) {
+    std::unique_ptr<TextDecoder> d = no_text_decoders()(skip_special);
+    ASSERT_NE(d, nullptr);
+    for (int32_t t : {0, 65, testing::kFakeEos, 151645, 1 << 30}) EXPECT_EQ(d->push(t), "");
+    EXPECT_EQ(d->flush(), "");
+  }
+}
+
+}  // namespace
+}  // namespace megadecode
