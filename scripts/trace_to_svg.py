@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Render a megadecode decode-step trace (Chrome/Perfetto JSON from `bench decode --trace`) as an
-SVG timeline: one row per SM (process 0 of the trace), a coloured bar per op's work, counter
-waits in red, idle time blank. Standard library only (runs on the GPU machine too).
+SVG timeline: one row per SM (process 0 of the trace), a coloured bar per task, its counter waits
+(red) and weight-page waits (black) drawn over it from process 1, idle time blank. Standard
+library only (runs on the GPU machine too).
 
   scripts/trace_to_svg.py TRACE.json[.gz] OUT.svg [--width 1800] [--row 5] [--pid 0]
 """
@@ -12,10 +13,8 @@ import json
 import sys
 
 COLOURS = {
-    "attn_norm": "#8c564b", "qkv": "#1f77b4", "attn": "#ff7f0e", "o_proj": "#2ca02c",
-    "moe_norm": "#9467bd", "router": "#17becf", "dispatch": "#e377c2", "expert_up": "#bcbd22",
-    "expert_down": "#7f7f7f", "final_norm": "#393b79", "lm_head": "#637939", "sample": "#843c39",
-    "wait": "#d62728",
+    "qkv": "#1f77b4", "attn": "#ff7f0e", "o_proj": "#2ca02c", "router": "#17becf", "expert_up": "#bcbd22",
+    "expert_down": "#7f7f7f", "lm_head": "#637939", "sample": "#843c39", "wait": "#d62728", "pages": "#000000",
 }
 OTHER = "#aaaaaa"
 
@@ -38,16 +37,20 @@ def load(path, pid):
     with opener(path, "rt") as f:
         doc = json.load(f)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
-    rows = {}
+    rows, overlay = {}, {}
     for e in events:
-        if e.get("ph") != "X" or e.get("pid") != pid:
+        if e.get("ph") != "X":
             continue
-        rows.setdefault(int(e["tid"]), []).append((float(e["ts"]), float(e["dur"]), e.get("cat", "")))
+        if e.get("pid") == pid:
+            rows.setdefault(int(e["tid"]), []).append((float(e["ts"]), float(e["dur"]), e.get("cat", "")))
+        elif pid == 0 and e.get("pid") == 1 and (e.get("cat") == "wait" or e.get("name") == "pages"):
+            cat = "wait" if e.get("cat") == "wait" else "pages"
+            overlay.setdefault(int(e["tid"]), []).append((float(e["ts"]), float(e["dur"]), cat))
     other = doc.get("otherData", {}) if isinstance(doc, dict) else {}
-    return rows, other
+    return rows, overlay, other
 
 
-def render(rows, other, width, row_h):
+def render(rows, overlay, other, width, row_h):
     left, top, legend_h = 60, 40, 40
     tids = sorted(rows)
     t0 = min((s[0] for r in rows.values() for s in r), default=0.0)
@@ -64,8 +67,9 @@ def render(rows, other, width, row_h):
         keys = ("backend", "batch", "context", "policy", "device")
         title += ": " + ", ".join(f"{k} {other[k]}" for k in keys if k in other)
         if "busy_frac" in other:
-            title += (f" | busy {100 * other['busy_frac']:.1f}%, waiting on counters "
-                      f"{100 * other.get('wait_frac', 0):.1f}%, idle {100 * other.get('idle_frac', 0):.1f}%")
+            title += (f" | working {100 * other['busy_frac']:.1f}%, waiting on counters "
+                      f"{100 * other.get('wait_frac', 0):.1f}%, for pages {100 * other.get('page_frac', 0):.1f}%, "
+                      f"outside tasks {100 * other.get('idle_frac', 0):.1f}%")
     out.append(f'<text x="{left}" y="16" font-size="13">{html.escape(title)} ({span:.1f} us)</text>')
     totals = {}
     n_rects = 0
@@ -75,8 +79,15 @@ def render(rows, other, width, row_h):
             out.append(f'<text x="{left - 4}" y="{y + row_h - 1}" text-anchor="end" font-size="{min(9, max(6, row_h))}">'
                        f'SM {tid}</text>')
         # Merge neighbours of the same category closer than half a pixel: keeps the file small.
+        # Tasks first, then the waits inside them on top.
         cur = None
-        for ts, dur, cat in sorted(rows[tid]):
+        for ts, dur, cat in sorted(rows[tid]) + [(None, None, None)] + sorted(overlay.get(tid, [])):
+            if ts is None:
+                if cur:
+                    out.append(rect(cur, y, row_h))
+                    n_rects += 1
+                cur = None
+                continue
             totals[cat] = totals.get(cat, 0.0) + dur
             x0, x1 = left + (ts - t0) * scale, left + (ts + dur - t0) * scale
             if cur and cur[2] == cat and x0 <= cur[1] + 0.5:
@@ -129,11 +140,11 @@ def main(argv):
     a = ap.parse_args(argv)
     if a.width < 200 or a.row < 1:
         ap.error("--width must be >= 200 and --row >= 1")
-    rows, other = load(a.trace, a.pid)
+    rows, overlay, other = load(a.trace, a.pid)
     if not rows:
         print(f"{a.trace}: no complete ('X') events in process {a.pid}", file=sys.stderr)
         return 1
-    svg, n_rects, totals, span = render(rows, other, a.width, a.row)
+    svg, n_rects, totals, span = render(rows, overlay, other, a.width, a.row)
     with open(a.out, "w") as f:
         f.write(svg)
     print(f"{a.out}: {len(rows)} rows, {n_rects} bars, {span:.1f} us")

@@ -1,6 +1,7 @@
 // CPU tests of the decode benchmark's host side: byte accounting of a step, distinct experts from a
 // step's routing capture, records and tables, --points parsing, the Chrome trace export (clock
-// mapping, waits shown in the gaps between work), and the SVG renderer on a synthetic trace.
+// mapping, waits and phases nested in their tasks, the step's split), and the SVG renderer on a
+// synthetic trace.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -203,23 +204,26 @@ TraceCase trace_case() {
   TraceCase t{make_plan(c, batch, policy_by_name("default"), o), {}};
   const int qkv = static_cast<int>(Op::kQkv), oproj = static_cast<int>(Op::kOProj);
   for (int sm = 0; sm < 2; ++sm) {
-    // work 0..4000 ns, wait 3000..7000 (1000 ns hidden behind work, 3000 in the gap), work 7000..10000
+    // Every 10 us: a QKV task 0..4 us (its fill 1..2, a page wait 2..3), nothing 4..5, an O-proj
+    // task 5..10 us whose counter wait is 5..8 (whole microseconds: the timer's quantum).
     for (int i = 0; i < 20; ++i) {
       const int64_t at = i * 10000;
       t.recs.push_back(rec(sm, kTraceWork, qkv, at, at + 4000));
-      t.recs.push_back(rec(sm, kTraceWait, oproj, at + 3000, at + 7000, 1));
-      t.recs.push_back(rec(sm, kTraceWork, oproj, at + 7000, at + 10000));
+      t.recs.push_back(rec(sm, kTracePhase, qkv, at + 1000, at + 2000, kPhaseFill));
+      t.recs.push_back(rec(sm, kTracePhase, qkv, at + 2000, at + 3000, kPhasePage));
+      t.recs.push_back(rec(sm, kTraceWork, oproj, at + 5000, at + 10000));
+      t.recs.push_back(rec(sm, kTraceWait, oproj, at + 5000, at + 8000, 1));
     }
   }
   return t;
 }
 
-TEST(DecodeTrace, ChromeJsonShowsWaitsApartFromWork) {
+TEST(DecodeTrace, ChromeJsonNestsWaitsAndPhasesInTasks) {
   TraceCase t = trace_case();
   TraceSummary s;
   const nlohmann::json j = trace_to_chrome(t.recs, t.plan, 3, {{"backend", "cuda-mk"}}, &s);
   ASSERT_TRUE(j.contains("traceEvents"));
-  int work = 0, gap_waits = 0, all_waits = 0, meta = 0;
+  int tasks = 0, waits = 0, fills = 0, pages = 0, meta = 0;
   for (const nlohmann::json& e : j["traceEvents"]) {
     ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("name"));
     if (e["ph"] == "M") {
@@ -230,32 +234,62 @@ TEST(DecodeTrace, ChromeJsonShowsWaitsApartFromWork) {
     ASSERT_TRUE(e.contains("ts") && e.contains("dur") && e.contains("tid"));
     const double dur = e["dur"].get<double>(), ts = e["ts"].get<double>();
     EXPECT_GE(ts, 0.0);
-    if (e["pid"] == 1) {
-      ++all_waits;
-      EXPECT_NEAR(dur, 4.0, 1e-6);  // the whole wait, in us
-    } else if (e["cat"] == "wait") {
-      ++gap_waits;
-      EXPECT_NEAR(dur, 3.0, 1e-6);  // only the part where the SM had no work
-      EXPECT_NEAR(std::fmod(ts, 10.0), 4.0, 1e-6);
-    } else {
-      ++work;
+    if (e["pid"] == 0) {
+      ++tasks;
       EXPECT_TRUE(e["cat"] == "qkv" || e["cat"] == "o_proj");
-      EXPECT_NEAR(dur, e["cat"] == "qkv" ? 4.0 : 3.0, 1e-6);
+      EXPECT_NEAR(dur, e["cat"] == "qkv" ? 4.0 : 5.0, 1e-6);  // recovered from clock64, not the 1 us timer
+    } else if (e["cat"] == "wait") {
+      ++waits;
+      EXPECT_NEAR(dur, 3.0, 1e-6);
+      EXPECT_NEAR(std::fmod(ts, 10.0), 5.0, 1e-6);
+      EXPECT_EQ(e["args"]["for"], "o_proj L0");
+    } else {
+      ASSERT_EQ(e["cat"], "phase");
+      if (e["name"] == "fill") {
+        ++fills;
+        EXPECT_NEAR(dur, 1.0, 1e-6);
+      } else {
+        EXPECT_EQ(e["name"], "pages");
+        ++pages;
+        EXPECT_NEAR(dur, 1.0, 1e-6);
+      }
     }
   }
-  EXPECT_EQ(work, 80);
-  EXPECT_EQ(gap_waits, 40);
-  EXPECT_EQ(all_waits, 40);
+  EXPECT_EQ(tasks, 80);
+  EXPECT_EQ(waits, 40);
+  EXPECT_EQ(fills, 40);
+  EXPECT_EQ(pages, 40);
   EXPECT_EQ(meta, 2 + 2 * 2 * 2);
   EXPECT_NEAR(s.step_us, 200.0, 1e-6);
-  EXPECT_NEAR(s.busy_frac, 0.7, 1e-9);
+  EXPECT_NEAR(s.busy_frac, 0.5, 1e-9);  // 9 us of tasks per 10, less 3 of waits and 1 of pages
   EXPECT_NEAR(s.wait_frac, 0.3, 1e-9);
-  EXPECT_NEAR(s.idle_frac, 0.0, 1e-9);
+  EXPECT_NEAR(s.page_frac, 0.1, 1e-9);
+  EXPECT_NEAR(s.idle_frac, 0.1, 1e-9);
+  EXPECT_NEAR(s.sm_clock_ghz, 2.0, 1e-6);  // clock64 = 2 x ns
   EXPECT_EQ(s.dropped, 3);
+  const TraceOpTime& q = s.ops.at("qkv");
+  const TraceOpTime& o = s.ops.at("o_proj");
+  EXPECT_EQ(q.n_tasks, 40);
+  EXPECT_NEAR(q.task_us, 160.0, 1e-6);
+  EXPECT_NEAR(q.phase_us[kPhaseFill], 40.0, 1e-6);
+  EXPECT_NEAR(q.phase_us[kPhasePage], 40.0, 1e-6);
+  EXPECT_NEAR(q.wait_us, 0.0, 1e-9);
+  EXPECT_EQ(o.n_tasks, 40);
+  EXPECT_NEAR(o.wait_us, 120.0, 1e-6);
   EXPECT_EQ(j["otherData"]["backend"], "cuda-mk");
-  EXPECT_NE(format_trace_summary(s).find("o_proj"), std::string::npos);
-  t.recs[0].sm = 7;
-  EXPECT_THROW(trace_to_chrome(t.recs, t.plan, 0, {}), Error);
+  EXPECT_NEAR(j["otherData"]["ops"]["qkv"]["pages_us"].get<double>(), 40.0, 1e-6);
+  const std::string text = format_trace_summary(s);
+  EXPECT_NE(text.find("o_proj"), std::string::npos) << text;
+  EXPECT_NE(text.find("waiting for pages 10.0%"), std::string::npos) << text;
+  EXPECT_NE(text.find("SM clock 2.00 GHz"), std::string::npos) << text;
+  // Records naming an SM outside the plan, an unknown kind or an unknown phase are refused.
+  for (int bad = 0; bad < 3; ++bad) {
+    std::vector<TraceRecord> recs = t.recs;
+    if (bad == 0) recs[0].sm = 7;
+    if (bad == 1) recs[0].kind = 9;
+    if (bad == 2) recs[1].arg0 = kNumTracePhases;
+    EXPECT_THROW(trace_to_chrome(recs, t.plan, 0, {}), Error) << bad;
+  }
 }
 
 // The per-layer timeline: three layers of (qkv, attn, o_proj) waves on two SMs with known times;

@@ -36,8 +36,9 @@ void check_job(int n_rb, int n_kb, int max_page_rb, int rows, int64_t cap) {
   ASSERT_TRUE(g.page_rb == 1 || g.page_kb == n_kb) << what << ": only whole-K pages stack row blocks";
   ASSERT_EQ(lay.window_kb % g.page_kb, 0) << what;
   ASSERT_LE(lay.window_kb, n_kb) << what;
-  if (window_kb_fit(rows, cap) >= g.page_kb)  // the window fits the area (pitch = window + padding)
+  if (window_kb_fit(rows, cap) >= g.page_kb) {  // the window fits the area (pitch = window + padding)
     EXPECT_LE(static_cast<int64_t>(lay.window_kb * 16 + kActPad) * 2 * rows, cap) << what;
+  }
   std::vector<int> seen(static_cast<size_t>(n_rb) * n_kb, 0);
   int last_rb = -1, last_kb_end = 0;
   for (int p = 0; p < g.n_pages(); ++p) {
@@ -57,10 +58,11 @@ void check_job(int n_rb, int n_kb, int max_page_rb, int rows, int64_t cap) {
     for (int m = 0; m < r.n_rb; ++m)
       for (int k = 0; k < g.page_kb; ++k) ++seen[static_cast<size_t>(r.rb0 + m) * n_kb + r.kb0 + k];
     // A stacked page is one contiguous range of the packed matrix: row block i's tiles right after i-1's.
-    if (r.n_rb > 1)
+    if (r.n_rb > 1) {
       EXPECT_EQ(page_tile_offset(r.rb0 + 1, n_kb, 0) - page_tile_offset(r.rb0, n_kb, 0),
                 static_cast<int64_t>(n_kb) * kTileBytes / 2)
           << what;
+    }
   }
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << what << ": tile " << i;
 }
