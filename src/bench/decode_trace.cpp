@@ -52,7 +52,7 @@ ClockMap fit_clock(std::span<const TraceRecord* const> recs) {
 
 std::string op_label(int32_t op) {
   if (op >= 0 && op < kNumOps) return op_name(static_cast<Op>(op));
-  return op == -3 ? "arrive" : "op" + std::to_string(op);
+  return "op" + std::to_string(op);
 }
 
 struct Slice {

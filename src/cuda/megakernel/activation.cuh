@@ -38,9 +38,7 @@ __device__ __forceinline__ float4 norm_load4(const NormSource& src, int r, int i
   }
 }
 
-// Hidden sizes up to kNormMaxChunks x 1024 elements (the megakernel's shape check).
 constexpr int kNormStride = 4 * kConsumerThreads;  // elements of a row the 256 threads load at once
-constexpr int kNormMaxChunks = 8;
 
 // Thread t's sum of squares of elements 4t + 1024j (j ascending) of every row, butterflied per
 // warp into part[r * 8 + warp]. The (row, j) pairs are walked flat, 8 loads in flight at a time,

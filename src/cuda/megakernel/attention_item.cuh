@@ -49,7 +49,7 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
     return false;
   }
   // 1-2. norms, RoPE, append, q terms.
-  PhaseClock phase;
+  TraceClock phase;
   phase.start(p);
   attn_prologue(p, layer, it, geo, appends, kc, vc, sc);
   phase.stop(p, t, task, kPhaseAttnPrologue);

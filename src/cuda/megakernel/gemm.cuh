@@ -25,8 +25,7 @@ struct GemmJob {
   int32_t n_kb_total;  // k blocks per row block of the matrix (row-block stride)
   int32_t n_kb;        // k blocks of the job (from k block 0)
   int32_t rb_begin, rb_end;
-  int32_t rows;        // activation rows the job's windows hold (jobs.h job_layout)
-  JobLayout lay;
+  JobLayout lay;       // pages and activation windows (jobs.h job_layout)
 };
 
 template <int kNT>
@@ -38,7 +37,6 @@ __device__ __forceinline__ GemmJob make_job(const uint16_t* w, int32_t n_kb_tota
   j.n_kb = n_kb_total;
   j.rb_begin = rb_begin;
   j.rb_end = rb_end;
-  j.rows = rows;
   // full_k_window: the caller filled (or fills) the whole K at once (the expert jobs).
   j.lay = job_layout(rb_end - rb_begin, j.n_kb, Smem<kNT>::kPageRbMax, full_k_window ? 1 : rows,
                      full_k_window ? 1ll << 40 : Smem<kNT>::kActBytes);
@@ -152,7 +150,7 @@ __device__ __forceinline__ bool consume_job(const MkParams& p, const Task& t, in
   for (int pg = 0; pg < geo.n_pages(); ++pg, ++seq) {
     const PageRef ref = page_ref(geo, n_rb, pg);
     const int w = ref.kb0 / job.lay.window_kb;
-    PhaseClock phase;
+    TraceClock phase;
     if (w != window) {
       consumer_sync();  // the previous window's readers are done
       phase.start(p);

@@ -14,23 +14,6 @@
 
 namespace megadecode::cuda::mk {
 
-// Trace hook (trace.h): one record per task, written by consumer thread 0 after its arrivals.
-__device__ inline void trace_task(const MkParams& p, const Task& t, int task, int64_t g0, int64_t c0) {
-  TraceRecord r{};
-  r.g_begin = g0;
-  r.c_begin = c0;
-  r.c_end = trace_clock();
-  r.g_end = trace_gtime();
-  r.kind = kTraceWork;
-  r.op = t.op;
-  r.layer = t.layer;
-  r.task = task;
-  r.arg0 = t.arg[0];
-  r.arg1 = t.arg[1];
-  r.arg2 = t.arg[2];
-  trace_put(p.trace, p.trace_counts, p.trace_capacity, 0, r);
-}
-
 template <int kNT>
 __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile int32_t* consumer_task) {
   const MkParams& p = c.p;
@@ -39,8 +22,8 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
     const Task t = p.tasks[i];
     consumer_sync();  // the previous task's readers of the shared areas are done
     if (tid == 0) *consumer_task = i;
-    const int64_t g0 = p.trace && tid == 0 ? trace_gtime() : 0;
-    const int64_t c0 = p.trace && tid == 0 ? trace_clock() : 0;
+    TraceClock clock;  // the task's trace record (thread 0), written after its arrivals
+    clock.start(p);
     bool ok;
     switch (static_cast<Op>(t.op)) {
       case Op::kAttn: ok = op_attn(p, t, i, *reinterpret_cast<AttnScratch*>(c.area)); break;
@@ -58,7 +41,7 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
           mk_arrive(p, ar.counter, ar.amount);
         }
     }
-    if (p.trace && tid == 0) trace_task(p, t, i, g0, c0);
+    clock.record(p, 0, kTraceWork, t, i, t.arg[0], t.arg[1], t.arg[2]);
   }
 }
 

@@ -51,6 +51,16 @@ __device__ inline const uint16_t* tile_matrix(const MkParams& p, const Task& t, 
   }
 }
 
+// The expert job of row blocks [rb0, rb1) of expert `expert`'s up (gate/up pairs, rows: every
+// token's normed h) or down matrix (its activation rows filled for the whole K).
+template <int kNT>
+__device__ inline GemmJob expert_job(const MkParams& p, int layer, bool up, int expert, int32_t rb0, int32_t rb1) {
+  const PlanShape& s = p.plan.shape;
+  const MkLayerWeights& lw = p.w.layers[layer];
+  return up ? make_job<kNT>(lw.experts_up + expert * lw.expert_up_elems, s.hidden / 16, rb0, rb1, s.batch, false)
+            : make_job<kNT>(lw.experts_down + expert * lw.expert_down_elems, s.moe_inter / 16, rb0, rb1, 1, true);
+}
+
 // Job j of GEMM task t (false past its last), in the order both sides walk:
 //   tiles: job 0, its row blocks [arg0, arg1);
 //   EXPERT_UP: its share of the (active expert x up unit) list, one job per expert it touches;
@@ -71,22 +81,18 @@ __device__ inline bool task_job(const MkParams& p, const Task& t, const RouteSme
     const int ei = u.begin / s.up_units + j;
     const int32_t a = max(u.begin, ei * s.up_units), b = min(u.end, (ei + 1) * s.up_units);
     if (a >= b) return false;
-    const MkLayerWeights& lw = p.w.layers[t.layer];
     out.ei = ei;
     out.rb = 0;
-    out.job = make_job<kNT>(lw.experts_up + r.active[ei] * lw.expert_up_elems, s.hidden / 16, a - ei * s.up_units,
-                            b - ei * s.up_units, s.batch, false);
+    out.job = expert_job<kNT>(p, t.layer, true, r.active[ei], a - ei * s.up_units, b - ei * s.up_units);
     return true;
   }
   if (op == Op::kExpertDown) {
     const MoeShare rbs = moe_share(s.down_rbs, t.arg[0], t.arg[1]);
     const int rb = rbs.begin + j / r.n_active, ei = j % r.n_active;
     if (rb >= rbs.end) return false;
-    const MkLayerWeights& lw = p.w.layers[t.layer];
     out.ei = ei;
     out.rb = rb;
-    // Its activation rows are filled for the whole K.
-    out.job = make_job<kNT>(lw.experts_down + r.active[ei] * lw.expert_down_elems, s.moe_inter / 16, rb, rb + 1, 1, true);
+    out.job = expert_job<kNT>(p, t.layer, false, r.active[ei], rb, rb + 1);
     return true;
   }
   if (j > 0) return false;
@@ -111,7 +117,7 @@ __device__ inline bool wait_task(ConsumerCtx<kNT>& c, const Task& t, int task, i
 template <int kNT>
 __device__ inline bool ensure_routing(ConsumerCtx<kNT>& c, const Task& t, int layer, int task) {
   if (c.route.layer == layer) return true;  // uniform: written before a consumer barrier
-  PhaseClock phase;
+  TraceClock phase;
   phase.start(c.p);
   const bool ok = compute_routing(c.p, layer, c.route);
   phase.stop(c.p, t, task, kPhaseRouting);
@@ -208,9 +214,7 @@ __device__ inline bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int task) {
   {
     TaskJob shape;
     if (up || down) {
-      const MkLayerWeights& lw = p.w.layers[L];
-      shape.job = up ? make_job<kNT>(lw.experts_up, H / 16, 0, 1, B, false)
-                     : make_job<kNT>(lw.experts_down, I / 16, 0, 1, 1, true);
+      shape.job = expert_job<kNT>(p, L, up, 0, 0, 1);
     } else {
       (void)task_job<kNT>(p, t, c.route, 0, shape);
     }
@@ -218,7 +222,7 @@ __device__ inline bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int task) {
     fill.n_kb = shape.job.n_kb;
     fill.pitch = shape.job.lay.window_kb * 16 + kActPad;
     if (up && shape.job.lay.n_windows(shape.job.n_kb) == 1) {  // the whole K now, before the router's wait
-      PhaseClock phase;
+      TraceClock phase;
       phase.start(p);
       fill_window(fill, 0);
       consumer_sync();

@@ -119,8 +119,9 @@ __device__ inline bool mk_wait_counter(const MkParams& p, int32_t counter, int32
 
 // ---- trace hooks (trace.h; consumer thread 0, nothing when tracing is off) ----
 
-// Times one phase of a task: start(), then stop() with what it was.
-struct PhaseClock {
+// Times one interval of task `task` for the trace: start(), then record() (role 0: the task itself;
+// role 1: a counter wait or a phase inside it), from the start to now.
+struct TraceClock {
   int64_t g0 = 0, c0 = 0;
   bool on = false;
   __device__ __forceinline__ void start(const MkParams& p, bool when = true) {
@@ -130,8 +131,25 @@ struct PhaseClock {
       c0 = trace_clock();
     }
   }
+  __device__ __forceinline__ void record(const MkParams& p, int role, int32_t kind, const Task& t, int task, int32_t a0,
+                                         int32_t a1 = 0, int32_t a2 = 0) const {
+    if (!on) return;
+    TraceRecord r{};
+    r.g_begin = g0;
+    r.c_begin = c0;
+    r.c_end = trace_clock();
+    r.g_end = trace_gtime();
+    r.kind = kind;
+    r.op = t.op;
+    r.layer = t.layer;
+    r.task = task;
+    r.arg0 = a0;
+    r.arg1 = a1;
+    r.arg2 = a2;
+    trace_put(p.trace, p.trace_counts, p.trace_capacity, role, r);
+  }
   __device__ __forceinline__ void stop(const MkParams& p, const Task& t, int task, int phase) const {
-    if (on) trace_phase(p.trace, p.trace_counts, p.trace_capacity, t.op, t.layer, task, phase, g0, c0);
+    record(p, 1, kTracePhase, t, task, phase);
   }
 };
 
@@ -143,23 +161,10 @@ __device__ inline bool wait_counters(const MkParams& p, const Task& t, int task,
     // From the task list itself: a dynamically indexed copy of the task would live in local memory.
     const Wait wt = p.tasks[task].wait[i];
     int32_t seen = 0;
-    const int64_t g0 = p.trace ? trace_gtime() : 0, c0 = p.trace ? trace_clock() : 0;
+    TraceClock clock;
+    clock.start(p);
     if (!mk_wait_counter(p, wt.counter, wt.target, task, &seen)) return false;
-    if (p.trace && seen < wt.target) {
-      TraceRecord r{};
-      r.g_begin = g0;
-      r.c_begin = c0;
-      r.c_end = trace_clock();
-      r.g_end = trace_gtime();
-      r.kind = kTraceWait;
-      r.op = t.op;
-      r.layer = t.layer;
-      r.task = task;
-      r.arg0 = wt.counter;
-      r.arg1 = wt.target;
-      r.arg2 = seen;
-      trace_put(p.trace, p.trace_counts, p.trace_capacity, 1, r);
-    }
+    if (seen < wt.target) clock.record(p, 1, kTraceWait, t, task, wt.counter, wt.target, seen);
   }
   return true;
 }

@@ -68,21 +68,5 @@ __device__ __forceinline__ void trace_put(TraceRecord* records, int32_t* counts,
   if (n < capacity) records[(static_cast<int64_t>(blockIdx.x) * kTraceRoles + role) * capacity + n] = r;
 }
 
-// A phase record of task `task` (role 1), from (g0, c0) to now. Consumer thread 0 only.
-__device__ __forceinline__ void trace_phase(TraceRecord* records, int32_t* counts, int32_t capacity, int32_t op,
-                                            int32_t layer, int32_t task, int32_t phase, int64_t g0, int64_t c0) {
-  TraceRecord r{};
-  r.g_begin = g0;
-  r.c_begin = c0;
-  r.c_end = trace_clock();
-  r.g_end = trace_gtime();
-  r.kind = kTracePhase;
-  r.op = op;
-  r.layer = layer;
-  r.task = task;
-  r.arg0 = phase;
-  trace_put(records, counts, capacity, 1, r);
-}
-
 }  // namespace megadecode::cuda::mk
 #endif
