@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "cuda/common/sampling.cuh"
-#include "cuda/common/skinny_gemm.cuh"
 #include "cuda/megakernel/attention.cuh"
 #include "cuda/megakernel/jobs.h"
 #include "cuda/megakernel/routing.cuh"
