@@ -31,9 +31,9 @@ SeqGeo random_geo(SplitMix64& rng, int max_ctx) {
   SeqGeo s;
   s.G = 1 + static_cast<int>(rng.below(4));
   s.group = static_cast<int>(rng.below(s.G));
-  const int bss[] = {1, 3, 16, 32};
+  const int bss[] = {1, 2, 16, 32};  // powers of two (the megakernel's index math shifts)
   s.bs = bss[rng.below(4)];
-  s.D = 16 * (1 + static_cast<int>(rng.below(8)));
+  s.D = 16 << rng.below(4);        // 16, 32, 64, 128
   s.n = 1 + static_cast<int>(rng.below(max_ctx));
   const int blocks = (s.n + s.bs - 1) / s.bs;
   std::vector<int32_t> perm(blocks * 3);
@@ -51,6 +51,25 @@ SeqGeo random_geo(SplitMix64& rng, int max_ctx) {
 AttnGeo item_geo(const SeqGeo& s, int split) {
   const int b = split * s.split.len, e = std::min(s.n, (split + 1) * s.split.len);
   return AttnGeo{s.bt.data(), s.G, s.group, s.bs, s.D, b, e, s.n - 1};
+}
+
+// The device's per-lane walk (attn_lane_pieces) is attn_piece(lane + 32 i), i = 0, 1, ...
+TEST(AttnTcGeo, LanePiecesAreThePieceWalk) {
+  for (int D : {16, 32, 64, 128}) {
+    std::vector<int> seen(kAttnRows * (D / 8), 0);
+    for (int lane = 0; lane < 32; ++lane) {
+      const AttnLanePieces lp = attn_lane_pieces(lane, D);
+      int i = 0;
+      for (int row = lp.row0; row < kAttnRows; row += lp.step, ++i) {
+        const AttnPiece pc = attn_piece(lane + 32 * i, D);
+        ASSERT_EQ(pc.row, row) << "D " << D << " lane " << lane << " i " << i;
+        ASSERT_EQ(pc.ch, lp.ch) << "D " << D << " lane " << lane << " i " << i;
+        ++seen[row * (D / 8) + lp.ch];
+      }
+      EXPECT_EQ(lane + 32 * i >= kAttnRows * (D / 8), true) << "D " << D << " lane " << lane << ": pieces left over";
+    }
+    for (size_t k = 0; k < seen.size(); ++k) EXPECT_EQ(seen[k], 1) << "D " << D << " piece " << k;
+  }
 }
 
 TEST(AttnTcGeo, ChunkCopiesCoverEachKeyOnceAndNothingElse) {

@@ -1,9 +1,11 @@
-// The megakernel's GEMM job geometry (cuda/megakernel/jobs.h) on the CPU: the pages of a job cover
-// every (row block, k block) exactly once, row block by row block, each page at most 32 KB and one
-// contiguous copy when it stacks row blocks; activation windows are whole pages that fit the
-// shared memory they are given, and every page lies in one window.
+// The megakernel's GEMM geometry (cuda/megakernel/jobs.h) on the CPU: the page walk of a job covers
+// every (row block, k block) exactly once, row-block group by group with the k stages in order,
+// each page at most 32 KB and one contiguous copy when it stacks row blocks; activation windows are
+// whole pages that fit the shared memory they are given, and every page lies in one window.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -24,46 +26,52 @@ TEST(MegakernelJobs, KStepIsTheLargestDivisorPreferringMultiplesOf8) {
   EXPECT_EQ(k_step(7, 64), 7);
 }
 
-// Every page of a job, checked against a plain walk of its (row block, k block) grid.
+// Every page of a job of n_rb row blocks, checked against a plain walk of its (row block, k block) grid.
 void check_job(int n_rb, int n_kb, int max_page_rb, int rows, int64_t cap) {
-  const JobLayout lay = job_layout(n_rb, n_kb, max_page_rb, rows, cap);
-  const PageGeo& g = lay.geo;
-  const std::string what = "n_rb " + std::to_string(n_rb) + " n_kb " + std::to_string(n_kb) + " rows " +
-                           std::to_string(rows) + " cap " + std::to_string(cap);
+  const GemmGeo g = gemm_geo(n_kb, max_page_rb, rows, cap);
+  const std::string what = "n_rb " + std::to_string(n_rb) + " n_kb " + std::to_string(n_kb) + " max_rb " +
+                           std::to_string(max_page_rb) + " rows " + std::to_string(rows) + " cap " + std::to_string(cap);
+  ASSERT_EQ(g.n_kb, n_kb) << what;
   ASSERT_GE(g.page_kb, 1) << what;
   ASSERT_EQ(n_kb % g.page_kb, 0) << what;
-  ASSERT_LE(g.page_rb, max_page_rb) << what;
+  ASSERT_TRUE(g.page_rb >= 1 && g.page_rb <= max_page_rb) << what;
   ASSERT_TRUE(g.page_rb == 1 || g.page_kb == n_kb) << what << ": only whole-K pages stack row blocks";
-  ASSERT_EQ(lay.window_kb % g.page_kb, 0) << what;
-  ASSERT_LE(lay.window_kb, n_kb) << what;
+  ASSERT_LE(g.page_rb * g.page_kb, kPageTiles) << what;
+  ASSERT_EQ(g.window_kb % g.page_kb, 0) << what;
+  ASSERT_LE(g.window_kb, n_kb) << what;
+  ASSERT_EQ(g.pitch, g.window_kb * 16 + kActPad) << what;
+  ASSERT_EQ(g.n_windows(), (n_kb + g.window_kb - 1) / g.window_kb) << what;
   if (window_kb_fit(rows, cap) >= g.page_kb) {  // the window fits the area (pitch = window + padding)
-    EXPECT_LE(static_cast<int64_t>(lay.window_kb * 16 + kActPad) * 2 * rows, cap) << what;
+    EXPECT_LE(static_cast<int64_t>(g.pitch) * 2 * rows, cap) << what;
   }
   std::vector<int> seen(static_cast<size_t>(n_rb) * n_kb, 0);
-  int last_rb = -1, last_kb_end = 0;
-  for (int p = 0; p < g.n_pages(); ++p) {
-    const PageRef r = page_ref(g, n_rb, p);
-    ASSERT_GE(r.n_rb, 1) << what;
-    ASSERT_LE(page_bytes(g, r), kPageBytes) << what;
-    ASSERT_EQ(r.kb0 / lay.window_kb, (r.kb0 + g.page_kb - 1) / lay.window_kb) << what << ": a page straddles two windows";
-    // Row-block-major: a group's k stages in order, then the next group.
-    if (r.rb0 != last_rb) {
-      EXPECT_EQ(last_kb_end, last_rb < 0 ? 0 : n_kb) << what;
-      EXPECT_EQ(r.kb0, 0) << what;
-      last_rb = r.rb0;
+  int last_rb0 = -1, last_kb_end = 0, n_pages = 0;
+  const bool whole = walk_pages(g, n_rb, [&](int rb0, int nrb, int kb0) {
+    ++n_pages;
+    EXPECT_TRUE(nrb >= 1 && nrb <= g.page_rb && rb0 + nrb <= n_rb) << what;
+    EXPECT_LE(static_cast<int64_t>(nrb) * g.page_kb * kTileBytes, kPageBytes) << what;
+    EXPECT_EQ(kb0 / g.window_kb, (kb0 + g.page_kb - 1) / g.window_kb) << what << ": a page straddles two windows";
+    // Group by group, a group's k stages in order.
+    if (rb0 != last_rb0) {
+      EXPECT_EQ(last_kb_end, last_rb0 < 0 ? 0 : n_kb) << what;
+      EXPECT_EQ(kb0, 0) << what;
+      EXPECT_EQ(rb0, last_rb0 < 0 ? 0 : last_rb0 + g.page_rb) << what;
+      last_rb0 = rb0;
     } else {
-      EXPECT_EQ(r.kb0, last_kb_end) << what;
+      EXPECT_EQ(kb0, last_kb_end) << what;
     }
-    last_kb_end = r.kb0 + g.page_kb;
-    for (int m = 0; m < r.n_rb; ++m)
-      for (int k = 0; k < g.page_kb; ++k) ++seen[static_cast<size_t>(r.rb0 + m) * n_kb + r.kb0 + k];
+    last_kb_end = kb0 + g.page_kb;
+    for (int m = 0; m < nrb; ++m)
+      for (int k = 0; k < g.page_kb; ++k) ++seen[static_cast<size_t>(rb0 + m) * n_kb + kb0 + k];
     // A stacked page is one contiguous range of the packed matrix: row block i's tiles right after i-1's.
-    if (r.n_rb > 1) {
-      EXPECT_EQ(page_tile_offset(r.rb0 + 1, n_kb, 0) - page_tile_offset(r.rb0, n_kb, 0),
-                static_cast<int64_t>(n_kb) * kTileBytes / 2)
+    if (nrb > 1) {
+      EXPECT_EQ(tile_offset(rb0 + 1, n_kb, 0) - tile_offset(rb0, n_kb, 0), static_cast<int64_t>(n_kb) * kTileElems)
           << what;
     }
-  }
+    return true;
+  });
+  EXPECT_TRUE(whole) << what;
+  EXPECT_EQ(n_pages, (n_rb + g.page_rb - 1) / g.page_rb * (n_kb / g.page_kb)) << what;
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << what << ": tile " << i;
 }
 
@@ -82,20 +90,32 @@ TEST(MegakernelJobs, PagesCoverEveryTileOnceInOrder) {
               1 + static_cast<int>(rng.below(64)), (4 + static_cast<int64_t>(rng.below(200))) << 10);
 }
 
+TEST(MegakernelJobs, WalkStopsWhenAsked) {
+  const GemmGeo g = gemm_geo(128, 4, 1, 83 << 10);
+  int calls = 0;
+  EXPECT_FALSE(walk_pages(g, 5, [&](int, int, int) { return ++calls < 3; }));
+  EXPECT_EQ(calls, 3);
+}
+
 TEST(MegakernelJobs, WindowsFollowTheActivationArea) {
   // Batch 1 and 8 hold the whole K of every decode GEMM in one window (83 KB area).
   for (int rows : {1, 8}) {
-    EXPECT_EQ(job_layout(3, 128, 4, rows, 83 << 10).window_kb, 128);
-    EXPECT_EQ(job_layout(1, 256, 4, rows, 83 << 10).window_kb, 256);
+    EXPECT_EQ(gemm_geo(128, 4, rows, 83 << 10).window_kb, 128);
+    EXPECT_EQ(gemm_geo(256, 4, rows, 83 << 10).window_kb, 256);
   }
   // Batch 64 at K 4096: 64 rows of (window + 8) bf16 in 64 KB: a 504-element window -> 31
   // k blocks -> pages of the largest multiple-of-8 divisor of 256 that fits (16), windows of 16.
-  const JobLayout big = job_layout(1, 256, 1, 64, 64 << 10);
-  EXPECT_EQ(big.geo.page_kb, 16);
+  const GemmGeo big = gemm_geo(256, 1, 64, 64 << 10);
+  EXPECT_EQ(big.page_kb, 16);
   EXPECT_EQ(big.window_kb, 16);
-  EXPECT_EQ(big.n_windows(256), 16);
-  // With the whole K asked for (the expert jobs fill their rows themselves): one window.
-  EXPECT_EQ(job_layout(1, 48, 4, 1, int64_t{1} << 40).window_kb, 48);
+  EXPECT_EQ(big.n_windows(), 16);
+  // With the whole K asked for (the expert-down jobs fill their rows themselves): one window.
+  EXPECT_EQ(gemm_geo(48, 4, 1, int64_t{1} << 40).window_kb, 48);
+  // Pages stack row blocks only when one row block's K is a whole page or less.
+  EXPECT_EQ(gemm_geo(48, 4, 1, int64_t{1} << 40).page_rb, 1);
+  EXPECT_EQ(gemm_geo(8, 4, 1, 83 << 10).page_rb, 4);
+  EXPECT_EQ(gemm_geo(16, 4, 1, 83 << 10).page_rb, 4);
+  EXPECT_EQ(gemm_geo(128, 4, 1, 83 << 10).page_rb, 1);
 }
 
 }  // namespace

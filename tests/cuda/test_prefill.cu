@@ -219,7 +219,7 @@ TEST(Prefill, MatchesCpuRefOnSmallPreset) {
     const std::vector<uint16_t> kv = read_kv(*be);
     const KvCompare kc = compare_kv(c, kv, ref, p, 5e-3, 2e-2);
     const LogitCompare lc = compare_logits(dev, want);
-    const int64_t stray = stray_writes(c, kv, p, n);
+    const int64_t stray = stray_writes(c, kv, p, n + 1);  // the decode step wrote position n
     const LogitCompare dc = compare_logits(dev_next, decode_after(ref, p, next));
     expect_routing_exact(audit, static_cast<int64_t>(n + 1) * c.n_layers, kRouteNearTieMixed,
                          "prompt " + std::to_string(n) + " + 1 decode step");

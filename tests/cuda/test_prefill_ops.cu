@@ -167,6 +167,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
       err(1);
   DeviceBuffer<MoeTile> d_tiles(cap);
   for (auto* b : {&rank, &d_counts, &d_offsets, &d_ts, &d_st, &n_t}) b->poison();
+  d_tiles.poison();  // the kernel writes n_tiles of the cap entries; the download reads them all
   err.fill_bytes(0);
   MoeListArgs ml;
   ml.topk_ids = d_ids.get();
@@ -373,8 +374,14 @@ TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
     const test::Bf16Data qn = test::random_bf16(c.D, rng, 2.0f), kn = test::random_bf16(c.D, rng, 2.0f);
     std::vector<float> inv(half);
     for (int i = 0; i < half; ++i) inv[i] = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / static_cast<float>(c.D));
+    std::vector<float> cs(static_cast<size_t>(n_pos) * c.D);  // the RoPE table: (cos, sin) per position, frequency
+    for (int pos = 0; pos < n_pos; ++pos)
+      for (int i = 0; i < half; ++i) {
+        cs[(static_cast<size_t>(pos) * half + i) * 2] = std::cos(static_cast<float>(pos) * inv[i]);
+        cs[(static_cast<size_t>(pos) * half + i) * 2 + 1] = std::sin(static_cast<float>(pos) * inv[i]);
+      }
     const size_t cache_elems = static_cast<size_t>(n_blocks) * c.G * c.bs * c.D;
-    DeviceBuffer<float> dqkv(qkv), dinv(inv);
+    DeviceBuffer<float> dqkv(qkv), dcs(cs);
     DeviceBuffer<uint16_t> dqn(qn.bits), dkn(kn.bits), q(static_cast<size_t>(c.T) * n_heads * c.D), kc(cache_elems),
         vc(cache_elems);
     DeviceBuffer<int32_t> dt(table);
@@ -385,7 +392,8 @@ TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
     a.qkv = dqkv.get();
     a.q_norm = dqn.get();
     a.k_norm = dkn.get();
-    a.inv_freq = dinv.get();
+    a.rope = reinterpret_cast<const float2*>(dcs.get());
+    a.rope_positions = n_pos;
     a.block_table = dt.get();
     a.start_pos = c.start;
     a.n_tokens = c.T;

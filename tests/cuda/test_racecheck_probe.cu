@@ -14,7 +14,7 @@
 // on; the loader reads and checks every entry, then arrives on a second mbarrier the consumers
 // wait on before they write the next round. Ordered both ways through mbarriers only, which
 // racecheck does not follow either: its reports here are the pattern of the megakernel's routing
-// tables (written by compute_routing, read by the loader's task_job).
+// tables (written by compute_routing, read by the loader's job walk, ops.cuh JobWalk).
 #include <cstdint>
 #include <vector>
 

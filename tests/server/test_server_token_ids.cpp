@@ -153,7 +153,7 @@ TEST(ServerTokenIds, StreamOfSeveralChoicesSumsToTheWholeResponse) {
   for (const json& c : choices) {
     const int i = c["index"];
     EXPECT_EQ(got[i], ids(c["token_ids"])) << "choice " << i;
-    EXPECT_EQ(finish[i], c["finish_reason"]) << "choice " << i;
+    EXPECT_EQ(finish[i], c["finish_reason"].get<std::string>()) << "choice " << i;
   }
 }
 

@@ -14,6 +14,7 @@
 #include "cuda/common/weight_pack.cuh"
 #include "model/synthetic.h"
 #include "model/synthetic_init.h"
+#include "ref/math.h"
 
 namespace megadecode::cuda {
 namespace {
@@ -73,7 +74,7 @@ DeviceWeights::DeviceWeights(const ModelConfig& config) : config_(config) { chec
 DeviceWeights::~DeviceWeights() {
   cudaFree(arena_);
   cudaFree(layers_dev_);
-  cudaFree(inv_freq_);
+  cudaFree(rope_);
 }
 
 std::unique_ptr<DeviceWeights> DeviceWeights::synthetic(const ModelConfig& config, uint64_t seed,
@@ -244,19 +245,29 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
   CUDA_CHECK(cudaFree(src));
   CUDA_CHECK(cudaFree(fused));
 
-  // RoPE inverse frequencies as HF computes them in fp32: 1 / theta^(float(2i) / D).
-  std::vector<float> inv(D / 2);
-  for (int64_t i = 0; i < D / 2; ++i)
-    inv[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(2 * i) / static_cast<float>(D));
-  CUDA_CHECK(cudaMalloc(&inv_freq_, inv.size() * 4));
-  CUDA_CHECK(cudaMemcpy(inv_freq_, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+  // RoPE at every position the model takes, exactly as the reference rotates (ref/math.cpp
+  // apply_rope: fp32 angle float(pos) * inv_freq[i], then cos and sin): the decode and prefill
+  // kernels read it, so they compute no trigonometry and agree with the reference bit for bit.
+  const std::vector<float> inv_freq = ref::rope_inv_freq(static_cast<int>(D), c.rope_theta);
+  const int64_t n_pos = c.max_position_embeddings;
+  MD_REQUIRE(n_pos >= 1 && n_pos <= (int64_t{1} << 22), "the CUDA backends need max_position_embeddings in [1, 4194304], got ",
+             n_pos);
+  std::vector<float2> rope(static_cast<size_t>(n_pos) * (D / 2));
+  for (int64_t pos = 0; pos < n_pos; ++pos)
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const float angle = static_cast<float>(pos) * inv_freq[i];
+      rope[pos * (D / 2) + i] = make_float2(std::cos(angle), std::sin(angle));
+    }
+  CUDA_CHECK(cudaMalloc(&rope_, rope.size() * sizeof(float2)));
+  CUDA_CHECK(cudaMemcpy(rope_, rope.data(), rope.size() * sizeof(float2), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMalloc(&layers_dev_, layers_.size() * sizeof(MkLayerWeights)));
   CUDA_CHECK(cudaMemcpy(layers_dev_, layers_.data(), layers_.size() * sizeof(MkLayerWeights), cudaMemcpyHostToDevice));
 
   view_.embed = at(embed_off);
   view_.final_norm = at(final_norm_off);
   view_.lm_head = at(lm_off);
-  view_.rope_inv_freq = inv_freq_;
+  view_.rope = rope_;
+  view_.rope_positions = static_cast<int32_t>(n_pos);
   view_.layers = layers_dev_;
   view_.rms_eps = c.rms_norm_eps;
   view_.attn_scale = 1.0f / std::sqrt(static_cast<float>(D));

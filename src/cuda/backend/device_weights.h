@@ -55,7 +55,7 @@ class DeviceWeights {
   size_t bytes_ = 0;
   std::vector<MkLayerWeights> layers_;
   MkLayerWeights* layers_dev_ = nullptr;
-  float* inv_freq_ = nullptr;
+  float2* rope_ = nullptr;  // the RoPE table (MkModelWeights::rope)
   MkModelWeights view_{};
 };
 

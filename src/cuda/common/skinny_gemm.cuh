@@ -116,27 +116,16 @@ __device__ __forceinline__ void gemm_reduce_store(const float (&acc)[GemmTile<kN
   using T = GemmTile<kNT>;
   constexpr int kConsumers = kGemmConsumerWarps * 32;
   const int lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
   const int ctid = warp * 32 + lane;
 #pragma unroll
   for (int m = 0; m < T::kMT; ++m) {
     named_barrier_sync(bar_id, kConsumers);  // the previous round's readers are done with `red`
-    float* mine = red + warp * (8 * kNT * T::kRedPitch);
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      const int tok = j * 8 + 2 * t;
-      mine[tok * T::kRedPitch + g] = acc[m][j][0];
-      mine[(tok + 1) * T::kRedPitch + g] = acc[m][j][1];
-      mine[tok * T::kRedPitch + g + 8] = acc[m][j][2];
-      mine[(tok + 1) * T::kRedPitch + g + 8] = acc[m][j][3];
-    }
+    store_partial<kNT>(acc[m], red + warp * (8 * kNT * T::kRedPitch), T::kRedPitch);
     named_barrier_sync(bar_id, kConsumers);
     const int row0 = (tile * T::kMT + m) * kPackRows;
     for (int idx = ctid; idx < 16 * 8 * kNT; idx += kConsumers) {
       const int r = idx & 15, tok = idx >> 4;
-      float s = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kGemmConsumerWarps; ++w) s += red[w * (8 * kNT * T::kRedPitch) + tok * T::kRedPitch + r];
+      const float s = sum_partials<kGemmConsumerWarps>(red, 8 * kNT * T::kRedPitch, tok * T::kRedPitch + r);
       if (tok < a.n_tokens && row0 + r < a.n_rows) a.y[static_cast<int64_t>(tok) * a.y_stride + row0 + r] = s;
     }
   }

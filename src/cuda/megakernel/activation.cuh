@@ -1,9 +1,8 @@
 // The consumers' activation fills: the GEMM prologues that put a job's activation window into shared
 // memory (bf16 rows, pitch = window + kActPad elements, 16-byte vector loads and stores).
 //   RMSNorm fill (QKV, router, expert up, LM head): each row's scale r = 1 / sqrt(mean(v^2) + eps)
-//   from the whole fp32 residual row (all 256 threads per row, every load of a row in flight at
-//   once: the fill is on the layer's critical path), then bf16(bf16(v * r) * weight) — the HF
-//   rounding points. Every SM computes the same scale with the same code and summation order,
+//   from the whole fp32 residual row (one warp per row, 16 loads per lane in flight: the fill is on
+//   the layer's critical path), then bf16(bf16(v * r) * weight) — the HF rounding points. Every SM computes the same scale with the same code and summation order,
 //   so the norm needs no task of its own. Layer 0's residual is
 //   the embedding row of the token (bf16, exact in fp32).
 //   Row copy (O-proj: the merged attention output; expert down: the up outputs of its slots).
@@ -38,79 +37,52 @@ __device__ __forceinline__ float4 norm_load4(const NormSource& src, int r, int i
   }
 }
 
-constexpr int kNormStride = 4 * kConsumerThreads;  // elements of a row the 256 threads load at once
+constexpr int kNormChunk = 16;  // float4 loads per lane in flight
 
-// Thread t's sum of squares of elements 4t + 1024j (j ascending) of every row, butterflied per
-// warp into part[r * 8 + warp]. The (row, j) pairs are walked flat, 8 loads in flight at a time,
-// whatever the batch.
+// part[r] = sum of squares of row r for rows [0, n_rows): warp w takes rows w, w + 8, ..., lane l
+// sums elements 4l + 128j (j ascending, kNormChunk loads in flight), then a butterfly. The order
+// depends on nothing but the row (not the batch, the warp or the SM), so every tile of every SM
+// computes the same bits.
 template <bool kEmbed>
-__device__ inline void norm_partials(const NormSource& src, int n_rows, float* part) {
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int n_chunks = (src.H + kNormStride - 1) / kNormStride, total = n_rows * n_chunks;
-  constexpr int kBatch = 4;
-  float ss = 0.0f;
-  int r = 0, j = 0;  // the (row, chunk) of the batch's first load
+__device__ inline void norm_sums(const NormSource& src, int n_rows, float* part) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nj = src.H / 128;
 #pragma unroll 1
-  for (int q0 = 0; q0 < total; q0 += kBatch) {
-    float4 v[kBatch];
-    int rr = r, jj = j;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int i = 4 * tid + jj * kNormStride;
-      v[u] = q0 + u < total && i < src.H ? norm_load4<kEmbed>(src, rr, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (++jj == n_chunks) {
-        jj = 0;
-        ++rr;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      ss += v[u].x * v[u].x;
-      ss += v[u].y * v[u].y;
-      ss += v[u].z * v[u].z;
-      ss += v[u].w * v[u].w;
-      if (q0 + u < total && j == n_chunks - 1) {  // the row's last chunk (warp-uniform)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) part[r * kConsumerWarps + warp] = ss;
-        ss = 0.0f;
-      }
-      if (++j == n_chunks) {
-        j = 0;
-        ++r;
-      }
-    }
-  }
-}
-
-// scale[r] = 1 / sqrt(mean(v^2) + eps) for rows [0, n_rows): every consumer thread sums elements
-// 4t + 1024j (j ascending) of each row, a butterfly each warp's, then thread r the 8 warps' in
-// warp order: one summation order for every row, batch and tile. `part`: n_rows x 8 floats of
-// scratch. All consumer threads call it; the caller meets after.
-__device__ inline void norm_scales(const NormSource& src, int n_rows, float* part, float* scale) {
-  if (src.x != nullptr) norm_partials<false>(src, n_rows, part);
-  else norm_partials<true>(src, n_rows, part);
-  consumer_sync();
-  for (int r = threadIdx.x; r < n_rows; r += kConsumerThreads) {
+  for (int r = warp; r < n_rows; r += kConsumerWarps) {
     float ss = 0.0f;
+#pragma unroll 1
+    for (int j0 = 0; j0 < nj; j0 += kNormChunk) {
+      float4 v[kNormChunk];
 #pragma unroll
-    for (int w = 0; w < kConsumerWarps; ++w) ss += part[r * kConsumerWarps + w];
-    scale[r] = 1.0f / sqrtf(ss / static_cast<float>(src.H) + src.eps);
+      for (int u = 0; u < kNormChunk; ++u)
+        v[u] = j0 + u < nj ? norm_load4<kEmbed>(src, r, 4 * lane + 128 * (j0 + u)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int u = 0; u < kNormChunk; ++u) {
+        ss += v[u].x * v[u].x;
+        ss += v[u].y * v[u].y;
+        ss += v[u].z * v[u].z;
+        ss += v[u].w * v[u].w;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) part[r] = ss;
   }
 }
 
-// Two floats rounded to nearest-even bf16, packed (lo in the low half): one cvt.rn.bf16x2 (a NaN
-// becomes the canonical NaN).
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
+// scale[r] = 1 / sqrt(mean(v^2) + eps) for rows [0, n_rows) (norm_sums' order). `part`: n_rows
+// floats of scratch. All consumer threads call it; the caller meets after.
+__device__ inline void norm_scales(const NormSource& src, int n_rows, float* part, float* scale) {
+  if (src.x != nullptr) norm_sums<false>(src, n_rows, part);
+  else norm_sums<true>(src, n_rows, part);
+  consumer_sync();
+  for (int r = threadIdx.x; r < n_rows; r += kConsumerThreads)
+    scale[r] = 1.0f / sqrtf(part[r] / static_cast<float>(src.H) + src.eps);
 }
 
 // bf16(bf16(a * s) * w_a) | bf16(bf16(b * s) * w_b) << 16 (w2: the two bf16 weights, packed).
 __device__ __forceinline__ uint32_t normed_pair(float a, float b, float s, uint32_t w2) {
-  const uint32_t n = pack_bf16x2(a * s, b * s);
-  return pack_bf16x2(__uint_as_float(n << 16) * __uint_as_float(w2 << 16),
+  const uint32_t n = ptx::pack_bf16x2(a * s, b * s);
+  return ptx::pack_bf16x2(__uint_as_float(n << 16) * __uint_as_float(w2 << 16),
                      __uint_as_float(n & 0xffff0000u) * __uint_as_float(w2 & 0xffff0000u));
 }
 
@@ -161,7 +133,6 @@ enum class FillKind : int32_t {
 };
 struct Fill {
   FillKind kind;
-  int32_t n_rows;       // activation rows
   int32_t window_kb;    // k blocks per window (the job's layout)
   int32_t n_kb;         // k blocks in all
   int32_t filled;       // the window the area holds now (-1: none): asking for it again is free
@@ -170,28 +141,31 @@ struct Fill {
   int32_t pitch;
   NormSource ns;        // kNormed
   float* scale;         // kNormed: [n_rows]
-  float* part;          // kNormed: [n_rows x 8] scratch of norm_scales
-  const uint16_t* src;  // kRows: rows row0.. of a bf16 matrix of `stride` elements per row
+  float* part;          // kNormed: [n_rows] scratch of norm_scales
+  const uint16_t* src;  // kRows: a bf16 matrix of `stride` elements per row
   int64_t stride;
-  int32_t row0;
 };
 
-// Window w of the fill. All consumer threads (each holds the same Fill); the caller meets before
-// and after. Out of line: one copy for its three callers (it runs once a window, not a page).
-__device__ __noinline__ void fill_window(Fill& f, int w) {
-  if (f.filled == w) return;
+// Window w of the fill described by *fp (shared memory, written by consumer thread 0 before a
+// consumer barrier): activation rows [row0, row0 + n_rows) of the source (kNormed: row0 = 0) into
+// rows 0.. of the area. All consumer threads; the caller meets before and after, and has read
+// fp->filled before its first barrier (this routine's thread 0 updates it). Out of line: one copy
+// for its callers (it runs once a window, not a page); it takes the description by pointer so
+// nothing of it goes through the stack.
+__device__ __noinline__ void fill_window(Fill* fp, int w, int row0, int n_rows) {
+  const Fill f = *fp;
   const int k0 = w * f.window_kb * 16, kw = min(f.n_kb - w * f.window_kb, f.window_kb) * 16;
   if (f.kind == FillKind::kRows) {
-    fill_rows(f.src, f.stride, f.row0, f.n_rows, k0, kw, f.dst, f.pitch);
+    fill_rows(f.src, f.stride, row0, n_rows, k0, kw, f.dst, f.pitch);
   } else {
     if (!f.scales_ready) {
-      norm_scales(f.ns, f.n_rows, f.part, f.scale);
+      norm_scales(f.ns, n_rows, f.part, f.scale);
       consumer_sync();
-      f.scales_ready = 1;
+      if (threadIdx.x == 0) fp->scales_ready = 1;
     }
-    fill_normed(f.ns, f.scale, f.n_rows, k0, kw, f.dst, f.pitch);
+    fill_normed(f.ns, f.scale, n_rows, k0, kw, f.dst, f.pitch);
   }
-  f.filled = w;
+  if (threadIdx.x == 0) fp->filled = w;
 }
 
 }  // namespace megadecode::cuda::mk

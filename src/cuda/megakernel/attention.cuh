@@ -42,14 +42,16 @@ __device__ __forceinline__ void attn_pack_terms(float x0, float x1, uint32_t* ou
 }
 
 // One warp: cp.async the K (or V) rows of chunk c into its stage, zero-filled where
-// AttnGeo::copied says so, then commit a group (every lane commits: uniform group counts).
+// AttnGeo::copied says so, then commit a group (every lane commits: uniform group counts). Lane l
+// copies attn_lane_pieces(l): attn_piece(l), attn_piece(l + 32), ...
 __device__ __forceinline__ void attn_load(const AttnGeo& g, const uint16_t* base, int c, uint8_t* dst, int lane) {
-  for (int idx = lane; idx < kAttnRows * (g.D / 8); idx += 32) {
-    const AttnPiece pc = attn_piece(idx, g.D);
-    const int tok = g.token(c, pc.row);
+  const AttnLanePieces lp = attn_lane_pieces(lane, g.D);
+#pragma unroll 2
+  for (int row = lp.row0; row < kAttnRows; row += lp.step) {
+    const int tok = g.token(c, row);
     const bool copy = g.copied(tok);
-    const uint16_t* src = copy ? base + g.at(tok) + pc.ch * 8 : base;
-    ptx::cp_async_16(dst + pc.row * kAttnPitch + pc.ch * 16, src, copy ? 16 : 0);
+    const uint16_t* src = copy ? base + g.at(tok) + lp.ch * 8 : base;
+    ptx::cp_async_16(dst + row * kAttnPitch + lp.ch * 16, src, copy ? 16 : 0);
   }
   ptx::cp_async_commit();
 }
@@ -105,13 +107,14 @@ __device__ inline void attn_prologue(const MkParams& p, int layer, const AttnIte
   const float* raw = buf<float>(p, p.plan.buffers.qkv) + (static_cast<int64_t>(it.seq) * G + it.group) * (gs + 2) * D;
   attn_qk_norm(p, lw, raw, gs, D, appends, sc);
   consumer_sync();
-  const int half = D / 2;
+  const int half = D / 2, d_shift = log2_pow2(D);
+  const float2* cs = p.w.rope + static_cast<int64_t>(pos) * half;  // pos < rope_positions: op_attn checked
   for (int idx = tid; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {
-    const int h = idx / D, d = idx % D;
+    const int h = idx >> d_shift, d = idx & (D - 1);
     if (h < gs) {
-      sc.q[h][d] = rope_neox(sc.qn[h], d, half, pos, p.w.rope_inv_freq);
+      sc.q[h][d] = rope_neox(sc.qn[h], d, half, cs[d & (half - 1)]);
     } else {
-      const uint16_t kb = float_to_bf16_bits(rope_neox(sc.kn, d, half, pos, p.w.rope_inv_freq));
+      const uint16_t kb = float_to_bf16_bits(rope_neox(sc.kn, d, half, cs[d & (half - 1)]));
       const uint16_t vb = float_to_bf16_bits(sc.vn[d]);
       const int64_t at = geo.at(pos) + d;
       kc[at] = kb;
@@ -151,10 +154,16 @@ __device__ inline int attn_publish_split(const MkParams& p, int layer, int task,
   return seen == it.n_splits - 1 ? 1 : 0;
 }
 
-// The last arriver's merge of its (seq, group)'s splits, in split order, in parallel: each thread
-// takes 4 consecutive elements of one head (one 16-byte load per split), loads of different splits
-// independent. Writes the group's bf16 output rows, then arrives on attn_done.
-__device__ inline void attn_merge_splits(const MkParams& p, int layer, const AttnItem& it) {
+// Splits the last arriver's merge can hold: its (m, l) and weights in the item's scratch.
+constexpr int kAttnMergeMaxSplits = 256;
+static_assert((2 * kAttnMergeMaxSplits + 1) * kAttnMaxGroup * 4 <= static_cast<int>(sizeof(AttnScratch::stage)));
+
+// The last arriver's merge of its (seq, group)'s splits, in split order, in parallel: first every
+// split's (m, l) into shared memory (one load each), each head's max, weights and total l (one
+// thread a head, split order), then each thread takes 4 consecutive elements of one head: one
+// 16-byte load per split, 16 in flight. Writes the group's bf16 output rows, then arrives on
+// attn_done. `sc`: the item's scratch (its stages are free by now).
+__device__ inline void attn_merge_splits(const MkParams& p, int layer, const AttnItem& it, AttnScratch& sc) {
   const PlanShape& s = p.plan.shape;
   const BufferLayout& b = p.plan.buffers;
   const int gs = s.group_size, D = s.head_dim;
@@ -162,24 +171,42 @@ __device__ inline void attn_merge_splits(const MkParams& p, int layer, const Att
   const float* pml = buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(it.part_base) * gs * 2;
   uint16_t* out = buf<uint16_t>(p, b.attn_out) + static_cast<int64_t>(it.seq) * s.n_heads * D +
                   static_cast<int64_t>(it.group) * gs * D;
-  const int n = it.n_splits;
+  const int n = it.n_splits;  // <= kAttnMergeMaxSplits: op_attn checked
+  float* wgt = reinterpret_cast<float*>(sc.stage);  // [split][head]: the max m, then the split's weight
+  float* lsum = wgt + kAttnMergeMaxSplits * kAttnMaxGroup;   // [split][head]: l
+  float* ltot = lsum + kAttnMergeMaxSplits * kAttnMaxGroup;  // [head]: the merged l
+#pragma unroll 4
+  for (int i = threadIdx.x; i < n * gs; i += kConsumerThreads) {
+    const float2 ml = __ldcg(reinterpret_cast<const float2*>(pml) + i);
+    wgt[i] = ml.x;
+    lsum[i] = ml.y;
+  }
+  consumer_sync();
+  if (threadIdx.x < gs) {
+    const int h = threadIdx.x;
+    float mx = -INFINITY, l = 0.0f;
+    for (int sp = 0; sp < n; ++sp) mx = fmaxf(mx, wgt[sp * gs + h]);
+    for (int sp = 0; sp < n; ++sp) {
+      const float f = attn_merge_weight(wgt[sp * gs + h], mx);
+      wgt[sp * gs + h] = f;
+      l += f * lsum[sp * gs + h];
+    }
+    ltot[h] = l;
+  }
+  consumer_sync();
   for (int q = threadIdx.x; q < gs * D / 4; q += kConsumerThreads) {
-    const int h = (q * 4) / D;
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (int sp = 0; sp < n; ++sp) mx = fmaxf(mx, __ldcg(pml + (sp * gs + h) * 2));
-    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f}, l = 0.0f;
+    const int h = (q * 4) >> log2_pow2(D);
+    float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 8
     for (int sp = 0; sp < n; ++sp) {
-      const float2 ml = __ldcg(reinterpret_cast<const float2*>(pml + (sp * gs + h) * 2));
       const float4 v = __ldcg(reinterpret_cast<const float4*>(po + static_cast<int64_t>(sp) * gs * D) + q);
-      const float f = attn_merge_weight(ml.x, mx);
+      const float f = wgt[sp * gs + h];
       o[0] += f * v.x;
       o[1] += f * v.y;
       o[2] += f * v.z;
       o[3] += f * v.w;
-      l += f * ml.y;
     }
+    const float l = ltot[h];
     uint2 packed;
     packed.x = static_cast<uint32_t>(float_to_bf16_bits(attn_normalise(o[0], l))) |
                (static_cast<uint32_t>(float_to_bf16_bits(attn_normalise(o[1], l))) << 16);

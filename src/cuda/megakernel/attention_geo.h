@@ -29,7 +29,17 @@ MD_HOST_DEVICE inline int attn_n_chunks(int pos_begin, int pos_end) {
   return pos_end > pos_begin ? (pos_end - pos_begin + kAttnRows - 1) / kAttnRows : 0;
 }
 
-// Geometry of one item: the sequence's block table, the KV group and the split.
+// log2 of a power of two (one instruction on the device).
+MD_HOST_DEVICE inline int log2_pow2(int x) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(x) - 1;
+#else
+  return __builtin_ctz(static_cast<unsigned>(x));
+#endif
+}
+
+// Geometry of one item: the sequence's block table, the KV group and the split. The block size
+// bs and the head dim D are powers of two (the megakernel's host checks it), so no index divides.
 struct AttnGeo {
   const int32_t* bt;  // [max_blocks_per_seq] physical block of each logical block
   int G, group, bs, D, pos_begin, pos_end, new_pos;
@@ -37,7 +47,8 @@ struct AttnGeo {
   // Element offset of (pos, group, d = 0) in one layer's K (or V) cache
   // [n_blocks][G][bs][D]; K and V of a row share it.
   MD_HOST_DEVICE int64_t at(int pos) const {
-    return ((static_cast<int64_t>(bt[pos / bs]) * G + group) * bs + pos % bs) * D;
+    const int sb = log2_pow2(bs);
+    return (((static_cast<int64_t>(bt[pos >> sb]) * G + group) << sb) + (pos & (bs - 1))) << log2_pow2(D);
   }
   // Token of stage row `row` of chunk c.
   MD_HOST_DEVICE int token(int c, int row) const { return pos_begin + c * kAttnRows + row; }
@@ -52,11 +63,21 @@ struct AttnGeo {
   }
 };
 
-// One 16-byte piece of a chunk's stage: copy index idx in [0, kAttnRows * D / 8).
+// One 16-byte piece of a chunk's stage: copy index idx in [0, kAttnRows * D / 8); lane l copies
+// pieces l, l + 32, ... (D / 8 divides 32: a lane keeps its column and steps 32 / (D / 8) rows).
 struct AttnPiece {
   int row, ch;  // stage row (token of the chunk) and 16-byte column
 };
 MD_HOST_DEVICE inline AttnPiece attn_piece(int idx, int D) { return {idx / (D / 8), idx % (D / 8)}; }
+// The same walk per lane, without division: lane l copies column ch of rows row0, row0 + step, ...
+// (< kAttnRows), i.e. attn_piece(l), attn_piece(l + 32), ...
+struct AttnLanePieces {
+  int row0, step, ch;
+};
+MD_HOST_DEVICE inline AttnLanePieces attn_lane_pieces(int lane, int D) {
+  const int p_shift = log2_pow2(D) - 3;  // D / 8 pieces per row
+  return {lane >> p_shift, 32 >> p_shift, lane & ((1 << p_shift) - 1)};
+}
 
 // ---- MMA fragment coordinates (lane = 4 * g + t; PTX mma.m16n8k16 and ldmatrix layouts) ----
 // A fragment of q (rows = q heads, k = head dim) for k16 chunk kc, register r (0..3).

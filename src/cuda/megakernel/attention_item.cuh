@@ -24,12 +24,17 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
     return false;
   }
   const AttnItem it = buf<const AttnItem>(p, b.attn_items)[t.arg[0]];
-  if (it.seq < 0 || it.seq >= s.batch || it.group < 0 || it.group >= s.n_kv_heads || it.pos_begin >= it.pos_end) {
+  if (it.seq < 0 || it.seq >= s.batch || it.group < 0 || it.group >= s.n_kv_heads || it.pos_begin >= it.pos_end ||
+      it.n_splits > kAttnMergeMaxSplits) {
     if (tid == 0) set_error(p, kMkBadInput, -1, it.seq, it.group, task, t.arg[0]);
     return false;
   }
   const int G = s.n_kv_heads, gs = s.group_size, D = s.head_dim;
   const int n = buf<int32_t>(p, b.seq_len)[it.seq];
+  if (n > p.w.rope_positions || it.pos_end > n) {  // the new position n - 1 is past the RoPE table
+    if (tid == 0) set_error(p, kMkBadInput, -1, n, p.w.rope_positions, task, t.arg[0]);
+    return false;
+  }
   const bool appends = it.pos_end == n;
   uint16_t* kc = p.kv + static_cast<int64_t>(layer) * p.kv_layer_stride;
   uint16_t* vc = kc + p.kv_v_offset;
@@ -179,7 +184,7 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
   float* po = buf<float>(p, b.attn_part_o) + static_cast<int64_t>(item_part) * gs * D;
   float* pml = buf<float>(p, b.attn_part_ml) + static_cast<int64_t>(item_part) * gs * 2;
   for (int idx = tid; idx < gs * D; idx += kConsumerThreads) {
-    const int row = idx / D, d = idx % D;
+    const int row = idx >> log2_pow2(D), d = idx & (D - 1);
     float mx, sum;
     po[idx] = attn_merge(kConsumerWarps, [&](int w) { return red_ml[(w * gs + row) * 2]; }, [&](int w) {
       const float* ml = red_ml + (w * gs + row) * 2;
@@ -192,7 +197,7 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
   }
   // 5. publish; the last of the (seq, group)'s splits to arrive merges them (split order).
   const int elected = attn_publish_split(p, layer, task, it, sc.old);
-  if (elected > 0) attn_merge_splits(p, layer, it);
+  if (elected > 0) attn_merge_splits(p, layer, it, sc);
   phase.stop(p, t, task, kPhaseAttnMerge);
   return elected >= 0;
 }

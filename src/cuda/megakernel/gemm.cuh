@@ -1,58 +1,49 @@
 // The megakernel's GEMM jobs (jobs.h): Y[tokens, rows] = act[tokens, k] * W[rows, k]^T for up to 64
 // token positions, W streamed page by page through the ring by the loader, the activations resident
 // in shared memory (bf16 rows, filled by the consumers per window). Weights are the mma.sync
-// m16n8k16 A operand (packed fragment tiles, cuda/common/weight_pack.cuh), token positions the N
-// operand in groups of 8 (B fragments read through the job's row map: position -> activation row).
-// Code size: one noinline copy of the loop, the fill and the epilogue per token-group count
-// (kNT); every op describes its fill and epilogue as data (the instruction cache holds the layer).
-// Determinism and batch invariance: k block kb (counted from the job's first) is accumulated by
-// consumer warp kb % 8 in increasing kb, and the 8 warp partials are summed in warp order: the sum
-// order of an output depends on neither the batch, the tile, the page nor the window.
+// m16n8k16 A operand (packed fragment tiles, cuda/common/weight_pack.cuh; the k16 step is
+// cuda/common/packed_mma.cuh's), token positions the N operand in groups of 8 (B fragments read
+// from the activation row each position maps to).
+// Code size: the kernel's per-layer code must stay in the instruction cache, so there is one copy of
+// the page loop, the reduction and the epilogue per token-group count (kNT); every op describes its
+// fill and epilogue as data, the page walk needs no division (jobs.h geometry from the host), and a
+// page needs no CTA barrier (each warp waits for it itself).
+// Determinism and batch invariance: k block kb is accumulated by consumer warp kb % 8 in increasing
+// kb, and the 8 warp partials are summed in warp order: the sum order of an output depends on
+// neither the batch, the tile, the page nor the window.
 #pragma once
 
 #include <cstdint>
 
-#include "cuda/common/packed_mma.cuh"
 #include "cuda/common/moe.cuh"  // silu
+#include "cuda/common/packed_mma.cuh"
 #include "cuda/megakernel/activation.cuh"
 #include "cuda/megakernel/smem.cuh"
 
 namespace megadecode::cuda::mk {
 
-// A job as the loader and the consumers both see it.
+// A job as the loader and the consumers both see it: row blocks [rb_begin, rb_end) of packed matrix
+// w, whose geometry is the step's GemmGeo of its kind.
 struct GemmJob {
-  const uint16_t* w;   // packed matrix
-  int32_t n_kb_total;  // k blocks per row block of the matrix (row-block stride)
-  int32_t n_kb;        // k blocks of the job (from k block 0)
+  const uint16_t* w;
   int32_t rb_begin, rb_end;
-  JobLayout lay;       // pages and activation windows (jobs.h job_layout)
 };
 
-template <int kNT>
-__device__ __forceinline__ GemmJob make_job(const uint16_t* w, int32_t n_kb_total, int32_t rb_begin, int32_t rb_end,
-                                            int32_t rows, bool full_k_window) {
-  GemmJob j;
-  j.w = w;
-  j.n_kb_total = n_kb_total;
-  j.n_kb = n_kb_total;
-  j.rb_begin = rb_begin;
-  j.rb_end = rb_end;
-  // full_k_window: the caller filled (or fills) the whole K at once (the expert jobs).
-  j.lay = job_layout(rb_end - rb_begin, j.n_kb, Smem<kNT>::kPageRbMax, full_k_window ? 1 : rows,
-                     full_k_window ? 1ll << 40 : Smem<kNT>::kActBytes);
-  return j;
-}
-
-// The activation rows of a job and how its token positions map onto them.
+// The activation rows of a job: token position pos < n_tok reads row
+// rowmap ? rowmap[pos] : row_off + pos of the area (positions past n_tok read row 0's: discarded).
 struct ActRows {
-  const uint16_t* base;  // row 0 of the window
-  int32_t pitch;         // elements between rows
-  const int16_t* rowmap;  // [n_tok] position -> row
+  const uint16_t* base;
+  int32_t pitch;
+  const int16_t* rowmap;  // nullptr: rows row_off + pos
+  int32_t row_off;
   int32_t n_tok;
+  __device__ __forceinline__ int row(int pos) const {
+    const int q = pos < n_tok ? pos : 0;
+    return rowmap != nullptr ? rowmap[q] : row_off + q;
+  }
 };
 
-// Where a job's outputs go: one epilogue routine for every op (the kernel's code stays small
-// enough for the instruction cache: one copy of the GEMM loop per token-group count).
+// Where a job's outputs go: one epilogue routine for every op.
 enum class EpiKind : int32_t {
   kStore,     // y[tok * stride + row] = v                           (QKV)
   kRows,      // the same for row < n_rows only (padded rows)        (router, LM head)
@@ -79,24 +70,14 @@ struct Epilogue {
 template <int kNT>
 __device__ __forceinline__ void reduce_store(const float* red, int rb, int n_tok, const Epilogue& e) {
   using S = Smem<kNT>;
-  auto sum_at = [&](int tok, int r) {
-    float s = 0.0f;
-#pragma unroll
-    for (int ww = 0; ww < kConsumerWarps; ++ww) s += red[ww * (8 * kNT * S::kRedPitch) + tok * S::kRedPitch + r];
-    return s;
-  };
-  if (e.kind == EpiKind::kSwiGlu) {
-    for (int idx = threadIdx.x; idx < 8 * 8 * kNT; idx += kConsumerThreads) {
-      const int i = idx & 7, tok = idx >> 3, col = rb * 8 + i;
-      if (tok < n_tok && col < e.n_rows)
-        e.act[static_cast<int64_t>(e.slot0 + tok) * e.n_rows + col] = float_to_bf16_bits(silu(sum_at(tok, i)) * sum_at(tok, i + 8));
-    }
-    return;
-  }
-  for (int idx = threadIdx.x; idx < 16 * 8 * kNT; idx += kConsumerThreads) {
-    const int r = idx & 15, tok = idx >> 4, row = rb * 16 + r;
-    if (tok >= n_tok) continue;
-    const float v = sum_at(tok, r);
+  const bool swiglu = e.kind == EpiKind::kSwiGlu;
+  // kSwiGlu: 8 outputs (gate row i with up row i + 8) per token, else 16.
+  const int per_tok = swiglu ? 8 : 16;
+  for (int idx = threadIdx.x; idx < per_tok * n_tok; idx += kConsumerThreads) {
+    const int r = swiglu ? (idx & 7) : (idx & 15), tok = swiglu ? (idx >> 3) : (idx >> 4);
+    const float v = sum_partials<kConsumerWarps>(red, 8 * kNT * S::kRedPitch, tok * S::kRedPitch + r);
+    const float u = swiglu ? sum_partials<kConsumerWarps>(red, 8 * kNT * S::kRedPitch, tok * S::kRedPitch + r + 8) : 0.0f;
+    const int row = rb * 16 + r;
     switch (e.kind) {
       case EpiKind::kStore: e.y[tok * e.stride + row] = v; break;
       case EpiKind::kRows:
@@ -109,6 +90,11 @@ __device__ __forceinline__ void reduce_store(const float* red, int rb, int n_tok
         e.y[at] = res + v;
         break;
       }
+      case EpiKind::kSwiGlu: {
+        const int col = rb * 8 + r;
+        if (col < e.n_rows) e.act[static_cast<int64_t>(e.slot0 + tok) * e.n_rows + col] = float_to_bf16_bits(silu(v) * u);
+        break;
+      }
       default: {  // kCombine
         const int slot = e.slot0 + tok;
         e.y[(e.slot_token[slot] * e.K + e.slot_k[slot]) * 16 + r] = v;
@@ -118,99 +104,123 @@ __device__ __forceinline__ void reduce_store(const float* red, int rb, int n_tok
   }
 }
 
-// Consumes the job's pages (the loader issues the same sequence) and, after the last k stage of
-// each row block, reduces the warps' partials in warp order into the epilogue. `fill` loads
-// activation window w (activation.cuh) before the first page of a window (the consumers meet
-// before and after); `seq` is the CTA's page count. Task `t` (index `task`) names the trace
-// records of its fills and page waits. All 256 consumer threads call it; false (uniformly) when
-// the step failed.
+// The consumers' place in the page ring.
+struct RingPos {
+  uint32_t slot = 0, phase = 0;
+  __device__ __forceinline__ void advance(int n_slots) {
+    if (++slot == static_cast<uint32_t>(n_slots)) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// The consumers' reduction scratch: two buffers used in turn, so a row block's partials need one
+// consumer barrier (the round before last, which used the same buffer, was read before the last
+// round's barrier). With one buffer (buf0 == buf1) each round first waits for the last's readers.
+struct RedBuffers {
+  float* buf0;
+  float* buf1;
+  bool second = false;  // the next round's buffer is buf1 (a select, not an index: no local memory)
+  __device__ __forceinline__ float* take() {
+    if (buf0 == buf1) consumer_sync();
+    float* r = second ? buf1 : buf0;
+    second = !second;
+    return r;
+  }
+};
+
+// Consumes the job's pages (the loader issues the same sequence, jobs.h) and, after the last k
+// stage of each row-block group, reduces the warps' partials in warp order into the epilogue.
+// `fill` (shared memory) loads activation window w of rows [0, n_fill_rows) (activation.cuh) when
+// the area does not hold it yet (the consumers meet before and after). Task `t` (index `task`)
+// names the trace records of its fills.
+// All 256 consumer threads call it; false in the threads whose page waits failed (the caller makes
+// it uniform once per task, at its arrival barrier).
 template <int kNT>
-__device__ __forceinline__ bool consume_job(const MkParams& p, const Task& t, int task, const Ring& ring, uint32_t& seq,
-                                         const GemmJob& job, const ActRows& act, float* red, Fill& fill,
-                                         const Epilogue& epi) {
+__device__ __forceinline__ bool consume_job(const MkParams& p, const Task& t, int task, const Ring& ring, RingPos& rp,
+                                            const GemmGeo& g, const GemmJob& job, const ActRows& act, RedBuffers& red,
+                                            Fill* fill, int n_fill_rows, const Epilogue& epi) {
   using S = Smem<kNT>;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const PageGeo& geo = job.lay.geo;
-  const int n_rb = job.rb_end - job.rb_begin;
-  // Per token group, this lane's B-fragment row (positions past n_tok read row 0's: discarded).
+  const int gq = lane >> 2, t4 = lane & 3;
+  const int n_rb = job.rb_end - job.rb_begin, page_kb = g.page_kb;
+  // Per token group, this lane's B-fragment row.
   const uint16_t* xrow[kNT];
 #pragma unroll
-  for (int jt = 0; jt < kNT; ++jt) {
-    const int pos = jt * 8 + g;
-    xrow[jt] = act.base + static_cast<int64_t>(act.rowmap[pos < act.n_tok ? pos : 0]) * act.pitch + 2 * t4;
-  }
-  float acc[S::kPageRbMax][kNT][4];
-#pragma unroll
-  for (int m = 0; m < S::kPageRbMax; ++m)
-#pragma unroll
-    for (int jt = 0; jt < kNT; ++jt) acc[m][jt][0] = acc[m][jt][1] = acc[m][jt][2] = acc[m][jt][3] = 0.0f;
-  int window = -1;
+  for (int jt = 0; jt < kNT; ++jt) xrow[jt] = act.base + static_cast<int64_t>(act.row(jt * 8 + gq)) * act.pitch + 2 * t4;
+  bool failed = false;
 #pragma unroll 1
-  for (int pg = 0; pg < geo.n_pages(); ++pg, ++seq) {
-    const PageRef ref = page_ref(geo, n_rb, pg);
-    const int w = ref.kb0 / job.lay.window_kb;
-    TraceClock phase;
-    if (w != window) {
-      consumer_sync();  // the previous window's readers are done
-      phase.start(p);
-      fill_window(fill, w);
-      consumer_sync();
-      phase.stop(p, t, task, kPhaseFill);
-      window = w;
-    }
-    const uint32_t slot = seq % ring.n_slots, parity = (seq / ring.n_slots) & 1;
-    phase.start(p, p.trace != nullptr && !mbar_test_wait(&ring.full[slot], parity));
-    const bool ok = mbar_wait_bounded(p, &ring.full[slot], parity, 100 + static_cast<int>(slot));
-    phase.stop(p, t, task, kPhasePage);
-    if (consumer_any(!ok)) return false;
-    const uint8_t* page = ring.pages + static_cast<size_t>(slot) * kPageBytes;
-    const int kb_w = w * job.lay.window_kb;  // first k block of the window
-#pragma unroll 1
-    for (int kk = (warp - ref.kb0 % 8 + 8) % 8; kk < geo.page_kb; kk += kConsumerWarps) {
-      const int kb = ref.kb0 + kk;  // kb % 8 == warp
-      uint32_t b0[kNT], b1[kNT];
+  for (int rb0 = 0; rb0 < n_rb; rb0 += g.page_rb) {
+    const int nrb = min(g.page_rb, n_rb - rb0);
+    float acc[S::kPageRbMax][kNT][4];
 #pragma unroll
-      for (int jt = 0; jt < kNT; ++jt) {
-        const uint16_t* x = xrow[jt] + (kb - kb_w) * 16;
-        b0[jt] = *reinterpret_cast<const uint32_t*>(x);
-        b1[jt] = *reinterpret_cast<const uint32_t*>(x + 8);
+    for (int m = 0; m < S::kPageRbMax; ++m)
+#pragma unroll
+      for (int jt = 0; jt < kNT; ++jt) acc[m][jt][0] = acc[m][jt][1] = acc[m][jt][2] = acc[m][jt][3] = 0.0f;
+    int win = 0, win_kb = 0;  // the window of the page and its first k block
+#pragma unroll 1
+    for (int kb0 = 0; kb0 < g.n_kb; kb0 += page_kb) {
+      if (kb0 >= win_kb + g.window_kb) {
+        ++win;
+        win_kb += g.window_kb;
       }
+      if (fill->filled != win) {  // uniform: written before a consumer barrier
+        consumer_sync();          // the previous window's readers are done
+        TraceClock phase;
+        phase.start(p);
+        fill_window(fill, win, 0, n_fill_rows);
+        consumer_sync();
+        phase.stop(p, t, task, kPhaseFill);
+      }
+      TraceClock phase;
+      phase.start(p, p.trace != nullptr && !mbar_test_wait(&ring.full[rp.slot], rp.phase));
+      failed |= !mbar_wait_bounded(p, &ring.full[rp.slot], rp.phase, 100 + static_cast<int>(rp.slot));
+      phase.stop(p, t, task, kPhasePage);
+      const uint8_t* page = ring.pages + static_cast<size_t>(rp.slot) * kPageBytes;
+      const int kk0 = (warp - kb0) & 7;  // (kb0 + kk) % 8 == warp
+      auto b_frags = [&](int kk, uint32_t (&b0)[kNT], uint32_t (&b1)[kNT]) {
+        const int kx = (kb0 + kk - win_kb) * 16;
 #pragma unroll
-      for (int m = 0; m < S::kPageRbMax; ++m) {
-        if (m < ref.n_rb) {
-          const uint4 f = *reinterpret_cast<const uint4*>(page + (m * geo.page_kb + kk) * kTileBytes + lane * 16);
-          const uint32_t a[4] = {f.x, f.y, f.z, f.w};
-#pragma unroll
-          for (int jt = 0; jt < kNT; ++jt) ptx::mma_bf16_16816(acc[m][jt], a, b0[jt], b1[jt]);
+        for (int jt = 0; jt < kNT; ++jt) {
+          b0[jt] = *reinterpret_cast<const uint32_t*>(xrow[jt] + kx);
+          b1[jt] = *reinterpret_cast<const uint32_t*>(xrow[jt] + kx + 8);
+        }
+      };
+      if (nrb == 1) {  // one row block (most pages): no branch in the loop, so its loads run ahead
+#pragma unroll(kNT <= 2 ? 4 : 1)
+        for (int kk = kk0; kk < page_kb; kk += kConsumerWarps) {
+          uint32_t b0[kNT], b1[kNT];
+          b_frags(kk, b0, b1);
+          packed_mma_k16<S::kPageRbMax, kNT>(acc, [&](int) { return page + kk * kTileBytes; }, b0, b1, 1);
+        }
+      } else {
+#pragma unroll 2
+        for (int kk = kk0; kk < page_kb; kk += kConsumerWarps) {
+          uint32_t b0[kNT], b1[kNT];
+          b_frags(kk, b0, b1);
+          packed_mma_k16<S::kPageRbMax, kNT>(acc, [&](int m) { return page + (m * page_kb + kk) * kTileBytes; }, b0,
+                                             b1, nrb);
         }
       }
+      // Generic reads of the page are ordered before the loader's next bulk copy into it.
+      ptx::fence_proxy_async_shared();
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&ring.empty[rp.slot]);
+      rp.advance(ring.n_slots);
     }
-    // Generic reads of the page are ordered before the loader's next bulk copy into it.
-    ptx::fence_proxy_async_shared();
-    __syncwarp();
-    if (lane == 0) ptx::mbar_arrive(&ring.empty[slot]);
-    if (ref.kb0 + geo.page_kb < job.n_kb) continue;  // the row blocks' sums are not complete yet
-    // The page's row blocks are complete: warp partials summed in warp order.
+    // The group's row blocks are complete: warp partials summed in warp order, one row block at a time.
+#pragma unroll 1
+    for (int m = 0; m < nrb; ++m) {
+      float* r = red.take();
 #pragma unroll
-    for (int m = 0; m < S::kPageRbMax; ++m) {
-      if (m >= ref.n_rb) continue;  // uniform
-      consumer_sync();  // the previous round's readers are done with `red`
-      float* mine = red + warp * (8 * kNT * S::kRedPitch);
-#pragma unroll
-      for (int jt = 0; jt < kNT; ++jt) {
-        const int tok = jt * 8 + 2 * t4;
-        mine[tok * S::kRedPitch + g] = acc[m][jt][0];
-        mine[(tok + 1) * S::kRedPitch + g] = acc[m][jt][1];
-        mine[tok * S::kRedPitch + g + 8] = acc[m][jt][2];
-        mine[(tok + 1) * S::kRedPitch + g + 8] = acc[m][jt][3];
-        acc[m][jt][0] = acc[m][jt][1] = acc[m][jt][2] = acc[m][jt][3] = 0.0f;
-      }
+      for (int mm = 0; mm < S::kPageRbMax; ++mm)
+        if (mm == m) store_partial<kNT>(acc[mm], r + warp * (8 * kNT * S::kRedPitch), S::kRedPitch);  // constant index
       consumer_sync();
-      reduce_store<kNT>(red, job.rb_begin + ref.rb0 + m, act.n_tok, epi);
+      reduce_store<kNT>(r, job.rb_begin + rb0 + m, act.n_tok, epi);
     }
   }
-  return true;
+  return !failed;
 }
 
 }  // namespace megadecode::cuda::mk

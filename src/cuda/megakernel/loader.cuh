@@ -5,7 +5,7 @@
 // which the consumers compute on the SM (routing.cuh) at the layer's first routed task; with
 // kMkL2Prefetch it prefetches its later static tiles' weights into L2 (evict-last) meanwhile (off
 // by default: measured slower on the H200, docs/perf/notes.md). Job geometry: the consumers'
-// (ops.cuh task_job), so both walk one page sequence.
+// (ops.cuh JobWalk, jobs.h page loops), so both walk one page sequence.
 #pragma once
 
 #include <cstdint>
@@ -30,39 +30,38 @@ struct Loader {
   const volatile int32_t* consumer_task;  // kMkLoaderInOrder: the task the consumers are on
   uint64_t evict_first, evict_last;
   uint32_t w_seq = 0;     // pages issued
+  uint32_t slot = 0, phase = 0;  // the next slot to fill; phase of its next completion
   int n_routings = 0;     // routing phases waited for
   int routed_layer = -1;
   int l2_next = 0;        // the first task the L2 prefetch has not covered
 
+  // The next slot is free (its previous page consumed by all 8 consumer warps).
   __device__ bool wait_slot() {
-    const uint32_t slot = w_seq % ring.n_slots;
     if (w_seq < static_cast<uint32_t>(ring.n_slots)) return true;
-    return mbar_wait_bounded(p, &ring.empty[slot], ((w_seq / ring.n_slots) - 1) & 1, 200 + static_cast<int>(slot));
+    return mbar_wait_bounded(p, &ring.empty[slot], phase ^ 1u, 200 + static_cast<int>(slot));
   }
 
-  // Every page of the job, in the consumers' order.
-  __device__ bool issue_job(const GemmJob& j) {
-    const PageGeo& g = j.lay.geo;
-    const int n_rb = j.rb_end - j.rb_begin;
-    for (int pg = 0; pg < g.n_pages(); ++pg) {
+  // Every page of the job, in the consumers' order (gemm.cuh consume_job's two loops).
+  __device__ bool issue_job(const GemmGeo& g, const GemmJob& j) {
+    const uint32_t per = static_cast<uint32_t>(g.page_kb) * kTileBytes;
+    return walk_pages(g, j.rb_end - j.rb_begin, [&](int32_t rb0, int32_t nrb, int32_t kb0) {
       if (!wait_slot()) return false;
-      const PageRef r = page_ref(g, n_rb, pg);
-      const uint32_t slot = w_seq % ring.n_slots;
+      const uint16_t* group = j.w + tile_offset(j.rb_begin + rb0, g.n_kb, 0);
       uint8_t* page = ring.pages + static_cast<size_t>(slot) * kPageBytes;
-      const uint32_t bytes = static_cast<uint32_t>(page_bytes(g, r));
-      ptx::mbar_arrive_expect_tx(&ring.full[slot], bytes);
-      if (g.page_kb == j.n_kb_total) {  // whole rows: one contiguous range
-        ptx::bulk_g2s(page, j.w + page_tile_offset(j.rb_begin + r.rb0, j.n_kb_total, 0), bytes, &ring.full[slot],
-                      evict_first);
+      ptx::mbar_arrive_expect_tx(&ring.full[slot], nrb * per);
+      if (g.page_kb == g.n_kb) {  // whole rows: one contiguous range
+        ptx::bulk_g2s(page, group, nrb * per, &ring.full[slot], evict_first);
       } else {
-        const uint32_t per = static_cast<uint32_t>(g.page_kb) * kTileBytes;
-        for (int m = 0; m < r.n_rb; ++m)
-          ptx::bulk_g2s(page + m * per, j.w + page_tile_offset(j.rb_begin + r.rb0 + m, j.n_kb_total, r.kb0), per,
-                        &ring.full[slot], evict_first);
+        for (int m = 0; m < nrb; ++m)
+          ptx::bulk_g2s(page + m * per, group + tile_offset(m, g.n_kb, kb0), per, &ring.full[slot], evict_first);
       }
       ++w_seq;
-    }
-    return true;
+      if (++slot == static_cast<uint32_t>(ring.n_slots)) {
+        slot = 0;
+        phase ^= 1u;
+      }
+      return true;
+    });
   }
 
   // Later static tiles' weights into L2, up to kL2AheadBytes ahead of task `cur`.
@@ -74,10 +73,9 @@ struct Loader {
       const Task t = p.tasks[j];
       const Op op = static_cast<Op>(t.op);
       if (op != Op::kQkv && op != Op::kOProj && op != Op::kRouter && op != Op::kLmHead) continue;
-      int32_t n_kb_total;
-      const uint16_t* w = tile_matrix(p, t, &n_kb_total);
-      const uint8_t* a = reinterpret_cast<const uint8_t*>(w + page_tile_offset(t.arg[0], n_kb_total, 0));
-      const int64_t all = static_cast<int64_t>(t.arg[1] - t.arg[0]) * n_kb_total * kTileBytes;
+      const int32_t n_kb = p.geo[gemm_kind(op)].n_kb;
+      const uint8_t* a = reinterpret_cast<const uint8_t*>(tile_matrix(p, t) + tile_offset(t.arg[0], n_kb, 0));
+      const int64_t all = static_cast<int64_t>(t.arg[1] - t.arg[0]) * n_kb * kTileBytes;
       const int64_t take = all < budget ? all : budget;
       for (int64_t off = 0; off < take; off += 1 << 20)
         bulk_prefetch_l2_keep(a + off, static_cast<uint32_t>(take - off < (1 << 20) ? take - off : (1 << 20)), evict_last);
@@ -104,19 +102,47 @@ struct Loader {
     return true;
   }
 
+  // An attention item's metadata into L1 (the item, its sequence's length and the block-table line
+  // of its first keys: the item's first loads hit L1 instead of three dependent L2 round trips) and,
+  // with kMkKvPrefetch, its K and V rows into L2 (the item then reads L2, not HBM, after its QKV
+  // wait). The consumers check the item; a bad one is skipped here.
+  __device__ void prefetch_attn(const Task& t) {
+    const PlanShape& s = p.plan.shape;
+    const BufferLayout& b = p.plan.buffers;
+    if (t.arg[0] < 0 || t.arg[0] >= s.n_attn_items) return;
+    const AttnItem it = buf<const AttnItem>(p, b.attn_items)[t.arg[0]];
+    if (it.seq < 0 || it.seq >= s.batch || it.group < 0 || it.group >= s.n_kv_heads || it.pos_begin < 0 ||
+        it.pos_begin >= it.pos_end)
+      return;
+    const int sb = log2_pow2(s.kv_block_size);
+    const int32_t* bt = buf<const int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq;
+    ptx::prefetch_l1(buf<const int32_t>(p, b.seq_len) + it.seq);
+    ptx::prefetch_l1(bt + (it.pos_begin >> sb));
+    if (!(p.flags & kMkKvPrefetch)) return;
+    const uint32_t block_bytes = static_cast<uint32_t>(s.kv_block_size * s.head_dim * 2);  // one group's rows of a block
+    const uint16_t* kc = p.kv + static_cast<int64_t>(t.layer) * p.kv_layer_stride;
+    for (int blk = it.pos_begin >> sb; blk <= (it.pos_end - 1) >> sb; ++blk) {
+      const int64_t at = (static_cast<int64_t>(bt[blk]) * s.n_kv_heads + it.group) * s.kv_block_size * s.head_dim;
+      ptx::bulk_prefetch_l2(kc + at, block_bytes);
+      ptx::bulk_prefetch_l2(kc + p.kv_v_offset + at, block_bytes);
+    }
+  }
+
   __device__ bool run(int begin, int end) {
     for (int i = begin; i < end; ++i) {
       const Task t = p.tasks[i];
       const Op op = static_cast<Op>(t.op);
       if ((p.flags & kMkLoaderInOrder) && !wait_consumers(i)) return false;
       // Attention items load their K/V themselves; SAMPLE reads no weights.
+      if (op == Op::kAttn) prefetch_attn(t);
       if (op == Op::kAttn || op == Op::kSample) continue;
       if (op_is_routed(op) && !wait_routing(t.layer, i, end)) return false;
-      for (int j = 0;; ++j) {  // the consumers' job sequence (ops.cuh task_job)
-        TaskJob tj;
-        if (!task_job<kNT>(p, t, route, j, tj)) break;
-        if (!issue_job(tj.job)) return false;
-      }
+      JobWalk walk;  // the consumers' job sequence (ops.cuh)
+      walk.start(p, t, route);
+      const GemmGeo& g = p.geo[walk.kind];
+      TaskJob tj;
+      while (walk.next(p, t, route, tj))
+        if (!issue_job(g, tj.job)) return false;
     }
     return true;
   }
@@ -125,7 +151,7 @@ struct Loader {
   // exits (the consumers may have stopped consuming).
   __device__ void drain() {
     const uint32_t first = w_seq > static_cast<uint32_t>(ring.n_slots) ? w_seq - ring.n_slots : 0;
-    for (uint32_t q = first; q < w_seq; ++q) {
+    for (uint32_t q = first; q < w_seq; ++q) {  // (once, after a failure: the divisions do not matter)
       const int64_t t0 = globaltimer_ns();
       while (!ptx::mbar_try_wait(&ring.full[q % ring.n_slots], (q / ring.n_slots) & 1))
         if (globaltimer_ns() - t0 > 1000000000ll) break;

@@ -41,9 +41,26 @@ const Configured& configure() {
   return c;
 }
 
+// The step's GEMM geometry (jobs.h) for instantiation kNT: pages of at most kPageRbMax row blocks,
+// activation windows of the batch's rows in the activation area; the expert-down jobs hold their
+// slots' rows at the whole K (the host checked that one row fits).
 template <int kNT>
-void launch(const MkParams& params, cudaStream_t stream) {
+void fill_geometry(const PlanShape& s, mk::GemmGeo (&geo)[mk::kNumGemmKinds]) {
+  using S = mk::Smem<kNT>;
+  const int32_t h_kb = s.hidden / 16;
+  geo[mk::kGemmQkv] = mk::gemm_geo(h_kb, S::kPageRbMax, s.batch, S::kActBytes);
+  geo[mk::kGemmOProj] = mk::gemm_geo(s.n_heads * s.head_dim / 16, S::kPageRbMax, s.batch, S::kActBytes);
+  geo[mk::kGemmRouter] = geo[mk::kGemmQkv];
+  geo[mk::kGemmLmHead] = geo[mk::kGemmQkv];
+  geo[mk::kGemmUp] = geo[mk::kGemmQkv];
+  geo[mk::kGemmDown] = mk::gemm_geo(s.moe_inter / 16, S::kPageRbMax, 1, int64_t{1} << 40);
+}
+
+template <int kNT>
+void launch(const MkParams& in, cudaStream_t stream) {
   const Configured& c = configure<kNT>();
+  MkParams params = in;
+  fill_geometry<kNT>(params.plan.shape, params.geo);
   const int grid = params.plan.shape.n_sms;
   MD_REQUIRE(c.blocks_per_sm >= 1 && grid <= c.n_sms * c.blocks_per_sm, "megakernel: a grid of ", grid,
              " persistent CTAs cannot all be resident (", c.n_sms, " SMs x ", c.blocks_per_sm,
@@ -65,9 +82,11 @@ MkLaunchShape megakernel_shape(int batch) {
 
 void check_megakernel_shape(const PlanShape& s) {
   MD_REQUIRE(s.batch >= 1 && s.batch <= mk::kMaxBatch, "megakernel: batch ", s.batch, " outside 1..", mk::kMaxBatch);
-  MD_REQUIRE(s.group_size <= mk::kAttnMaxGroup && s.head_dim <= mk::kAttnMaxDim && s.head_dim % 16 == 0,
-             "megakernel: attention needs <= ", mk::kAttnMaxGroup, " q heads per KV head and a head dim of at most ",
-             mk::kAttnMaxDim, " (a multiple of 16); the model has ", s.group_size, " and ", s.head_dim);
+  const auto pow2 = [](int x) { return x >= 1 && (x & (x - 1)) == 0; };
+  MD_REQUIRE(s.group_size <= mk::kAttnMaxGroup && s.head_dim >= 16 && s.head_dim <= mk::kAttnMaxDim && pow2(s.head_dim),
+             "megakernel: attention needs <= ", mk::kAttnMaxGroup, " q heads per KV head and a head dim of 16, 32, 64 or ",
+             mk::kAttnMaxDim, "; the model has ", s.group_size, " and ", s.head_dim);
+  MD_REQUIRE(pow2(s.kv_block_size), "megakernel: the KV block size must be a power of two, got ", s.kv_block_size);
   MD_REQUIRE(s.n_experts <= mk::kMaxExperts && s.top_k <= mk::kMaxTopK, "megakernel: routing needs <= ",
              mk::kMaxExperts, " experts and top-k <= ", mk::kMaxTopK, "; the model has ", s.n_experts, " and ", s.top_k);
   MD_REQUIRE(s.hidden % 128 == 0, "megakernel: the hidden size must be a multiple of 128, got ", s.hidden);

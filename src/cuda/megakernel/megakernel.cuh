@@ -20,7 +20,7 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
   const int tid = threadIdx.x;
   for (int i = begin; i < end; ++i) {
     const Task t = p.tasks[i];
-    consumer_sync();  // the previous task's readers of the shared areas are done
+    // (The previous task ended at a consumer barrier: its readers of the shared areas are done.)
     if (tid == 0) *consumer_task = i;
     TraceClock clock;  // the task's trace record (thread 0), written after its arrivals
     clock.start(p);
@@ -32,15 +32,13 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
         break;
       default: ok = op_gemm(c, t, i); break;
     }
-    if (!ok) return;  // ops fail uniformly (every thread returns the same)
-    if (t.n_arrives > 0) {
-      consumer_sync();  // every thread's stores of this task are done
-      if (tid == 0)
-        for (int a = 0; a < t.n_arrives && a < kMaxArrives; ++a) {
-          const Arrive ar = p.tasks[i].arrive[a];  // from the list: no indexed local copy
-          mk_arrive(p, ar.counter, ar.amount);
-        }
-    }
+    // Every thread's stores of this task are done, and a failure anywhere stops every thread.
+    if (consumer_any(!ok)) return;
+    if (tid == 0)
+      for (int a = 0; a < t.n_arrives && a < kMaxArrives; ++a) {
+        const Arrive ar = p.tasks[i].arrive[a];  // from the list: no indexed local copy
+        mk_arrive(p, ar.counter, ar.amount);
+      }
     clock.record(p, 0, kTraceWork, t, i, t.arg[0], t.arg[1], t.arg[2]);
   }
 }
@@ -73,8 +71,10 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
   if ((threadIdx.x >> 5) == kLoaderWarp) {
     if ((threadIdx.x & 31) == 0) (void)loader.run(begin, end);
   } else {
-    ConsumerCtx<kNT> c{p, ring, 0, route, route_bar, reinterpret_cast<float*>(smem + S::kRedOffset),
-                       smem + S::kUnionOffset};
+    float* red0 = reinterpret_cast<float*>(smem + S::kRedOffset);
+    float* red1 = S::kTwoRedBuffers ? reinterpret_cast<float*>(smem + S::kUnionOffset + S::kRed2Offset) : red0;
+    ConsumerCtx<kNT> c{p, ring, RingPos{}, route, route_bar, RedBuffers{red0, red1}, smem + S::kUnionOffset,
+                       reinterpret_cast<Fill*>(smem + S::kFillOffset)};
     consumer_loop<kNT>(c, begin, end, consumer_task);
   }
   // Both sides stopped. After a failure the consumers may have left pages unconsumed: let every

@@ -1,14 +1,13 @@
-// The consumers' GEMM ops (one call per task, all 256 consumer threads; false = the step failed,
-// uniformly), every one through one job loop (op_gemm) so the kernel holds one copy of the GEMM,
+// The consumers' GEMM ops (one call per task, all 256 consumer threads; false = the step failed, in
+// at least this thread: the caller makes it uniform), every one through one job loop (op_gemm) so the kernel holds one copy of the GEMM,
 // fill and epilogue code (the instruction cache must hold a layer's code):
 //   tiles (QKV, O-proj, router, LM head): one job; activation prologue, the pages, the epilogue;
 //   EXPERT_UP: h's RMSNorm for every token (after the O-proj tiles, while the router runs), the
 //     layer's routing (after the router), then one job per expert segment of the share's up units;
 //   EXPERT_DOWN: one job per (row block of the share, active expert), each row block combined in
 //     top-k order with the residual.
-// task_job() numbers a task's jobs; the loader (loader.cuh) walks the same numbering, so both sides
-// see one page sequence. Epilogue outputs other SMs read are plain stores, published by the
-// task's arrival.
+// JobWalk numbers a task's jobs; the loader (loader.cuh) walks the same way, so both sides see one
+// page sequence. Epilogue outputs other SMs read are plain stores, published by the task's arrival.
 #pragma once
 
 #include <cstdint>
@@ -25,97 +24,121 @@ template <int kNT>
 struct ConsumerCtx {
   const MkParams& p;
   Ring ring;
-  uint32_t seq;           // pages consumed so far
+  RingPos rp;             // the next page to consume
   RouteSmem& route;
   uint64_t* route_bar;    // the loader waits on it for each routing
-  float* red;             // GEMM reduction scratch
+  RedBuffers red;         // GEMM reduction scratch
   uint8_t* area;          // the union: attention scratch | sampler scratch | activation area
+  Fill* fill;             // the current task's activation fill (shared memory)
   __device__ float* scale() const { return reinterpret_cast<float*>(area + Smem<kNT>::kScaleOffset); }
-  __device__ int16_t* rowmap() const { return reinterpret_cast<int16_t*>(area + Smem<kNT>::kRowmapOffset); }
   __device__ float* combine() const { return reinterpret_cast<float*>(area + Smem<kNT>::kCombineOffset); }
   __device__ uint16_t* act() const { return reinterpret_cast<uint16_t*>(area + Smem<kNT>::kActOffset); }
 };
 
 // ---- job geometry, shared with the loader ----
 
-// The packed matrix of a static tile task (QKV, O_PROJ, ROUTER, LM_HEAD) and its row-block stride.
-__device__ inline const uint16_t* tile_matrix(const MkParams& p, const Task& t, int32_t* n_kb_total) {
-  const PlanShape& s = p.plan.shape;
-  const MkLayerWeights* lw = t.layer >= 0 ? &p.w.layers[t.layer] : nullptr;
-  *n_kb_total = s.hidden / 16;
+// The GEMM kind of a GEMM task.
+__device__ __forceinline__ GemmKind gemm_kind(Op op) {
+  switch (op) {
+    case Op::kQkv: return kGemmQkv;
+    case Op::kOProj: return kGemmOProj;
+    case Op::kRouter: return kGemmRouter;
+    case Op::kExpertUp: return kGemmUp;
+    case Op::kExpertDown: return kGemmDown;
+    default: return kGemmLmHead;
+  }
+}
+
+// The packed matrix of a static tile task (QKV, O_PROJ, ROUTER, LM_HEAD).
+__device__ __forceinline__ const uint16_t* tile_matrix(const MkParams& p, const Task& t) {
   switch (static_cast<Op>(t.op)) {
-    case Op::kQkv: return lw->qkv;
-    case Op::kOProj: *n_kb_total = s.n_heads * s.head_dim / 16; return lw->o_proj;
-    case Op::kRouter: return lw->router;
+    case Op::kQkv: return p.w.layers[t.layer].qkv;
+    case Op::kOProj: return p.w.layers[t.layer].o_proj;
+    case Op::kRouter: return p.w.layers[t.layer].router;
     default: return p.w.lm_head;
   }
 }
 
-// The expert job of row blocks [rb0, rb1) of expert `expert`'s up (gate/up pairs, rows: every
-// token's normed h) or down matrix (its activation rows filled for the whole K).
-template <int kNT>
-__device__ inline GemmJob expert_job(const MkParams& p, int layer, bool up, int expert, int32_t rb0, int32_t rb1) {
-  const PlanShape& s = p.plan.shape;
-  const MkLayerWeights& lw = p.w.layers[layer];
-  return up ? make_job<kNT>(lw.experts_up + expert * lw.expert_up_elems, s.hidden / 16, rb0, rb1, s.batch, false)
-            : make_job<kNT>(lw.experts_down + expert * lw.expert_down_elems, s.moe_inter / 16, rb0, rb1, 1, true);
+// moe_share (its 64-bit divisions) out of line: one copy for the consumers' and the loader's walks.
+__device__ __noinline__ MoeShare share_of(int32_t n, int32_t share, int32_t n_shares) {
+  return moe_share(n, share, n_shares);
 }
 
-// Job j of GEMM task t (false past its last), in the order both sides walk:
-//   tiles: job 0, its row blocks [arg0, arg1);
-//   EXPERT_UP: its share of the (active expert x up unit) list, one job per expert it touches;
-//   EXPERT_DOWN: (row block rb of its share, active expert ei), ei fastest.
-// Expert jobs need the layer's routing in `r`.
 struct TaskJob {
   GemmJob job;
   int32_t ei;  // active expert index (expert jobs)
   int32_t rb;  // EXPERT_DOWN: the hidden row block
 };
-template <int kNT>
-__device__ inline bool task_job(const MkParams& p, const Task& t, const RouteSmem& r, int j, TaskJob& out) {
-  const PlanShape& s = p.plan.shape;
-  const Op op = static_cast<Op>(t.op);
-  if (op == Op::kExpertUp) {
-    const MoeShare u = moe_share(r.n_active * s.up_units, t.arg[0], t.arg[1]);
-    if (u.begin >= u.end) return false;
-    const int ei = u.begin / s.up_units + j;
-    const int32_t a = max(u.begin, ei * s.up_units), b = min(u.end, (ei + 1) * s.up_units);
-    if (a >= b) return false;
+
+// The jobs of a GEMM task, in the order both sides walk them (one division at the start, none per
+// job):
+//   tiles: one job, the task's row blocks [arg0, arg1);
+//   EXPERT_UP: its share of the (active expert x up unit) list, one job per expert it touches;
+//   EXPERT_DOWN: (row block rb of its share, active expert ei), ei fastest.
+// Expert jobs need the layer's routing in `r`.
+struct JobWalk {
+  int32_t kind;  // GemmKind
+  int32_t at;    // up: the next unit of the flat list; down: the row block; tiles: 0 before the job
+  int32_t end;   // up: one past the share's last unit; down: one past its last row block
+  int32_t ei;    // up, down: the next active expert index
+
+  __device__ __forceinline__ void start(const MkParams& p, const Task& t, const RouteSmem& r) {
+    const PlanShape& s = p.plan.shape;
+    kind = gemm_kind(static_cast<Op>(t.op));
+    at = 0;
+    end = 1;
+    ei = 0;
+    if (kind == kGemmUp) {
+      const MoeShare u = share_of(r.n_active * s.up_units, t.arg[0], t.arg[1]);
+      at = u.begin;
+      end = u.end;
+      ei = u.begin / s.up_units;
+    } else if (kind == kGemmDown) {
+      const MoeShare rbs = share_of(s.down_rbs, t.arg[0], t.arg[1]);
+      at = rbs.begin;
+      end = rbs.end;
+    }
+  }
+
+  __device__ __forceinline__ bool next(const MkParams& p, const Task& t, const RouteSmem& r, TaskJob& out) {
+    if (at >= end) return false;
+    const PlanShape& s = p.plan.shape;
     out.ei = ei;
-    out.rb = 0;
-    out.job = expert_job<kNT>(p, t.layer, true, r.active[ei], a - ei * s.up_units, b - ei * s.up_units);
+    out.rb = at;
+    if (kind == kGemmUp) {
+      const int32_t e0 = ei * s.up_units, e1 = e0 + s.up_units;
+      const int32_t b = end < e1 ? end : e1;
+      const MkLayerWeights& lw = p.w.layers[t.layer];
+      out.job = GemmJob{lw.experts_up + r.active[ei] * lw.expert_up_elems, at - e0, b - e0};
+      at = b;
+      ++ei;
+    } else if (kind == kGemmDown) {
+      const MkLayerWeights& lw = p.w.layers[t.layer];
+      out.job = GemmJob{lw.experts_down + r.active[ei] * lw.expert_down_elems, at, at + 1};
+      if (++ei == r.n_active) {
+        ei = 0;
+        ++at;
+      }
+    } else {
+      out.job = GemmJob{tile_matrix(p, t), t.arg[0], t.arg[1]};
+      at = 1;
+    }
     return true;
   }
-  if (op == Op::kExpertDown) {
-    const MoeShare rbs = moe_share(s.down_rbs, t.arg[0], t.arg[1]);
-    const int rb = rbs.begin + j / r.n_active, ei = j % r.n_active;
-    if (rb >= rbs.end) return false;
-    out.ei = ei;
-    out.rb = rb;
-    out.job = expert_job<kNT>(p, t.layer, false, r.active[ei], rb, rb + 1);
-    return true;
-  }
-  if (j > 0) return false;
-  int32_t n_kb_total;
-  const uint16_t* w = tile_matrix(p, t, &n_kb_total);
-  out.ei = 0;
-  out.rb = 0;
-  out.job = make_job<kNT>(w, n_kb_total, t.arg[0], t.arg[1], s.batch, false);
-  return true;
-}
+};
 
 // ---- the ops ----
 
 // Waits [first, last) of the task (thread 0), then everyone meets (the acquire is handed on).
 template <int kNT>
-__device__ inline bool wait_task(ConsumerCtx<kNT>& c, const Task& t, int task, int first, int last) {
+__device__ __forceinline__ bool wait_task(ConsumerCtx<kNT>& c, const Task& t, int task, int first, int last) {
   return !consumer_any(!wait_counters(c.p, t, task, first, last));
 }
 
 // The layer's routing into shared memory if it is not there yet (the first routed task of a layer
 // in this launch), then the loader is told. Consumer side of loader.cuh's routing wait.
 template <int kNT>
-__device__ inline bool ensure_routing(ConsumerCtx<kNT>& c, const Task& t, int layer, int task) {
+__device__ __forceinline__ bool ensure_routing(ConsumerCtx<kNT>& c, const Task& t, int layer, int task) {
   if (c.route.layer == layer) return true;  // uniform: written before a consumer barrier
   TraceClock phase;
   phase.start(c.p);
@@ -129,155 +152,168 @@ __device__ inline bool ensure_routing(ConsumerCtx<kNT>& c, const Task& t, int la
   return true;
 }
 
-// Every GEMM task. The fill and the epilogue are set up per op as data; one job loop consumes.
+// The activation fill and the epilogue of a GEMM task, as data. Thread 0 writes the fill (shared
+// memory; read after the caller's next consumer barrier).
 template <int kNT>
-__device__ inline bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int task) {
+__device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, const GemmGeo& g, Epilogue& epi) {
   const MkParams& p = c.p;
   const PlanShape& s = p.plan.shape;
   const BufferLayout& b = p.plan.buffers;
   const Op op = static_cast<Op>(t.op);
-  const int L = t.layer, B = s.batch, H = s.hidden, I = s.moe_inter, K = s.top_k;
-  const bool up = op == Op::kExpertUp, down = op == Op::kExpertDown;
+  const int L = t.layer;
   const int32_t* tokens = buf<int32_t>(p, b.token_ids);
-  // h is complete after the O-proj tiles: the up task's norm runs while the router tiles do.
-  const int first = up && t.n_waits >= 2 ? 1 : t.n_waits;
-  if (!wait_task(c, t, task, 0, first)) return false;
-  if (op == Op::kQkv && L == 0) {  // the embedding rows: every token id must be in the vocabulary
-    bool bad = false;
-    for (int i = threadIdx.x; i < B; i += kConsumerThreads) bad |= tokens[i] < 0 || tokens[i] >= s.vocab;
-    if (consumer_any(bad)) {
-      if (threadIdx.x == 0) set_error(p, kMkBadInput, -1, tokens[0], s.vocab, task, -1);
-      return false;
-    }
-  }
-  Fill fill{};
-  fill.kind = FillKind::kNormed;
-  fill.n_rows = B;
-  fill.filled = -1;
-  fill.dst = c.act();
-  fill.scale = c.scale();
-  fill.part = c.red;  // free until a job's first reduction
-  fill.ns.embed = p.w.embed;
-  fill.ns.tokens = tokens;
-  fill.ns.H = H;
-  fill.ns.eps = p.w.rms_eps;
-  Epilogue epi{};
+  Fill f{};
+  f.kind = FillKind::kNormed;
+  f.window_kb = g.window_kb;
+  f.n_kb = g.n_kb;
+  f.pitch = g.pitch;
+  f.filled = -1;
+  f.dst = c.act();
+  f.scale = c.scale();
+  f.part = c.red.buf0;  // free whenever a fill runs (its callers meet first)
+  f.ns.embed = p.w.embed;
+  f.ns.tokens = tokens;
+  f.ns.H = s.hidden;
+  f.ns.eps = p.w.rms_eps;
+  epi = Epilogue{};
   epi.kind = EpiKind::kStore;
   switch (op) {
     case Op::kQkv:
-      fill.ns.x = L == 0 ? nullptr : buf<float>(p, b.x);
-      fill.ns.weight = p.w.layers[L].input_norm;
+      f.ns.x = L == 0 ? nullptr : buf<float>(p, b.x);
+      f.ns.weight = p.w.layers[L].input_norm;
       epi.y = buf<float>(p, b.qkv);
       epi.stride = static_cast<int64_t>(s.n_kv_heads) * s.qkv_group_rows;
       break;
     case Op::kOProj:
-      fill.kind = FillKind::kRows;
-      fill.src = buf<uint16_t>(p, b.attn_out);
-      fill.stride = s.n_heads * s.head_dim;
+      f.kind = FillKind::kRows;
+      f.src = buf<uint16_t>(p, b.attn_out);
+      f.stride = s.n_heads * s.head_dim;
       epi.kind = EpiKind::kResidual;
       epi.y = buf<float>(p, b.h);
-      epi.stride = H;
+      epi.stride = s.hidden;
       epi.res = L == 0 ? nullptr : buf<float>(p, b.x);
       epi.embed = p.w.embed;
       epi.tokens = tokens;
       break;
     case Op::kRouter:
     case Op::kExpertUp:
-      fill.ns.x = buf<float>(p, b.h);
-      fill.ns.weight = p.w.layers[L].post_norm;
-      epi.kind = up ? EpiKind::kSwiGlu : EpiKind::kRows;
+      f.ns.x = buf<float>(p, b.h);
+      f.ns.weight = p.w.layers[L].post_norm;
+      epi.kind = op == Op::kExpertUp ? EpiKind::kSwiGlu : EpiKind::kRows;
       epi.y = buf<float>(p, b.router_logits);
-      epi.n_rows = up ? I : s.n_experts;
+      epi.n_rows = op == Op::kExpertUp ? s.moe_inter : s.n_experts;
       epi.stride = s.n_experts;
       epi.act = buf<uint16_t>(p, b.act);
       break;
     case Op::kExpertDown:
-      fill.kind = FillKind::kRows;
-      fill.src = buf<uint16_t>(p, b.act);
-      fill.stride = I;
+      f.kind = FillKind::kRows;
+      f.src = buf<uint16_t>(p, b.act);
+      f.stride = s.moe_inter;
       epi.kind = EpiKind::kCombine;
       epi.y = c.combine();  // [token][k][16]: the row block's output of each (token, k)
-      epi.K = K;
+      epi.K = s.top_k;
       epi.slot_token = c.route.slot_token;
       epi.slot_k = c.route.slot_k;
       break;
     default:  // LM head
-      fill.ns.x = buf<float>(p, b.x);
-      fill.ns.weight = p.w.final_norm;
+      f.ns.x = buf<float>(p, b.x);
+      f.ns.weight = p.w.final_norm;
       epi.kind = EpiKind::kRows;
       epi.y = buf<float>(p, b.logits);
       epi.n_rows = s.vocab;
       epi.stride = s.vocab;
       break;
   }
-  // The window geometry: the same for every job of the task (one matrix shape, one row count).
-  {
-    TaskJob shape;
-    if (up || down) {
-      shape.job = expert_job<kNT>(p, L, up, 0, 0, 1);
-    } else {
-      (void)task_job<kNT>(p, t, c.route, 0, shape);
+  if (threadIdx.x == 0) *c.fill = f;
+}
+
+// x = h + sum_k w_k down_k for the hidden rows of row block rb, every token (top-k order); the
+// row block's (token, k) outputs are in `comb`.
+__device__ __forceinline__ void moe_combine(const MkParams& p, const RouteSmem& r, const float* comb, int rb) {
+  const PlanShape& s = p.plan.shape;
+  const int K = s.top_k, H = s.hidden;
+  const float* h = buf<float>(p, p.plan.buffers.h);
+  float* x = buf<float>(p, p.plan.buffers.x);
+  for (int idx = threadIdx.x; idx < s.batch * 16; idx += kConsumerThreads) {
+    const int tok = idx >> 4, row = rb * 16 + (idx & 15);
+    float moe = 0.0f;
+#pragma unroll 1
+    for (int k = 0; k < K; ++k) moe += r.w[tok * K + k] * comb[(tok * K + k) * 16 + (idx & 15)];  // top-k order
+    const int64_t at = static_cast<int64_t>(tok) * H + row;
+    x[at] = __ldcg(h + at) + moe;
+  }
+}
+
+// Every GEMM task. The fill and the epilogue are set up per op as data; one job loop consumes.
+template <int kNT>
+__device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int task) {
+  const MkParams& p = c.p;
+  const PlanShape& s = p.plan.shape;
+  const int B = s.batch;
+  const GemmKind kind = gemm_kind(static_cast<Op>(t.op));
+  const bool up = kind == kGemmUp, down = kind == kGemmDown;
+  const GemmGeo& g = p.geo[kind];
+  Epilogue epi;
+  gemm_setup(c, t, g, epi);
+  // h is complete after the O-proj tiles: the up task's norm runs while the router tiles do.
+  const int first = up && t.n_waits >= 2 ? 1 : t.n_waits;
+  if (!wait_task(c, t, task, 0, first)) return false;  // (also publishes the fill)
+  if (kind == kGemmQkv && t.layer == 0) {  // the embedding rows: every token id must be in the vocabulary
+    const int32_t* tokens = buf<int32_t>(p, p.plan.buffers.token_ids);
+    bool bad = false;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < B; i += kConsumerThreads) bad |= tokens[i] < 0 || tokens[i] >= s.vocab;
+    if (consumer_any(bad)) {
+      if (threadIdx.x == 0) set_error(p, kMkBadInput, -1, tokens[0], s.vocab, task, -1);
+      return false;
     }
-    fill.window_kb = shape.job.lay.window_kb;
-    fill.n_kb = shape.job.n_kb;
-    fill.pitch = shape.job.lay.window_kb * 16 + kActPad;
-    if (up && shape.job.lay.n_windows(shape.job.n_kb) == 1) {  // the whole K now, before the router's wait
-      TraceClock phase;
-      phase.start(p);
-      fill_window(fill, 0);
-      consumer_sync();
-      phase.stop(p, t, task, kPhaseFill);
-    }
+  }
+  if (up && g.window_kb == g.n_kb) {  // the whole K now, before the router's wait
+    TraceClock phase;
+    phase.start(p);
+    fill_window(c.fill, 0, 0, B);
+    consumer_sync();
+    phase.stop(p, t, task, kPhaseFill);
   }
   if (!wait_task(c, t, task, first, t.n_waits)) return false;
-  if ((up || down) && !ensure_routing(c, t, L, task)) return false;
+  if ((up || down) && !ensure_routing(c, t, t.layer, task)) return false;
   const RouteSmem& r = c.route;
-  const int cap_rows = Smem<kNT>::kActBytes / (fill.pitch * 2);  // down: slots the area holds
-  int16_t* rowmap = c.rowmap();
-  int group_end = 0, s0 = 0;  // down: the experts [.., group_end) whose slots (from s0) are filled
-  for (int j = 0;; ++j) {
-    TaskJob tj;
-    if (!task_job<kNT>(p, t, r, j, tj)) break;  // uniform
-    const int e = up || down ? r.active[tj.ei] : 0;
-    int n_tok = B;
-    consumer_sync();  // the previous job's row map and activations are no longer read
+  const int cap_rows = Smem<kNT>::kActBytes / (g.pitch * 2);  // down: slots the area holds
+  int group_begin = 0, group_end = 0, s0 = 0;  // down: experts [group_begin, group_end) are in the area (slots from s0)
+  JobWalk walk;
+  walk.start(p, t, r);
+  TaskJob tj;
+  bool ok = true;  // this thread's page waits (made uniform at the task's end: megakernel.cuh)
+  while (walk.next(p, t, r, tj)) {  // uniform
+    ActRows act{c.act(), g.pitch, nullptr, 0, B};
     if (up || down) {
-      n_tok = r.count[e];
+      const int e = r.active[tj.ei];
+      act.n_tok = r.count[e];
       epi.slot0 = r.offset[e];
-      if (down && (tj.ei == 0 || tj.ei >= group_end)) {
-        // Experts [ei, group_end) whose slots (contiguous) fit the activation area at the whole K.
-        group_end = tj.ei + 1;
-        s0 = epi.slot0;
-        while (group_end < r.n_active && r.offset[r.active[group_end]] + r.count[r.active[group_end]] - s0 <= cap_rows)
-          ++group_end;
-        fill.row0 = s0;
-        fill.n_rows = r.offset[r.active[group_end - 1]] + r.count[r.active[group_end - 1]] - s0;
-        fill.filled = -1;
-        fill_window(fill, 0);
-        consumer_sync();
+      if (up) {
+        act.rowmap = r.slot_token + epi.slot0;  // activation row = token
+      } else {
+        if (tj.ei < group_begin || tj.ei >= group_end) {
+          // Experts [ei, group_end) whose slots (contiguous) fit the activation area at the whole K.
+          group_begin = tj.ei;
+          group_end = tj.ei + 1;
+          s0 = epi.slot0;
+          while (group_end < r.n_active && r.offset[r.active[group_end]] + r.count[r.active[group_end]] - s0 <= cap_rows)
+            ++group_end;
+          const int n_rows = r.offset[r.active[group_end - 1]] + r.count[r.active[group_end - 1]] - s0;
+          fill_window(c.fill, 0, s0, n_rows);  // the last job's readers met in its final barrier
+          consumer_sync();
+        }
+        act.row_off = epi.slot0 - s0;
       }
-      for (int i = threadIdx.x; i < n_tok; i += kConsumerThreads)
-        rowmap[i] = up ? r.slot_token[epi.slot0 + i] : static_cast<int16_t>(epi.slot0 - s0 + i);
-    } else if (j == 0) {
-      for (int i = threadIdx.x; i < B; i += kConsumerThreads) rowmap[i] = static_cast<int16_t>(i);
     }
-    consumer_sync();
-    const ActRows act{c.act(), fill.pitch, rowmap, n_tok};
-    if (!consume_job<kNT>(p, t, task, c.ring, c.seq, tj.job, act, c.red, fill, epi)) return false;
-    if (down && tj.ei == r.n_active - 1) {  // the row block's every (token, k) is in `comb`
+    ok &= consume_job<kNT>(p, t, task, c.ring, c.rp, g, tj.job, act, c.red, c.fill, B, epi);
+    if (down && tj.ei == r.n_active - 1) {  // the row block's every (token, k) is in comb
       consumer_sync();
-      const float* h = buf<float>(p, b.h);
-      float* x = buf<float>(p, b.x);
-      for (int idx = threadIdx.x; idx < B * 16; idx += kConsumerThreads) {
-        const int tok = idx / 16, rr = idx % 16, row = tj.rb * 16 + rr;
-        float moe = 0.0f;
-        for (int k = 0; k < K; ++k) moe += r.w[tok * K + k] * epi.y[(tok * K + k) * 16 + rr];  // top-k order
-        const int64_t at = static_cast<int64_t>(tok) * H + row;
-        x[at] = __ldcg(h + at) + moe;
-      }
+      moe_combine(p, r, c.combine(), tj.rb);
     }
   }
-  return true;
+  return ok;
 }
 
 }  // namespace megadecode::cuda::mk

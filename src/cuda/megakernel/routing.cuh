@@ -45,9 +45,11 @@ __device__ __noinline__ bool compute_routing(const MkParams& p, int layer, Route
   consumer_sync();
   if (tid < E) {
     int c = 0;
+#pragma unroll 1
     for (int i = 0; i < n; ++i) c += r.ids[i] == tid;
     r.count[tid] = static_cast<int16_t>(c);
   }
+#pragma unroll 1
   for (int i = tid; i < n; i += kConsumerThreads)
     if (r.ids[i] < 0 || r.ids[i] >= E) r.bad = 1;
   consumer_sync();
@@ -89,15 +91,22 @@ __device__ __noinline__ bool compute_routing(const MkParams& p, int layer, Route
   }
   consumer_sync();
   if (tid < E && r.count[tid] > 0) {
-    int slot = r.offset[tid];
-    for (int i = 0; i < n; ++i)
+    int slot = r.offset[tid], tok = 0, k = 0;  // choice i = tok * K + k
+#pragma unroll 1
+    for (int i = 0; i < n; ++i) {
       if (r.ids[i] == tid) {
-        r.slot_token[slot] = static_cast<int16_t>(i / K);
-        r.slot_k[slot] = static_cast<int8_t>(i % K);
+        r.slot_token[slot] = static_cast<int16_t>(tok);
+        r.slot_k[slot] = static_cast<int8_t>(k);
         ++slot;
       }
+      if (++k == K) {
+        k = 0;
+        ++tok;
+      }
+    }
   }
   if (p.route_ids != nullptr && blockIdx.x == 0)  // routing capture (tests): [token][layer][k]
+#pragma unroll 1
     for (int i = tid; i < n; i += kConsumerThreads) {
       const int64_t at = (static_cast<int64_t>(i / K) * s.n_layers + layer) * K + i % K;
       p.route_ids[at] = r.ids[i];

@@ -1,14 +1,15 @@
 // The megakernel's shared memory, one CTA per SM (kNT = token groups of 8: batch <= 8 * kNT):
-//   barriers | routing tables | GEMM reduction | union { attention scratch | sampler scratch |
-//   activation area } | page ring (32 KB slots, as many as fit)
+//   barriers | GEMM fill | routing tables | GEMM reduction | union { attention scratch | sampler
+//   scratch | activation area } | page ring (32 KB slots, as many as fit)
 // The activation area holds a GEMM job's activation rows (bf16, jobs.h windows), each row's RMSNorm
-// scale, the job's row map (token position -> row) and the expert-down combine store. Only the
+// scale, the expert-down combine store and (batch <= 32) the second reduction buffer. Only the
 // consumers touch the union; the loader touches only the ring and the routing tables (read).
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/common/sampling.cuh"
+#include "cuda/megakernel/activation.cuh"
 #include "cuda/megakernel/attention.cuh"
 #include "cuda/megakernel/jobs.h"
 #include "cuda/megakernel/routing.cuh"
@@ -30,15 +31,20 @@ struct Smem {
   static constexpr int kRedBytes = kConsumerWarps * 8 * kNT * kRedPitch * 4;
 
   static constexpr int kBarOffset = 0;  // full[kMaxSlots], empty[kMaxSlots], route
-  static constexpr int kRouteOffset = 256;
+  static constexpr int kFillOffset = 256;  // the current GEMM task's Fill
+  static constexpr int kRouteOffset = kFillOffset + round128(static_cast<int>(sizeof(Fill)));
   static constexpr int kRedOffset = kRouteOffset + round128(static_cast<int>(sizeof(RouteSmem)));
   static constexpr int kUnionOffset = kRedOffset + round128(kRedBytes);
 
   // The activation area inside the union.
-  static constexpr int kScaleOffset = 0;                       // float[kMaxRows]
-  static constexpr int kRowmapOffset = kMaxRows * 4;           // int16[kMaxRows]
-  static constexpr int kCombineOffset = round128(kRowmapOffset + kMaxRows * 2);  // float[kMaxRows][kMaxTopK][16]
-  static constexpr int kActOffset = kCombineOffset + round128(kMaxRows * kMaxTopK * 16 * 4);
+  static constexpr int kScaleOffset = 0;                              // float[kMaxRows]
+  static constexpr int kCombineOffset = round128(kScaleOffset + kMaxRows * 4);  // float[kMaxRows][kMaxTopK][16]
+  // The second GEMM reduction buffer (gemm.cuh RedBuffers) where the union has room for it (batch
+  // <= 32; at 64 it would cost a ring slot, and the one buffer is reused with a barrier); -1: none.
+  static constexpr bool kTwoRedBuffers = kNT <= 4;
+  static constexpr int kRed2Offset = kTwoRedBuffers ? kCombineOffset + round128(kMaxRows * kMaxTopK * 16 * 4) : -1;
+  static constexpr int kActOffset =
+      kCombineOffset + round128(kMaxRows * kMaxTopK * 16 * 4) + (kTwoRedBuffers ? round128(kRedBytes) : 0);
   static constexpr int kUnionBytes =
       round128(cmax(cmax(static_cast<int>(sizeof(AttnScratch)), static_cast<int>(sizeof(SampleScratch))),
                     kActOffset + 64 * 1024));

@@ -73,19 +73,24 @@ __device__ __forceinline__ int32_t* counter_ptr(const MkParams& p, int32_t index
 // The step has failed somewhere (any SM): everyone stops waiting and leaves.
 __device__ __forceinline__ bool step_failed(const MkParams& p) { return ld_relaxed_gpu(&p.error->code) != kMkOk; }
 
-// Records the first failure of the step. Only the first writer's fields stick.
-__device__ inline void set_error(const MkParams& p, int32_t code, int32_t counter, int32_t value, int32_t target,
-                                 int32_t task, int32_t detail) {
-  if (atomicCAS(&p.error->code, 0, -1) == 0) {
-    p.error->counter = counter;
-    p.error->value = value;
-    p.error->target = target;
-    p.error->sm = static_cast<int32_t>(blockIdx.x);
-    p.error->task = task;
-    p.error->detail = detail;
+// Records the first failure of the step in `e`. Only the first writer's fields stick. Out of line:
+// a cold path called from many places.
+__device__ __noinline__ void record_error(MkError* e, int32_t code, int32_t counter, int32_t value, int32_t target,
+                                          int32_t task, int32_t detail) {
+  if (atomicCAS(&e->code, 0, -1) == 0) {
+    e->counter = counter;
+    e->value = value;
+    e->target = target;
+    e->sm = static_cast<int32_t>(blockIdx.x);
+    e->task = task;
+    e->detail = detail;
     __threadfence();
-    atomicExch(&p.error->code, code);
+    atomicExch(&e->code, code);
   }
+}
+__device__ __forceinline__ void set_error(const MkParams& p, int32_t code, int32_t counter, int32_t value,
+                                          int32_t target, int32_t task, int32_t detail) {
+  record_error(p.error, code, counter, value, target, task, detail);
 }
 
 // Bounded poll of counter >= target by ONE thread with ld.acquire.gpu: spinning (or, with

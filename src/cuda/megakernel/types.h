@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/megakernel/jobs.h"
 #include "cuda/megakernel/trace.h"
 #include "plan/task.h"
 
@@ -29,12 +30,12 @@ struct MkModelWeights {
   const uint16_t* embed;       // [V, H] row-major (lookup)
   const uint16_t* final_norm;  // [H]
   const uint16_t* lm_head;     // packed [V rows, H]
-  const float* rope_inv_freq;  // [D/2] fp32, computed on the host as HF does
+  const float2* rope;            // [rope_positions][D/2] (cos, sin) of float(pos) * inv_freq[i], from the host
   const MkLayerWeights* layers;  // [n_layers] (device array)
   float rms_eps;
   float attn_scale;  // 1/sqrt(D)
   int32_t norm_topk;
-  int32_t pad;
+  int32_t rope_positions;  // positions the RoPE table covers (the model's max_position_embeddings)
 };
 
 // The first failure of a step (first writer wins); all zero when the step succeeded.
@@ -65,6 +66,8 @@ enum MkFlag : uint32_t {
   kMkL2Prefetch = 1u << 1,     // L2 prefetch of the next tasks' weights during the routing gap (off by
                                // default: on the H200 it made batch 1 at 8K 10 % slower, 7.13 vs 6.39 ms)
   kMkPollBackoff = 1u << 2,    // counter polls back off 32 -> 256 ns (the first kernel's) instead of spinning
+  kMkKvPrefetch = 1u << 3,     // the loader prefetches each attention item's K and V rows into L2 as it
+                               // passes the item (ahead of the item's QKV wait)
 };
 
 // Kernel parameters (passed by value, < 4 KB).
@@ -79,6 +82,9 @@ struct MkParams {
   int64_t kv_layer_stride;        // elements per layer (both K and V)
   int64_t kv_v_offset;            // elements from K to V of one layer
   MkModelWeights w;
+  // Page and window geometry of every GEMM kind (jobs.h), for this batch and kernel instantiation:
+  // filled by launch_megakernel, whatever the caller put here.
+  mk::GemmGeo geo[mk::kNumGemmKinds];
   MkError* error;
   int64_t timeout_ns;             // bound on any single wait
   // Routing capture (tests; nullptr when off): [batch][n_layers][top_k] chosen experts and weights,

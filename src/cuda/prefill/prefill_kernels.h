@@ -72,7 +72,8 @@ struct QkRopeArgs {
   const float* qkv = nullptr;        // [n_tokens][G * (gs + 2) * D] fp32, fused group-major (qkv_col)
   const uint16_t* q_norm = nullptr;  // [D]
   const uint16_t* k_norm = nullptr;  // [D]
-  const float* inv_freq = nullptr;   // [D / 2] fp32
+  const float2* rope = nullptr;       // [rope_positions][D / 2] (cos, sin) of each position and frequency
+  int rope_positions = 0;
   const int32_t* block_table = nullptr;  // [>= ceil((start_pos + n_tokens) / block_size)]
   int start_pos = 0, n_tokens = 0;
   int n_kv_heads = 0, group_size = 0, head_dim = 0, block_size = 0;

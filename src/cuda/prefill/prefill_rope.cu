@@ -1,8 +1,8 @@
 // Prefill q/k per-head RMSNorm + RoPE + the paged KV write: one CTA per token, one warp per head
 // of the fused QKV row (group-major, prefill_index.h qkv_col). The arithmetic is the decode
 // megakernel's (cuda/common/qk_norm_rope.cuh, as the attention items use it): normed = (x * rsqrt(mean x^2 + eps)) * w in
-// fp32 (lane + 32j element order, butterfly sum), RoPE (NeoX halves) with the host's inv_freq table
-// and cosf/sinf of float(pos) * inv_freq, then K = bf16(rope(k)), V = bf16(v). q is rounded to bf16
+// fp32 (lane + 32j element order, butterfly sum), RoPE (NeoX halves) from the host's table of cos and
+// sin of float(pos) * inv_freq, then K = bf16(rope(k)), V = bf16(v). q is rounded to bf16
 // here because the attention MMAs take bf16 (decode keeps q in fp32).
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
     for (int i = 0; i < kMaxDim / 32; ++i) {
       const int d = lane + 32 * i;
       if (d >= D) continue;
-      dst[d] = float_to_bf16_bits(rope_neox(normed[warp], d, half, pos, a.inv_freq));
+      dst[d] = float_to_bf16_bits(rope_neox(normed[warp], d, half, a.rope[static_cast<int64_t>(pos) * half + d % half]));
     }
     __syncwarp();  // `normed` is rewritten by this warp's next job
   }
@@ -69,7 +69,9 @@ void qk_norm_rope_store(const QkRopeArgs& a, cudaStream_t stream) {
              a.head_dim, " not 32, 64 or 128");
   MD_REQUIRE(a.n_kv_heads > 0 && a.group_size > 0 && a.block_size > 0 && a.start_pos >= 0,
              "prefill qk_norm_rope: bad sizes");
-  MD_REQUIRE(a.qkv && a.q_norm && a.k_norm && a.inv_freq && a.block_table && a.q && a.k_cache && a.v_cache,
+  MD_REQUIRE(a.start_pos + a.n_tokens <= a.rope_positions, "prefill qk_norm_rope: positions up to ",
+             a.start_pos + a.n_tokens, " past the model's RoPE table of ", a.rope_positions);
+  MD_REQUIRE(a.qkv && a.q_norm && a.k_norm && a.rope && a.block_table && a.q && a.k_cache && a.v_cache,
              "prefill qk_norm_rope: null pointer");
   if (a.n_tokens <= 0) return;
   qk_rope_kernel<<<a.n_tokens, kThreads, 0, stream>>>(a);

@@ -280,7 +280,8 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   qr.qkv = qkv_;
   qr.q_norm = lw.q_norm;
   qr.k_norm = lw.k_norm;
-  qr.inv_freq = w.rope_inv_freq;
+  qr.rope = w.rope;
+  qr.rope_positions = w.rope_positions;
   qr.block_table = block_table_;
   qr.start_pos = start_pos;
   qr.n_tokens = T;
