@@ -4,7 +4,6 @@
 // at its start position, timed on the host around the synchronous call), then tokens/s, ms per
 // piece and TFLOP/s; --json writes one record per length.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -16,15 +15,12 @@
 #include "bench/results.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/stopwatch.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/common/cuda_check.h"
 
 namespace megadecode {
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Prefills `tokens` piece by piece; returns each piece's milliseconds.
 std::vector<double> timed_prefill(cuda::CudaBackend& be, const std::vector<int32_t>& tokens,
@@ -37,9 +33,9 @@ std::vector<double> timed_prefill(cuda::CudaBackend& be, const std::vector<int32
     c.tokens = std::span<const int32_t>(tokens).subspan(b, len);
     c.start_pos = b;
     c.block_table = table;
-    const double t0 = now_ms();
+    const Stopwatch t0;
     be.prefill(c, b + len == n ? std::span<float>(logits) : std::span<float>());
-    ms.push_back(now_ms() - t0);
+    ms.push_back(t0.ms());
   }
   return ms;
 }
@@ -59,11 +55,11 @@ int bench_prefill(int argc, char** argv) {
   for (int n : o.lengths) std::printf(" %d", n);
   std::printf(", pieces of %d tokens, %d reps (+%d warmup), seed %llu\n", o.chunk, o.reps, o.warmup,
               static_cast<unsigned long long>(o.seed));
-  const double t_w = now_ms();
+  const Stopwatch t_w;
   std::shared_ptr<const cuda::DeviceWeights> weights = cuda::DeviceWeights::synthetic(c, o.seed);
   CUDA_CHECK(cudaDeviceSynchronize());
   std::printf("weights: %.2f GB generated on the device in %.1f s\n", static_cast<double>(weights->bytes()) / 1e9,
-              (now_ms() - t_w) / 1e3);
+              t_w.seconds());
   BackendOptions bo;
   bo.backend = "cuda-mk";
   bo.kv_block_size = o.kv_block_size;

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
 #include "plan/planner.h"
 #include "sampling/host_sampler.h"
@@ -51,9 +52,7 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
                                                         options_.prefill_chunk);
   }
   const ModelConfig& c = config();
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = sm_count();
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
   const size_t block_bytes =
       static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;
