@@ -50,21 +50,19 @@ int bench_prefill(int argc, char** argv) {
   }
   const ModelConfig& c = o.config;
   const int longest = *std::max_element(o.lengths.begin(), o.lengths.end());
-  const int n_blocks = (longest + o.kv_block_size - 1) / o.kv_block_size + 1;
+  const int bs = o.backend.kv_block_size, chunk = o.backend.prefill_chunk;
+  const int n_blocks = (longest + bs - 1) / bs + 1;
   std::printf("bench prefill: %s, lengths", o.preset.c_str());
   for (int n : o.lengths) std::printf(" %d", n);
-  std::printf(", pieces of %d tokens, %d reps (+%d warmup), seed %llu\n", o.chunk, o.reps, o.warmup,
+  std::printf(", pieces of %d tokens, %d reps (+%d warmup), seed %llu\n", chunk, o.reps, o.warmup,
               static_cast<unsigned long long>(o.seed));
   const Stopwatch t_w;
   std::shared_ptr<const cuda::DeviceWeights> weights = cuda::DeviceWeights::synthetic(c, o.seed);
   CUDA_CHECK(cudaDeviceSynchronize());
   std::printf("weights: %.2f GB generated on the device in %.1f s\n", static_cast<double>(weights->bytes()) / 1e9,
               t_w.seconds());
-  BackendOptions bo;
-  bo.backend = "cuda-mk";
-  bo.kv_block_size = o.kv_block_size;
+  BackendOptions bo = o.backend;
   bo.n_kv_blocks = n_blocks;
-  bo.prefill_chunk = o.chunk;
   cuda::CudaBackend be(weights, bo);
 
   SplitMix64 rng(o.seed ^ 0xbe7c4ull);
@@ -77,11 +75,11 @@ int bench_prefill(int argc, char** argv) {
   for (int n : o.lengths) {
     std::vector<int32_t> tokens(n);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(c.vocab_size));
-    for (int i = 0; i < o.warmup; ++i) timed_prefill(be, tokens, table, o.chunk, logits);
+    for (int i = 0; i < o.warmup; ++i) timed_prefill(be, tokens, table, chunk, logits);
     std::vector<std::vector<double>> reps;
     std::vector<double> totals;
     for (int i = 0; i < o.reps; ++i) {
-      reps.push_back(timed_prefill(be, tokens, table, o.chunk, logits));
+      reps.push_back(timed_prefill(be, tokens, table, chunk, logits));
       totals.push_back(std::accumulate(reps.back().begin(), reps.back().end(), 0.0));
     }
     const double total = median(totals);
@@ -92,7 +90,7 @@ int bench_prefill(int argc, char** argv) {
     std::printf("%8d %8zu %12.2f %12.0f %12.1f %10.2f ", n, pieces.size(), total, tok_s, tflops, pieces.front());
     for (double m : pieces) std::printf(" %.2f", m);
     std::printf("\n");
-    records.push_back({{"backend", "prefill-kernels"}, {"preset", o.preset}, {"tokens", n}, {"chunk", o.chunk},
+    records.push_back({{"backend", "prefill-kernels"}, {"preset", o.preset}, {"tokens", n}, {"chunk", chunk},
                        {"total_ms", total}, {"tokens_per_s", tok_s}, {"tflops", tflops}, {"piece_ms", pieces},
                        {"ms_per_piece_mean", total / static_cast<double>(pieces.size())}, {"total_ms_reps", totals}});
   }
