@@ -10,6 +10,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "sampling/params.h"
+
 namespace megadecode::cuda {
 
 // ---- weights (cuda/common/weight_pack.cuh) ----
@@ -28,18 +30,11 @@ void moe_combine(const float* parts, const float* weights, const float* residual
                  int n, cudaStream_t stream);
 
 // ---- sampling (cuda/common/sampling.cuh) ----
-struct DeviceSamplingParams {  // one per row
-  float temperature;           // below kGreedyTemperature: greedy
-  int32_t top_k;               // <= 0: off
-  float top_p;                 // 1: off
-  float min_p;                 // 0: off
-  uint64_t seed;
-  int64_t position;            // the position the sampled token takes
-};
-// tokens[r] = sample_row's token for logits[r][0..vocab) under params[r], one CTA of `threads`
-// threads per row: 256 is the megakernel's consumer count (what its SAMPLE op runs), 1024 a
-// standalone CTA.
-void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab, const DeviceSamplingParams* params,
-                   int32_t* tokens, int threads, cudaStream_t stream);
+// tokens[r] = sample_row's token for logits[r][0..vocab) under params[r] (device memory; the
+// penalties are the host's, not read here) at positions[r] (the position the sampled token takes),
+// one CTA of `threads` threads per row: 256 is the megakernel's consumer count (what its SAMPLE op
+// runs), 1024 a standalone CTA.
+void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab, const SamplingParams* params,
+                   const int64_t* positions, int32_t* tokens, int threads, cudaStream_t stream);
 
 }  // namespace megadecode::cuda
