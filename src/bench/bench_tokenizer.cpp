@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
-#include "bench/results.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "core/json_file.h"
 #include "core/stopwatch.h"
 #include "tokenizer/sample_text.h"
 #include "tokenizer/tokenizer.h"

@@ -7,7 +7,6 @@
 #include <limits>
 #include <map>
 
-#include "bench/results.h"
 #include "core/check.h"
 #include "core/stats.h"
 #include "plan/op_table.h"

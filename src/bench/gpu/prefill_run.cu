@@ -12,9 +12,10 @@
 
 #include "bench/bench.h"
 #include "bench/prefill_options.h"
-#include "bench/results.h"
 #include "core/check.h"
+#include "core/json_file.h"
 #include "core/rng.h"
+#include "core/stats.h"
 #include "core/stopwatch.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/common/cuda_check.h"

@@ -1,5 +1,5 @@
 // Per-head q/k RMSNorm and RoPE (NeoX halves), the arithmetic the decode megakernel's attention
-// items (megakernel/tile_ops.cuh) and the prefill kernel (prefill/prefill_rope.cu) share, so the
+// items (megakernel/attention.cuh) and the prefill kernel (prefill/prefill_rope.cu) share, so the
 // K/V both write to the cache are bitwise the same: normed = (x * rsqrt(mean(x^2) + eps)) * w in
 // fp32 (a warp per head, lane + 32 j element order, butterfly sum), then rotation by
 // cosf/sinf(float(pos) * inv_freq[d % (D/2)]) with the model's inv_freq table.
