@@ -22,7 +22,7 @@ const char* const kDecodeBenchUsage =
     "usage: megadecode bench decode [--preset qwen3-30b-a3b] [--context 8192[,L2..]] [--batch 1,2,4,8,16,32,64]\n"
     "         [--points CTX:B,...] [--steps 100] [--warmup 10] [--backends mk,ops] [--policy default]\n"
     "         [--ablations] [--ablation-batch 1,8] [--trace FILE] [--trace-batch 1] [--json FILE]\n"
-    "         [--seed S] [--kv-block-size 16] [--ceiling-mib 4096]\n"
+    "         [--seed S] [--block-size 16] [--ceiling-mib 4096]\n"
     "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points.\n"
     "  --ablations: at --ablation-batch and the first context, one change each: grid-sync, the loader\n"
     "  issuing a task's pages only once its consumers start it, an L2 prefetch in the routing gap, polls\n"
@@ -52,7 +52,7 @@ int64_t DecodeBenchOptions::ablation_blocks() const {
 DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   Args args(argc, argv,
             {"preset", "context", "batch", "points", "steps", "warmup", "backends", "policy", "ablation-batch",
-             "trace", "trace-batch", "json", "seed", "kv-block-size", "ceiling-mib"},
+             "trace", "trace-batch", "json", "seed", "block-size", "ceiling-mib"},
             {"ablations", "help"});
   DecodeBenchOptions o;
   o.help = args.flag("help");
@@ -70,9 +70,8 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   MD_REQUIRE(warmup >= 0 && warmup <= 10000, "--warmup must be in 0..10000, got ", warmup);
   o.steps = static_cast<int>(steps);
   o.warmup = static_cast<int>(warmup);
-  const int64_t bs = args.get_int("kv-block-size", o.backend.kv_block_size);
-  MD_REQUIRE(bs >= 1 && bs <= 1024, "--kv-block-size must be in 1..1024, got ", bs);
-  o.backend.kv_block_size = static_cast<int>(bs);
+  o.backend.kv_block_size = args.get_int32("block-size", o.backend.kv_block_size);
+  check_backend_options(o.backend);
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
   o.backend.policy = args.get("policy", o.backend.policy);
   (void)policy_by_name(o.backend.policy);  // Error naming the known ones

@@ -13,14 +13,14 @@
 namespace megadecode {
 
 const char* const kPrefillBenchUsage =
-    "usage: megadecode bench prefill [--preset qwen3-30b-a3b] [--lengths 1024,8192,16384] [--chunk 2048]\n"
-    "         [--reps 3] [--warmup 1] [--seed S] [--kv-block-size 16] [--one-token] [--json FILE]\n"
+    "usage: megadecode bench prefill [--preset qwen3-30b-a3b] [--lengths 1024,8192,16384] [--prefill-chunk 2048]\n"
+    "         [--reps 3] [--warmup 1] [--seed S] [--block-size 16] [--one-token] [--json FILE]\n"
     "  Prefills one prompt of random tokens per length with the GPU prefill kernels (random weights\n"
-    "  generated on the device), in pieces of --chunk tokens; reports ms per piece, tokens/s and\n"
+    "  generated on the device), in pieces of --prefill-chunk tokens; reports ms per piece, tokens/s and\n"
     "  TFLOP/s. --one-token also times the one-token decode path on the first length.\n";
 
 PrefillBenchOptions parse_prefill_bench_args(int argc, char** argv) {
-  Args args(argc, argv, {"preset", "lengths", "chunk", "reps", "warmup", "seed", "kv-block-size", "json"},
+  Args args(argc, argv, {"preset", "lengths", "prefill-chunk", "reps", "warmup", "seed", "block-size", "json"},
             {"one-token", "help"});
   PrefillBenchOptions o;
   o.help = args.flag("help");
@@ -34,17 +34,16 @@ PrefillBenchOptions parse_prefill_bench_args(int argc, char** argv) {
     o.lengths.push_back(static_cast<int>(n));
   }
   MD_REQUIRE(!o.lengths.empty(), "--lengths: give at least one prompt length");
-  const int64_t chunk = args.get_int("chunk", o.chunk);
-  MD_REQUIRE(chunk >= 1 && chunk <= 65536, "--chunk must be in 1..65536, got ", chunk);
-  o.chunk = static_cast<int>(chunk);
+  o.backend.prefill_chunk = args.get_int32("prefill-chunk", o.backend.prefill_chunk);
+  o.backend.kv_block_size = args.get_int32("block-size", o.backend.kv_block_size);
+  check_backend_options(o.backend);
+  MD_REQUIRE(o.backend.prefill_chunk >= 1,
+             "--prefill-chunk must be >= 1: bench prefill times the prefill kernels (--one-token: the decode path)");
   const int64_t reps = args.get_int("reps", o.reps), warmup = args.get_int("warmup", o.warmup);
   MD_REQUIRE(reps >= 1 && reps <= 1000, "--reps must be in 1..1000, got ", reps);
   MD_REQUIRE(warmup >= 0 && warmup <= 100, "--warmup must be in 0..100, got ", warmup);
   o.reps = static_cast<int>(reps);
   o.warmup = static_cast<int>(warmup);
-  const int64_t bs = args.get_int("kv-block-size", o.kv_block_size);
-  MD_REQUIRE(bs >= 1 && bs <= 1024, "--kv-block-size must be in 1..1024, got ", bs);
-  o.kv_block_size = static_cast<int>(bs);
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
   o.one_token = args.flag("one-token");
   o.json_path = args.get("json", "");

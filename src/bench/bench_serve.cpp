@@ -15,11 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
-#include "bench/results.h"
 #include "bench/serve_client.h"
 #include "bench/serve_stall.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "core/json_file.h"
 #include "core/rng.h"
 
 namespace megadecode {

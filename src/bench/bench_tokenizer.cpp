@@ -5,25 +5,21 @@
 // emoji, numbers, whitespace runs, special tokens; see tokenizer/sample_text.h), and of encode
 // on very long words (a BPE stress case kept out of the mixed text).
 #include <algorithm>
-#include <chrono>
 #include <ctime>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
-#include "bench/results.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "core/json_file.h"
+#include "core/stopwatch.h"
 #include "tokenizer/sample_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 // CPU time of this thread: the figure for "one core" even when other processes share the machine.
 double thread_cpu_seconds() {
@@ -37,11 +33,11 @@ template <typename Fn>
 std::pair<double, double> best_of(int64_t repeats, Fn&& fn) {
   double wall = 1e30, cpu = 1e30;
   for (int64_t r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const Stopwatch t0;
     const double c0 = thread_cpu_seconds();
     fn();
     cpu = std::min(cpu, thread_cpu_seconds() - c0);
-    wall = std::min(wall, seconds_since(t0));
+    wall = std::min(wall, t0.seconds());
   }
   return {wall, cpu};
 }
@@ -55,9 +51,9 @@ int bench_tokenizer(int argc, char** argv) {
   const int64_t repeats = args.get_int("repeats", 5);
   MD_REQUIRE(n_bytes > 0 && repeats > 0, "--bytes and --repeats must be positive");
 
-  auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch t0;
   const std::unique_ptr<Tokenizer> tok = Tokenizer::load(model_dir);
-  const double load_s = seconds_since(t0);
+  const double load_s = t0.seconds();
   const std::string text =
       sample_text::mixed_text(static_cast<uint64_t>(args.get_int("seed", 1)), static_cast<size_t>(n_bytes));
   const double mb = static_cast<double>(text.size()) / 1e6;

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <numeric>
 
-#include "bench/results.h"
 #include "core/check.h"
+#include "core/stats.h"
 
 namespace megadecode {
 namespace {

@@ -7,8 +7,8 @@
 #include <limits>
 #include <map>
 
-#include "bench/results.h"
 #include "core/check.h"
+#include "core/stats.h"
 #include "plan/op_table.h"
 
 namespace megadecode {
@@ -136,10 +136,7 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
   }
   if (records.empty()) t_min = t_max = 0;
   s.timer_granularity_ns = static_cast<double>(gran);
-  if (!ghz.empty()) {
-    std::nth_element(ghz.begin(), ghz.begin() + ghz.size() / 2, ghz.end());
-    s.sm_clock_ghz = ghz[ghz.size() / 2];
-  }
+  if (!ghz.empty()) s.sm_clock_ghz = median(ghz);
   s.step_us = (t_max - t_min) * 1e-3;
   // Microseconds rounded to the nanosecond (short numbers in the JSON).
   auto round_ns = [](double ns) { return std::round(ns) / 1000.0; };

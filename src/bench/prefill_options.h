@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "model/config.h"
 
 namespace megadecode {
@@ -18,10 +19,11 @@ struct PrefillBenchOptions {
   std::string preset = "qwen3-30b-a3b";
   ModelConfig config;          // the preset; max_position_embeddings raised to the longest prompt
   std::vector<int> lengths = {1024, 8192, 16384};
-  int chunk = 2048;            // prefill piece size (BackendOptions::prefill_chunk)
+  // The backend's options with their one set of defaults: backend cuda-mk, prefill_chunk the
+  // piece size (--prefill-chunk, >= 1 here), kv_block_size (--block-size); n_kv_blocks per run.
+  BackendOptions backend{.backend = "cuda-mk"};
   int reps = 3;
   int warmup = 1;
-  int kv_block_size = 16;
   uint64_t seed = 1;
   bool one_token = false;      // also time the one-token decode path (prefill_chunk = 0) at the first length
   std::string json_path;

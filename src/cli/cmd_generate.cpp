@@ -1,7 +1,6 @@
 // `megadecode generate`: loads a model directory, prefills the prompt and streams generated tokens
 // to stdout as they are sampled: text when the model directory has a tokenizer (token ids with
 // --print-ids or without one); statistics go to stderr. Flags follow vLLM's sampling parameters.
-#include <chrono>
 #include <filesystem>
 #include <cstdio>
 #include <memory>
@@ -13,6 +12,7 @@
 #include "cli/generate_loop.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "core/stopwatch.h"
 #include "model/loader.h"
 #include "model/presets.h"
 #include "tokenizer/chat_template.h"
@@ -73,10 +73,6 @@ SamplingParams sampling_from(const Args& args) {
   return s;
 }
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
@@ -94,7 +90,7 @@ int cmd_generate(int argc, char** argv) {
   MD_REQUIRE(random_weights != args.has("model"), "give exactly one of --model DIR and --random-weights --preset NAME\n",
              kUsage);
   BackendOptions options = backend_options_from(args, random_weights ? "cuda-mk" : "cpu-ref");
-  const auto t_load = std::chrono::steady_clock::now();
+  const Stopwatch t_load;
   std::shared_ptr<LoadedModel> model;
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -132,15 +128,15 @@ int cmd_generate(int argc, char** argv) {
   } else {
     backend = make_backend(config, model->weights, model, options);
   }
-  const double load_ms = ms_since(t_load);
+  const double load_ms = t_load.ms();
 
-  const auto t_gen = std::chrono::steady_clock::now();
+  const Stopwatch t_gen;
   double first_token_ms = 0;
   const bool print_text = tokenizer != nullptr && !args.flag("print-ids");
   std::unique_ptr<StreamingDetokenizer> detokenizer;
   if (print_text) detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer, /*skip_special_tokens=*/true);
   const GenerateResult result = generate(*backend, request, [&](int32_t token) {
-    if (first_token_ms == 0) first_token_ms = ms_since(t_gen);
+    if (first_token_ms == 0) first_token_ms = t_gen.ms();
     if (print_text) {
       std::fputs(detokenizer->push(token).c_str(), stdout);
     } else {
@@ -148,7 +144,7 @@ int cmd_generate(int argc, char** argv) {
     }
     std::fflush(stdout);
   });
-  const double total_ms = ms_since(t_gen);
+  const double total_ms = t_gen.ms();
   if (print_text) std::fputs(detokenizer->flush().c_str(), stdout);
   std::printf("\n");
   const size_t n = result.tokens.size();

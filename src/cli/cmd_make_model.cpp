@@ -4,13 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "core/json_file.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
@@ -32,13 +32,6 @@ void usage() {
                "presets:");
   for (const std::string& p : preset_names()) std::fprintf(stderr, " %s", p.c_str());
   std::fprintf(stderr, "\n");
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  MD_REQUIRE(out.good(), "cannot write ", path.string());
 }
 
 // Qwen3-30B-A3B's generation_config.json (its sampling defaults and special tokens).
@@ -98,8 +91,8 @@ int cmd_make_model(int argc, char** argv) {
   }
 
   fs::create_directories(out);
-  write_text(out / "config.json", model_config_to_json(config).dump(2) + "\n");
-  write_text(out / "generation_config.json", generation_config().dump(2) + "\n");
+  write_json((out / "config.json").string(), model_config_to_json(config));
+  write_json((out / "generation_config.json").string(), generation_config());
   if (args.flag("config-only")) {
     std::printf("make-model: wrote the %s config (no weights) to %s\n", args.get("preset", "").c_str(), out.string().c_str());
     return 0;

@@ -1,6 +1,7 @@
 #include "core/args.h"
 
 #include <charconv>
+#include <cstdint>
 
 #include "core/check.h"
 
@@ -61,6 +62,12 @@ std::string Args::require(const std::string& name) const {
 int64_t Args::get_int(const std::string& name, int64_t fallback) const {
   auto it = values_.find(name);
   return it == values_.end() ? fallback : parse_int(name, it->second);
+}
+
+int Args::get_int32(const std::string& name, int fallback) const {
+  const int64_t v = get_int(name, fallback);
+  MD_REQUIRE(v >= INT32_MIN && v <= INT32_MAX, "--", name, ": ", v, " is out of range");
+  return static_cast<int>(v);
 }
 
 double Args::get_double(const std::string& name, double fallback) const {

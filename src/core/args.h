@@ -21,6 +21,8 @@ class Args {
   std::string get(const std::string& name, const std::string& fallback) const;
   std::string require(const std::string& name) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
+  // get_int for a field of type int: a value outside int's range is an Error naming the flag.
+  int get_int32(const std::string& name, int fallback) const;
   double get_double(const std::string& name, double fallback) const;
   bool flag(const std::string& name) const { return bools_.count(name) != 0; }
   const std::vector<std::string>& positional() const { return positional_; }

@@ -6,8 +6,8 @@
 // and every MoE share derives the layer's routing from the router logits itself (plan/moe_split.h).
 // Reductions have a fixed order (ref::dot's lanes; attention splits 0..n-1; experts in top-k order),
 // so results never depend on which thread ran what, or when. The math is the reference's
-// (src/ref/math.h); only attention differs (splits merged by log-sum-exp): everything else is bitwise
-// the reference's.
+// (src/ref/math.h); only attention differs: its online softmax and split merge are the kernels'
+// (cuda/common/attention_state.cuh, log2 domain). Everything else is bitwise the reference's.
 #pragma once
 
 #include <cstdint>

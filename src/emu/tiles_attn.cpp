@@ -4,12 +4,14 @@
 // max m, sum of exp l and unnormalised output o over its positions. The split that finishes last
 // (elected by an acq_rel fetch_add on attn_split[seq, g]) merges all splits by log-sum-exp in split
 // order, writes attn_out and arrives on attn_done. A one-split sequence is its own last split.
+// The softmax state and the merge are the kernels' own arithmetic (cuda/common/attention_state.cuh,
+// log2 domain), each split one tile of fp32 scores from the reference dot product.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "core/check.h"
+#include "cuda/common/attention_state.cuh"
 #include "emu/tiles.h"
 #include "ref/math.h"
 
@@ -42,49 +44,48 @@ void attn_split(const StepView& v, int L, const AttnItem& it, int index) {
     norm_rope(v, v.norms->k[L], raw + gs * D, pos, v.kv->key(L, here) + g * D);
     std::copy(raw + (gs + 1) * D, raw + (gs + 2) * D, v.kv->value(L, here) + g * D);
   }
-  std::vector<float> q(D), scores(it.pos_end - it.pos_begin);
-  std::vector<const float*> values(scores.size());
+  const int n = it.pos_end - it.pos_begin;
+  const float scale_log2 = cuda::attn_scale_log2(v.norms->attn_scale);
+  std::vector<float> q(D), scores(n);
+  std::vector<const float*> values(n);
+  auto score = [&](int i) -> float& { return scores[i]; };
   for (int h = 0; h < gs; ++h) {
     norm_rope(v, v.norms->q[L], raw + h * D, pos, q.data());
-    float m = -std::numeric_limits<float>::infinity();
     for (int j = it.pos_begin; j < it.pos_end; ++j) {
       const ref::KvStore::Slot sl = v.kv->locate(table, j);
-      scores[j - it.pos_begin] = ref::dot(q.data(), v.kv->key(L, sl) + g * D, D) * v.norms->attn_scale;
+      scores[j - it.pos_begin] = ref::dot(q.data(), v.kv->key(L, sl) + g * D, D);
       values[j - it.pos_begin] = v.kv->value(L, sl) + g * D;
-      m = std::max(m, scores[j - it.pos_begin]);
     }
-    float l = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const float tile_max = cuda::attn_scale_mask(n, score, scale_log2, [](int) { return true; });
+    cuda::attn_online_step(m, l, tile_max, n, score, cuda::AttnIdentity{}, cuda::AttnIdentity{});
     float* o = v.attn_part_o + (static_cast<size_t>(index) * gs + h) * D;
     std::fill(o, o + D, 0.0f);
-    for (size_t j = 0; j < scores.size(); ++j) {
-      const float p = std::exp(scores[j] - m);
-      l += p;
-      for (int d = 0; d < D; ++d) o[d] += p * values[j][d];
-    }
+    for (int j = 0; j < n; ++j)
+      for (int d = 0; d < D; ++d) o[d] += scores[j] * values[j][d];
     float* ml = v.attn_part_ml + (static_cast<size_t>(index) * gs + h) * 2;
     ml[0] = m;
     ml[1] = l;
   }
 }
 
-void attn_merge(const StepView& v, const AttnItem& it) {
+void merge_splits(const StepView& v, const AttnItem& it) {
   const PlanShape& s = v.shape();
   const int D = s.head_dim, gs = s.group_size;
-  std::vector<float> o(D);
   for (int h = 0; h < gs; ++h) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (int i = 0; i < it.n_splits; ++i) m = std::max(m, v.attn_part_ml[(static_cast<size_t>(it.part_base + i) * gs + h) * 2]);
-    float l = 0.0f;
-    std::fill(o.begin(), o.end(), 0.0f);
-    for (int i = 0; i < it.n_splits; ++i) {
-      const size_t part = static_cast<size_t>(it.part_base + i) * gs + h;
-      const float scale = std::exp(v.attn_part_ml[part * 2] - m);
-      l += v.attn_part_ml[part * 2 + 1] * scale;
-      const float* po = v.attn_part_o + part * D;
-      for (int d = 0; d < D; ++d) o[d] += po[d] * scale;
-    }
+    auto part = [&](int i) { return static_cast<size_t>(it.part_base + i) * gs + h; };
     float* out = v.attn_out + static_cast<size_t>(it.seq) * s.n_heads * D + (static_cast<size_t>(it.group) * gs + h) * D;
-    for (int d = 0; d < D; ++d) out[d] = o[d] / l;
+    for (int d = 0; d < D; ++d) {
+      float m, l;
+      const float o = cuda::attn_merge(
+          it.n_splits, [&](int i) { return v.attn_part_ml[part(i) * 2]; },
+          [&](int i) {
+            const float* ml = v.attn_part_ml + part(i) * 2;
+            return cuda::AttnPartial{ml[0], ml[1], v.attn_part_o[part(i) * D + d]};
+          },
+          m, l);
+      out[d] = cuda::attn_normalise(o, l);
+    }
   }
 }
 
@@ -102,7 +103,7 @@ void tile_attn(const StepView& v, Sync& sync, const Task& task) {
   MD_REQUIRE(before < it.n_splits, "attention item ", i, ": split counter of seq ", it.seq, " g", it.group,
              " passed its ", it.n_splits, " splits");
   if (before == it.n_splits - 1) {
-    attn_merge(v, it);
+    merge_splits(v, it);
     sync.arrive(layer_counter(c, L, c.attn_done), 1);
   }
 }

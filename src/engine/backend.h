@@ -23,20 +23,32 @@ namespace megadecode {
 // reads the fields that concern it (and checks them: an Error names the flag).
 struct BackendOptions {
   std::string backend = "cpu-ref";      // cpu-ref | cpu-mk | cuda-mk | cuda-ops
-  int kv_block_size = 16;               // tokens per KV block
+  int kv_block_size = 16;               // tokens per KV block (1..kMaxKvBlockSize)
   int n_kv_blocks = 0;                  // KV blocks the backend stores; CPU backends need > 0, the
                                         // CUDA backends take 0 as "what gpu_memory_utilization allows"
   int n_threads = 0;                    // cpu-ref: worker threads (0: one per hardware thread);
                                         // cpu-mk: emulated SMs (0: 8)
   double gpu_memory_utilization = 0.9;  // CUDA: share of the GPU's memory for weights + KV
   // CUDA: tokens per prefill kernel pass (src/cuda/prefill; routing-exact against cpu-ref on the
-  // H200); 0 runs prefill through the decode step one token at a time (the comparison baseline).
+  // H200), 0..kMaxPrefillChunk; 0 runs prefill through the decode step one token at a time (the
+  // comparison baseline).
   int prefill_chunk = 2048;
   std::string policy = "default";       // CUDA: decode plan policy (plan/policy.h)
   int n_sms = 0;                        // CUDA: SMs the plan uses, 0: every SM of the device
   int64_t wait_timeout_ms = 2000;       // CUDA: bound on any single counter wait inside a step
   uint32_t kernel_flags = 0;            // CUDA: MkFlag bits (cuda/megakernel/types.h), benchmark ablations
+
+  static constexpr int kMaxKvBlockSize = 1024;
+  static constexpr int kMaxThreads = 4096;
+  static constexpr int kMaxPrefillChunk = 65536;
 };
+
+// The one check of the options' ranges, wherever they come from: the CLI's flags
+// (cli/backend_flags.h, so a typo is the first error, before any model or GPU work), the
+// benchmarks' flags, and the CUDA backend for callers that fill the struct themselves. An Error
+// names the flag that sets the field (--block-size, --threads, --gpu-memory-utilization,
+// --prefill-chunk); fields without a flag are named as fields.
+void check_backend_options(const BackendOptions& options);
 
 // One sequence's share of a forward call: `tokens` sit at positions start_pos, start_pos+1, ...
 // The block table maps logical block i (positions [i*B, (i+1)*B)) to a physical KV block and

@@ -45,14 +45,17 @@ GenerationDefaults load_generation_defaults(const std::filesystem::path& model_d
 }
 
 SamplingParams resolve_sampling(const SamplingFields& r, const SamplingFields& d) {
-  SamplingParams p;
-  p.temperature = r.temperature.value_or(d.temperature.value_or(1.0f));
-  p.top_p = r.top_p.value_or(d.top_p.value_or(1.0f));
-  p.top_k = r.top_k.value_or(d.top_k.value_or(0));
-  p.min_p = r.min_p.value_or(d.min_p.value_or(0.0f));
-  p.presence_penalty = r.presence_penalty.value_or(d.presence_penalty.value_or(0.0f));
-  p.frequency_penalty = r.frequency_penalty.value_or(d.frequency_penalty.value_or(0.0f));
-  p.repetition_penalty = r.repetition_penalty.value_or(d.repetition_penalty.value_or(1.0f));
+  SamplingParams p;  // OpenAI's defaults are SamplingParams' own
+  auto resolve = [](auto& field, const auto& request, const auto& model) {
+    field = request.value_or(model.value_or(field));
+  };
+  resolve(p.temperature, r.temperature, d.temperature);
+  resolve(p.top_p, r.top_p, d.top_p);
+  resolve(p.top_k, r.top_k, d.top_k);
+  resolve(p.min_p, r.min_p, d.min_p);
+  resolve(p.presence_penalty, r.presence_penalty, d.presence_penalty);
+  resolve(p.frequency_penalty, r.frequency_penalty, d.frequency_penalty);
+  resolve(p.repetition_penalty, r.repetition_penalty, d.repetition_penalty);
   return p;
 }
 

@@ -165,7 +165,7 @@ TEST(DecodeOptions, BadFlagsAreErrors) {
   const std::vector<std::vector<std::string>> bad = {
       {"--batch", "0"}, {"--batch", "65"}, {"--context", "0"}, {"--context", "2000000"}, {"--steps", "0"},
       {"--warmup", "-1"}, {"--backends", "mk,gpu"}, {"--policy", "nope"}, {"--ablation-batch", "99"},
-      {"--trace-batch", "0"}, {"--kv-block-size", "0"}, {"--ceiling-mib", "1"}, {"--preset", "nope"},
+      {"--trace-batch", "0"}, {"--block-size", "0"}, {"--ceiling-mib", "1"}, {"--preset", "nope"},
       {"--points", "1:"}, {"--bogus"}, {"--attention", "tc"}};  // --attention is gone: one attention item now
   for (const auto& words : bad) EXPECT_THROW(parse(words), Error) << words[0];
 }

@@ -21,19 +21,24 @@ PrefillBenchOptions parse(std::vector<std::string> words) {
 TEST(PrefillBenchOptions, DefaultsAndFlags) {
   const PrefillBenchOptions d = parse({});
   EXPECT_EQ(d.lengths, (std::vector<int>{1024, 8192, 16384}));
-  EXPECT_EQ(d.chunk, 2048);
+  EXPECT_EQ(d.backend.prefill_chunk, BackendOptions{}.prefill_chunk);  // the one set of defaults
+  EXPECT_EQ(d.backend.kv_block_size, BackendOptions{}.kv_block_size);
+  EXPECT_EQ(d.backend.backend, "cuda-mk");
   EXPECT_EQ(d.config.n_layers, 48);
   EXPECT_FALSE(d.one_token);
   const PrefillBenchOptions o =
-      parse({"--preset", "small", "--lengths", "50000", "--chunk", "512", "--one-token", "--json", "x.json"});
+      parse({"--preset", "small", "--lengths", "50000", "--prefill-chunk", "512", "--block-size", "32", "--one-token",
+             "--json", "x.json"});
   EXPECT_EQ(o.lengths, (std::vector<int>{50000}));
-  EXPECT_EQ(o.chunk, 512);
+  EXPECT_EQ(o.backend.prefill_chunk, 512);
+  EXPECT_EQ(o.backend.kv_block_size, 32);
   EXPECT_TRUE(o.one_token);
   EXPECT_EQ(o.json_path, "x.json");
   EXPECT_GE(o.config.max_position_embeddings, 50001);  // raised for the long prompt
   for (const std::vector<std::string>& bad :
-       {std::vector<std::string>{"--chunk", "0"}, {"--chunk", "70000"}, {"--lengths", "0"}, {"--reps", "0"},
-        {"--preset", "nope"}, {"--kv-block-size", "0"}, {"--bogus", "1"}})
+       {std::vector<std::string>{"--prefill-chunk", "0"}, {"--prefill-chunk", "70000"}, {"--lengths", "0"},
+        {"--reps", "0"}, {"--preset", "nope"}, {"--block-size", "0"}, {"--block-size", "1025"}, {"--bogus", "1"},
+        {"--chunk", "512"}})
     EXPECT_THROW(parse(bad), Error) << bad[0] << " " << bad[1];
 }
 

@@ -61,6 +61,8 @@ TEST(BackendFlags, GivenFlagsAreRead) {
 
 TEST(BackendFlags, BadValuesNameTheFlag) {
   EXPECT_NE(error_of({"--block-size", "0"}).find("--block-size"), std::string::npos);
+  EXPECT_NE(error_of({"--block-size", "1025"}).find("--block-size"), std::string::npos);  // the CUDA backends' range
+  EXPECT_NE(error_of({"--block-size", "4294967312"}).find("--block-size"), std::string::npos);  // 2^32 + 16: no wrap
   EXPECT_NE(error_of({"--threads", "-2"}).find("--threads"), std::string::npos);
   EXPECT_NE(error_of({"--gpu-memory-utilization", "1.5"}).find("--gpu-memory-utilization"), std::string::npos);
   EXPECT_NE(error_of({"--prefill-chunk", "-1"}).find("--prefill-chunk"), std::string::npos);

@@ -3,8 +3,9 @@
 // wait_group that lands them, so an early read shows), the K/V patch of the new token,
 // ldmatrix(.trans) and mma.m16n8k16 on the PTX fragment layouts, quad shuffles, the online
 // softmax, the warp merge and the split merge. It uses the same helpers (attention_geo.h) as the
-// device code; the instruction semantics are written here from the PTX ISA. Plus two references:
-// attention in double and plain fp32 attention (the rounding a scalar kernel has).
+// device code; the instruction semantics are written here from the PTX ISA. The reference is the
+// tests' one attention oracle (tests/ref/naive_attention.h) over the case's keys: in double, and in
+// plain fp32 (the rounding a scalar kernel has).
 #pragma once
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../ref/naive_attention.h"
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "cuda/megakernel/attention_geo.h"
@@ -66,47 +68,16 @@ inline float emu_key(const EmuCase& k, const std::vector<uint16_t>& cache, const
   return bf16_bits_to_float(cache[((static_cast<int64_t>(k.bt[j / k.bs]) * k.G + k.group) * k.bs + j % k.bs) * k.D + d]);
 }
 
-// [gs][D] attention in double.
-inline std::vector<double> emu_reference(const EmuCase& k) {
-  std::vector<double> out(static_cast<size_t>(k.gs) * k.D);
-  std::vector<double> s(k.n);
+// [gs][D] attention over the case's keys (the appended row included) in T arithmetic.
+template <class T>
+std::vector<T> emu_reference(const EmuCase& k) {
+  std::vector<T> out;
   for (int h = 0; h < k.gs; ++h) {
-    double mx = -1e300;
-    for (int j = 0; j < k.n; ++j) {
-      double acc = 0;
-      for (int d = 0; d < k.D; ++d) acc += static_cast<double>(k.q[h * k.D + d]) * emu_key(k, k.kc, k.knew, j, d);
-      s[j] = acc * k.scale;
-      mx = std::max(mx, s[j]);
-    }
-    double den = 0;
-    for (int j = 0; j < k.n; ++j) den += (s[j] = std::exp(s[j] - mx));
-    for (int d = 0; d < k.D; ++d) {
-      double acc = 0;
-      for (int j = 0; j < k.n; ++j) acc += s[j] * emu_key(k, k.vc, k.vnew, j, d);
-      out[h * k.D + d] = acc / den;
-    }
-  }
-  return out;
-}
-
-// [gs][D] plain fp32 attention (what any fp32 scalar kernel rounds like).
-inline std::vector<float> emu_fp32_attention(const EmuCase& k) {
-  std::vector<float> out(static_cast<size_t>(k.gs) * k.D), s(k.n);
-  for (int h = 0; h < k.gs; ++h) {
-    float mx = -INFINITY;
-    for (int j = 0; j < k.n; ++j) {
-      float acc = 0;
-      for (int d = 0; d < k.D; ++d) acc = std::fma(k.q[h * k.D + d], emu_key(k, k.kc, k.knew, j, d), acc);
-      s[j] = acc * k.scale;
-      mx = std::max(mx, s[j]);
-    }
-    float den = 0;
-    for (int j = 0; j < k.n; ++j) den += (s[j] = std::exp(s[j] - mx));
-    for (int d = 0; d < k.D; ++d) {
-      float acc = 0;
-      for (int j = 0; j < k.n; ++j) acc = std::fma(s[j], emu_key(k, k.vc, k.vnew, j, d), acc);
-      out[h * k.D + d] = acc / den;
-    }
+    const std::vector<T> head = test::naive::attention<T>(
+        k.n, k.D, k.scale, [&](int d) { return k.q[h * k.D + d]; },
+        [&](int j, int d) { return emu_key(k, k.kc, k.knew, j, d); },
+        [&](int j, int d) { return emu_key(k, k.vc, k.vnew, j, d); });
+    out.insert(out.end(), head.begin(), head.end());
   }
   return out;
 }
@@ -194,7 +165,7 @@ inline void emu_mma(std::array<std::array<float, 4>, 32>& d, const std::array<st
   }
 }
 
-// The item's partial (o [gs][D], m/l [gs]) of one split, as op_attn_tc computes it.
+// The item's partial (o [gs][D], m/l [gs]) of one split, as op_attn (attention_item.cuh) computes it.
 struct EmuPartial {
   std::vector<float> o, m, l;
 };
@@ -217,7 +188,7 @@ inline EmuPartial emu_tc_item(const EmuCase& k, const AttnGeo& g, int terms) {
         attn_split_terms(use ? k.q[rc.row * D + rc.col + 1] : 0.0f, terms, b);
         for (int i = 0; i < kAttnMaxTerms; ++i) qfrag[i][kk][r][ln] = a[i] | (static_cast<uint32_t>(b[i]) << 16);
       }
-  const float scale_log2 = k.scale * 1.4426950408889634f;
+  const float scale_log2 = attn_scale_log2(k.scale);
   std::vector<float> red_o(static_cast<size_t>(kAttnWarps) * gs * D), red_ml(static_cast<size_t>(kAttnWarps) * gs * 2);
   for (int warp = 0; warp < kAttnWarps; ++warp) {
     EmuWarp w;
@@ -273,34 +244,28 @@ inline EmuPartial emu_tc_item(const EmuCase& k, const AttnGeo& g, int terms) {
       const int next = c + kAttnWarps;
       if (next < n_chunks) load(k.kc, next, 0);
       else commit_empty();
-      float tm[32][2], rsum[32][2];
-      AttnRescale rs[32][2];
-      for (int lane = 0; lane < 32; ++lane) {
-        tm[lane][0] = tm[lane][1] = -INFINITY;
-        for (int nn = 0; nn < 2; ++nn)
-          for (int e = 0; e < 4; ++e) {
-            const int tok = g.token(c, attn_score_coord(lane, nn, e).col);
-            float& x = sv[nn][lane][e];
-            x = tok < g.pos_end ? x * scale_log2 : -INFINITY;
-            tm[lane][e >> 1] = std::max(tm[lane][e >> 1], x);
-          }
-      }
+      // Row h of a lane's scores (AttnFragRow's order: score i is tile i / 2, element 2h + i % 2).
+      auto row = [&sv](int lane, int h) {
+        return [&sv, lane, h](int i) -> float& { return sv[i >> 1][lane][2 * h + (i & 1)]; };
+      };
+      float tm[32][2], rsum[32][2], alpha[32][2];
+      for (int lane = 0; lane < 32; ++lane)
+        for (int h = 0; h < 2; ++h)
+          tm[lane][h] = attn_scale_mask(4, row(lane, h), scale_log2, [&](int i) {
+            return g.token(c, attn_score_coord(lane, i >> 1, 2 * h + (i & 1)).col) < g.pos_end;
+          });
       for (int x : {1, 2}) {  // __shfl_xor_sync within the quad
         float cp[32][2];
         std::memcpy(cp, tm, sizeof(cp));
         for (int lane = 0; lane < 32; ++lane)
           for (int h = 0; h < 2; ++h) tm[lane][h] = std::max(cp[lane][h], cp[lane ^ x][h]);
       }
-      for (int lane = 0; lane < 32; ++lane) {
-        for (int h = 0; h < 2; ++h) rs[lane][h] = attn_rescale(m[lane][h], tm[lane][h]);
-        rsum[lane][0] = rsum[lane][1] = 0.0f;
-        for (int nn = 0; nn < 2; ++nn)
-          for (int e = 0; e < 4; ++e) {
-            float& x = sv[nn][lane][e];
-            x = exp2f(x - rs[lane][e >> 1].m_use);
-            rsum[lane][e >> 1] += x;
-          }
-      }
+      for (int lane = 0; lane < 32; ++lane)
+        for (int h = 0; h < 2; ++h) {
+          const AttnTileExp t = attn_exp_tile(m[lane][h], tm[lane][h], 4, row(lane, h), AttnIdentity{});
+          alpha[lane][h] = t.alpha;
+          rsum[lane][h] = t.sum;
+        }
       for (int x : {1, 2}) {
         float cp[32][2];
         std::memcpy(cp, rsum, sizeof(cp));
@@ -309,7 +274,7 @@ inline EmuPartial emu_tc_item(const EmuCase& k, const AttnGeo& g, int terms) {
       }
       std::vector<Frag> pa(terms);
       for (int lane = 0; lane < 32; ++lane) {
-        for (int h = 0; h < 2; ++h) l[lane][h] = l[lane][h] * rs[lane][h].alpha + rsum[lane][h];
+        for (int h = 0; h < 2; ++h) l[lane][h] = l[lane][h] * alpha[lane][h] + rsum[lane][h];
         const float pairs[4][2] = {{sv[0][lane][0], sv[0][lane][1]}, {sv[0][lane][2], sv[0][lane][3]},
                                    {sv[1][lane][0], sv[1][lane][1]}, {sv[1][lane][2], sv[1][lane][3]}};
         for (int r = 0; r < 4; ++r) {
@@ -338,8 +303,8 @@ inline EmuPartial emu_tc_item(const EmuCase& k, const AttnGeo& g, int terms) {
         }
         for (int lane = 0; lane < 32; ++lane)
           for (int e = 0; e < 4; ++e) {
-            o[dn][lane][e] = std::fma(o[dn][lane][e], rs[lane][e >> 1].alpha, a0[lane][e]);
-            o[dn + 1][lane][e] = std::fma(o[dn + 1][lane][e], rs[lane][e >> 1].alpha, a1[lane][e]);
+            o[dn][lane][e] = std::fma(o[dn][lane][e], alpha[lane][e >> 1], a0[lane][e]);
+            o[dn + 1][lane][e] = std::fma(o[dn + 1][lane][e], alpha[lane][e >> 1], a1[lane][e]);
           }
       }
       if (next < n_chunks) load(k.vc, next, kAttnStageBytes);

@@ -1,7 +1,9 @@
 // Host tests of the attention state (cuda/common/attention_state.cuh), the arithmetic every
-// attention kernel shares: the online-softmax step over tiles equals the softmax computed at once
-// (in double), a log-sum-exp merge of split partials equals the unsplit state, empty tiles and
-// empty partials contribute nothing and never make a NaN.
+// attention kernel shares: the online-softmax step over tiles (scale and mask, exponentials, the
+// (m, l) update) equals the softmax computed at once (in double), a row spread over the four lanes
+// of an MMA quad's accumulator fragments steps like the same row held by one thread, a log-sum-exp
+// merge of split partials equals the unsplit state, empty tiles and empty partials contribute
+// nothing and never make a NaN.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,40 +11,43 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "cuda/common/attention_state.cuh"
 
 namespace megadecode::cuda {
 namespace {
 
-// A row's state (m, l, o) over scores [begin, end) (log2 domain) and one value per key, tile by
-// tile as the kernels run it: o = o * alpha + sum 2^(s - m_use) v, l = l * alpha + sum 2^(s - m_use).
-AttnPartial online(const std::vector<float>& s, const std::vector<float>& v, int begin, int end, int tile) {
+constexpr float kScale = 0.0883883476f;  // 1/sqrt(128)
+
+// A row's state (m, l, o) over raw scores q.k [begin, end) (keep: not masked) and one value per
+// key, tile by tile as the kernels run it: scale and mask, the step of (m, l), o = o * alpha + P v.
+AttnPartial online(const std::vector<float>& raw, const std::vector<char>& keep, const std::vector<float>& v,
+                   int begin, int end, int tile) {
   float m = -INFINITY, l = 0.0f, o = 0.0f;
+  std::vector<float> s;
   for (int t0 = begin; t0 < end; t0 += tile) {
-    const int t1 = std::min(end, t0 + tile);
-    float tile_max = -INFINITY;
-    for (int j = t0; j < t1; ++j) tile_max = std::max(tile_max, s[j]);
-    const AttnRescale r = attn_rescale(m, tile_max);
-    float sum = 0.0f, pv = 0.0f;
-    for (int j = t0; j < t1; ++j) {
-      const float p = std::exp2(s[j] - r.m_use);
-      sum += p;
-      pv += p * v[j];
-    }
-    l = l * r.alpha + sum;
-    o = o * r.alpha + pv;
+    s.assign(raw.begin() + t0, raw.begin() + std::min(end, t0 + tile));
+    const int n = static_cast<int>(s.size());
+    auto score = [&](int i) -> float& { return s[i]; };
+    const float tile_max = attn_scale_mask(n, score, attn_scale_log2(kScale), [&](int i) { return keep[t0 + i] != 0; });
+    const float alpha = attn_online_step(m, l, tile_max, n, score, AttnIdentity{}, AttnIdentity{});
+    float pv = 0.0f;
+    for (int i = 0; i < n; ++i) pv += s[i] * v[t0 + i];
+    o = o * alpha + pv;
   }
   return {m, l, o};
 }
 
-// sum_j softmax(s)_j v_j in double (base 2).
-double exact(const std::vector<float>& s, const std::vector<float>& v) {
+// sum_j softmax(kScale * raw)_j v_j over the kept keys, in double.
+double exact(const std::vector<float>& raw, const std::vector<char>& keep, const std::vector<float>& v) {
   double mx = -INFINITY;
-  for (float x : s) mx = std::max(mx, static_cast<double>(x));
+  for (size_t j = 0; j < raw.size(); ++j)
+    if (keep[j]) mx = std::max(mx, static_cast<double>(raw[j]) * kScale);
   double num = 0, den = 0;
-  for (size_t j = 0; j < s.size(); ++j) {
-    const double p = std::exp2(s[j] - mx);
+  for (size_t j = 0; j < raw.size(); ++j) {
+    if (!keep[j]) continue;
+    const double p = std::exp(raw[j] * static_cast<double>(kScale) - mx);
     num += p * v[j];
     den += p;
   }
@@ -55,21 +60,23 @@ TEST(AttentionState, OnlineStepsAndSplitMergesEqualTheWholeSoftmax) {
   SplitMix64 rng(seed);
   for (int trial = 0; trial < 200; ++trial) {
     const int n = 1 + static_cast<int>(rng.below(3000));
-    std::vector<float> s(n), v(n);
+    std::vector<float> raw(n), v(n);
+    std::vector<char> keep(n);
     for (int j = 0; j < n; ++j) {
-      s[j] = rng.below(8) == 0 ? -INFINITY : static_cast<float>(rng.normal() * 6.0);  // masked keys too
+      raw[j] = static_cast<float>(rng.normal() * 50.0);
+      keep[j] = rng.below(8) != 0;  // masked keys too
       v[j] = static_cast<float>(rng.normal());
     }
-    s[rng.below(n)] = static_cast<float>(rng.normal());  // at least one key
-    const double want = exact(s, v);
+    keep[rng.below(n)] = 1;  // at least one key
+    const double want = exact(raw, keep, v);
     const int tile = 1 + static_cast<int>(rng.below(300));
-    const AttnPartial whole = online(s, v, 0, n, tile);
+    const AttnPartial whole = online(raw, keep, v, 0, n, tile);
     EXPECT_NEAR(attn_normalise(whole.o, whole.l), want, 1e-5 * (1 + std::fabs(want))) << "n " << n << " tile " << tile;
     // Split into ragged partials (some possibly empty), merged in split order.
     std::vector<AttnPartial> parts;
     for (int b = 0; b < n;) {
       const int e = std::min(n, b + static_cast<int>(rng.below(n + 1)));
-      parts.push_back(online(s, v, b, e, tile));
+      parts.push_back(online(raw, keep, v, b, e, tile));
       b = e;
     }
     parts.push_back({-INFINITY, 0.0f, 0.0f});  // an empty split
@@ -79,6 +86,94 @@ TEST(AttentionState, OnlineStepsAndSplitMergesEqualTheWholeSoftmax) {
     EXPECT_EQ(m, whole.m);
     EXPECT_NEAR(attn_normalise(o, l), want, 1e-5 * (1 + std::fabs(want))) << "n " << n << " " << parts.size() << " parts";
   }
+}
+
+// Tiles of 8 kN keys for the rows g and g + 8 of one quad (lanes t = 0..3) in m16n8k16 accumulator
+// fragments, as the prefill kernel (kN = 8) and the megakernel (kN = 2) hold them: per lane
+// attn_scale_mask, the max over the quad, per lane attn_exp_tile, the sum over the quad. The state
+// and every weight equal the same row held by one thread in key order (the sum up to its order).
+template <int kN>
+void quad_matches_one_thread(SplitMix64& rng) {
+  constexpr int kKeys = 8 * kN;
+  // Score i of row h in lane t is key (i / 2) * 8 + 2 t + i % 2 (the accumulator's column).
+  auto key_of = [](int t, int i) { return (i >> 1) * 8 + 2 * t + (i & 1); };
+  float reach[kN][4] = {};
+  for (int h = 0; h < 2; ++h) {  // AttnFragRow reaches each element once, row h in elements 2h, 2h + 1
+    for (int i = 0; i < AttnFragRow<kN>::kScores; ++i) {
+      float& x = AttnFragRow<kN>{reach, h}(i);
+      EXPECT_EQ(x, 0.0f);
+      x = 1.0f;
+      EXPECT_EQ(&x, &reach[i >> 1][2 * h + (i & 1)]);
+    }
+  }
+  float m_quad[2] = {-INFINITY, -INFINITY}, l_quad[2] = {0, 0}, m_one[2] = {-INFINITY, -INFINITY}, l_one[2] = {0, 0};
+  for (int tile = 0; tile < 4; ++tile) {
+    float frag[4][kN][4], row[2][kKeys];
+    int limit[2];
+    for (int h = 0; h < 2; ++h) limit[h] = static_cast<int>(rng.below(kKeys + 4)) - 2;  // sometimes nothing
+    for (int t = 0; t < 4; ++t)
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 2 * kN; ++i) {
+          const float x = static_cast<float>(rng.normal() * 40.0) + 30.0f * tile;  // later tiles raise the max
+          AttnFragRow<kN>{frag[t], h}(i) = x;
+          row[h][key_of(t, i)] = x;
+        }
+    for (int h = 0; h < 2; ++h) {
+      float lane_max[4], lane_sum[4];
+      AttnTileExp step[4];
+      for (int t = 0; t < 4; ++t)
+        lane_max[t] = attn_scale_mask(2 * kN, AttnFragRow<kN>{frag[t], h}, attn_scale_log2(kScale),
+                                      [&](int i) { return key_of(t, i) <= limit[h]; });
+      const float quad_max = std::max(std::max(lane_max[0], lane_max[1]), std::max(lane_max[2], lane_max[3]));
+      for (int t = 0; t < 4; ++t) {
+        float m = m_quad[h];
+        step[t] = attn_exp_tile(m, quad_max, 2 * kN, AttnFragRow<kN>{frag[t], h}, AttnIdentity{});
+        lane_sum[t] = step[t].sum;
+        if (t == 3) m_quad[h] = m;
+      }
+      l_quad[h] = l_quad[h] * step[0].alpha + ((lane_sum[0] + lane_sum[1]) + (lane_sum[2] + lane_sum[3]));
+      auto one = [&](int i) -> float& { return row[h][i]; };
+      const float one_max = attn_scale_mask(kKeys, one, attn_scale_log2(kScale), [&](int i) { return i <= limit[h]; });
+      EXPECT_EQ(one_max, quad_max);
+      const float alpha = attn_online_step(m_one[h], l_one[h], one_max, kKeys, one, AttnIdentity{}, AttnIdentity{});
+      for (int t = 0; t < 4; ++t) EXPECT_EQ(step[t].alpha, alpha);
+      EXPECT_EQ(m_quad[h], m_one[h]);
+      for (int t = 0; t < 4; ++t)
+        for (int i = 0; i < 2 * kN; ++i) EXPECT_EQ((AttnFragRow<kN>{frag[t], h}(i)), row[h][key_of(t, i)]);
+      EXPECT_NEAR(l_quad[h], l_one[h], 1e-6f * l_one[h]) << "tile " << tile << " row " << h;
+      EXPECT_FALSE(std::isnan(l_quad[h]));
+    }
+  }
+}
+
+TEST(AttentionState, QuadFragmentsStepLikeOneThread) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  for (int trial = 0; trial < 50; ++trial) {
+    quad_matches_one_thread<2>(rng);  // the megakernel's 16-key chunks
+    quad_matches_one_thread<8>(rng);  // the prefill kernel's 64-key tiles
+  }
+}
+
+// With a rounding of the weights (the prefill kernel's bf16 P operand), l sums exactly the weights
+// the scores were replaced by, and each is the rounding of 2^(s - m).
+TEST(AttentionState, RoundedWeightsAreWhatLSums) {
+  SplitMix64 rng(test_seed());
+  std::vector<float> s(64);
+  for (float& x : s) x = static_cast<float>(rng.normal() * 4.0);
+  const std::vector<float> before = s;
+  float m = -INFINITY, l = 0.0f;
+  auto score = [&](int i) -> float& { return s[i]; };
+  const float mx = *std::max_element(s.begin(), s.end());
+  attn_online_step(m, l, mx, 64, score, [](float p) { return round_bf16(p); }, AttnIdentity{});
+  float sum = 0.0f;
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(s[i], round_bf16(std::exp2(before[i] - mx)));
+    sum += s[i];
+  }
+  EXPECT_EQ(l, sum);
+  EXPECT_EQ(m, mx);
 }
 
 TEST(AttentionState, EmptyTilesAndPartialsContributeNothing) {

@@ -194,14 +194,14 @@ TEST(AttnTcEmulation, MatchesDoubleAttentionOverRandomSplits) {
     EmuCase k = make_emu_case(rng, s.G, s.group, s.bs, s.D, gs, s.n, s.bt);
     std::vector<AttnGeo> items;
     for (int sp = 0; sp < s.split.n_splits; ++sp) items.push_back(item_geo(s, sp));
-    const std::vector<double> ref = emu_reference(k);
+    const std::vector<double> ref = emu_reference<double>(k);
     for (int terms : {3, 2}) {
       const std::vector<float> out = emu_tc_attention(k, items, terms);
       EmuStats& st = terms == 3 ? st3 : st2;
       accumulate_stats(out, ref, st);
       for (float v : out) ASSERT_TRUE(std::isfinite(v)) << "trial " << trial << ": a poisoned (unlanded) byte was read";
     }
-    accumulate_stats(emu_fp32_attention(k), ref, st_fp32);
+    accumulate_stats(emu_reference<float>(k), ref, st_fp32);
     ASSERT_LE(st3.max_rel, 3e-5) << "trial " << trial << " n " << s.n << " D " << s.D << " gs " << gs << " splits "
                                  << s.split.n_splits << " x " << s.split.len;
   }

@@ -20,12 +20,7 @@ namespace {
 using test::DeviceBuffer;
 
 // The reference kept set: the host sampler's candidates (steps 3-6 of sampling/host_sampler.h).
-std::set<int> kept_set(const float* l, int vocab, const DeviceSamplingParams& d) {
-  SamplingParams p;
-  p.temperature = d.temperature;
-  p.top_k = d.top_k;
-  p.top_p = d.top_p;
-  p.min_p = d.min_p;
+std::set<int> kept_set(const float* l, int vocab, const SamplingParams& p) {
   std::set<int> ids;
   for (const sampling::Candidate& c : sampling::sampling_candidates(std::span<const float>(l, vocab), p, {}))
     ids.insert(c.id);
@@ -35,14 +30,17 @@ std::set<int> kept_set(const float* l, int vocab, const DeviceSamplingParams& d)
 // The row sampler at the megakernel's 256 threads or at 1024 (kThreadCounts).
 constexpr int kThreadCounts[] = {256, 1024};
 
-std::vector<int32_t> sample(const std::vector<float>& logits, int vocab, const std::vector<DeviceSamplingParams>& params,
-                            int threads) {
+// Row r samples under params[r] at positions[r] (every row at position 0 when positions is empty).
+std::vector<int32_t> sample(const std::vector<float>& logits, int vocab, const std::vector<SamplingParams>& params,
+                            std::vector<int64_t> positions, int threads) {
   const int rows = int(params.size());
+  positions.resize(rows, 0);
   DeviceBuffer<float> dl(logits);
-  DeviceBuffer<DeviceSamplingParams> dp(params);
+  DeviceBuffer<SamplingParams> dp(params);
+  DeviceBuffer<int64_t> dpos(positions);
   DeviceBuffer<int32_t> tok(rows);
   tok.fill_bytes(0xFF);
-  sample_tokens(dl.get(), vocab, rows, vocab, dp.get(), tok.get(), threads, nullptr);
+  sample_tokens(dl.get(), vocab, rows, vocab, dp.get(), dpos.get(), tok.get(), threads, nullptr);
   return tok.download();
 }
 
@@ -60,9 +58,9 @@ TEST(Sampling, GreedyIsArgmaxWithTiesToLowestId) {
       row[a] = row[b] = 100.0f;  // a tie at the top
       want[r] = std::min(a, b);
     }
-    std::vector<DeviceSamplingParams> p(rows, DeviceSamplingParams{0.0f, 0, 1.0f, 0.0f, 1, 0});
+    const std::vector<SamplingParams> p(rows, SamplingParams{.temperature = 0.0f, .seed = 1});
     for (int threads : kThreadCounts) {
-      const auto got = sample(l, vocab, p, threads);
+      const auto got = sample(l, vocab, p, {}, threads);
       for (int r = 0; r < rows; ++r) EXPECT_EQ(got[r], want[r]) << "vocab " << vocab << " row " << r << " " << threads;
     }
   }
@@ -76,27 +74,32 @@ TEST(Sampling, FiltersKeepTheReferenceSetAndDrawsAreReproducible) {
   std::vector<float> base(vocab);
   for (auto& x : base) x = rng.normal() * 2.0f;
   base[17] = base[18];  // a tie inside the kept region
-  const DeviceSamplingParams settings[] = {
-      {1.0f, 5, 1.0f, 0.0f, 0, 0},     {0.7f, 0, 0.6f, 0.0f, 0, 0},   {1.3f, 0, 1.0f, 0.05f, 0, 0},
-      {1.0f, 40, 0.9f, 0.01f, 0, 0},   {1.0f, 1, 1.0f, 0.0f, 0, 0},   {2.0f, 0, 1e-6f, 0.0f, 0, 0},
-      {0.5f, 2999, 0.999f, 0.0f, 0, 0}, {1.0f, 0, 1.0f, 0.0f, 0, 0}};
+  const SamplingParams settings[] = {{.temperature = 1.0f, .top_k = 5},
+                                     {.temperature = 0.7f, .top_p = 0.6f},
+                                     {.temperature = 1.3f, .min_p = 0.05f},
+                                     {.temperature = 1.0f, .top_k = 40, .top_p = 0.9f, .min_p = 0.01f},
+                                     {.temperature = 1.0f, .top_k = 1},
+                                     {.temperature = 2.0f, .top_p = 1e-6f},
+                                     {.temperature = 0.5f, .top_k = 2999, .top_p = 0.999f},
+                                     {.temperature = 1.0f}};
   for (const auto& s : settings) {
     SCOPED_TRACE(::testing::Message() << "T=" << s.temperature << " k=" << s.top_k << " p=" << s.top_p << " min_p=" << s.min_p);
     const int rows = 400;  // one logits row, 400 positions
     std::vector<float> l(size_t(rows) * vocab);
     for (int r = 0; r < rows; ++r) std::copy(base.begin(), base.end(), l.begin() + size_t(r) * vocab);
-    std::vector<DeviceSamplingParams> p(rows, s);
+    std::vector<SamplingParams> p(rows, s);
+    std::vector<int64_t> pos(rows);
     for (int r = 0; r < rows; ++r) {
       p[r].seed = seed;
-      p[r].position = 1000 + r;
+      pos[r] = 1000 + r;
     }
     const auto kept = kept_set(base.data(), vocab, s);
-    const auto got = sample(l, vocab, p, 256);
+    const auto got = sample(l, vocab, p, pos, 256);
     for (int r = 0; r < rows; ++r)
       ASSERT_TRUE(kept.count(got[r])) << "row " << r << " drew " << got[r] << " outside the kept set of " << kept.size();
     // Reproducible: same (seed, position) -> same token, whatever the row order or the CTA size.
-    std::vector<DeviceSamplingParams> rev(p.rbegin(), p.rend());
-    const auto again = sample(l, vocab, rev, 1024);
+    const auto again = sample(l, vocab, std::vector<SamplingParams>(p.rbegin(), p.rend()),
+                              std::vector<int64_t>(pos.rbegin(), pos.rend()), 1024);
     for (int r = 0; r < rows; ++r) ASSERT_EQ(again[rows - 1 - r], got[r]);
   }
 }
@@ -108,9 +111,10 @@ TEST(Sampling, EmpiricalDistributionMatchesSoftmax) {
   const std::vector<float> base = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f, 1.0f};
   std::vector<float> l(size_t(rows) * vocab);
   for (int r = 0; r < rows; ++r) std::copy(base.begin(), base.end(), l.begin() + size_t(r) * vocab);
-  std::vector<DeviceSamplingParams> p(rows, DeviceSamplingParams{0.8f, 0, 1.0f, 0.0f, seed, 0});
-  for (int r = 0; r < rows; ++r) p[r].position = r;
-  const auto got = sample(l, vocab, p, 256);
+  const std::vector<SamplingParams> p(rows, SamplingParams{.temperature = 0.8f, .seed = seed});
+  std::vector<int64_t> pos(rows);
+  std::iota(pos.begin(), pos.end(), 0);
+  const auto got = sample(l, vocab, p, pos, 256);
   std::vector<double> prob(vocab);
   double sum = 0;
   for (int i = 0; i < vocab; ++i) sum += (prob[i] = std::exp(base[i] / 0.8));
@@ -134,10 +138,12 @@ TEST(Sampling, FullVocabularyBatch) {
   for (int rows : {1, 3, 17}) {
     std::vector<float> l(size_t(rows) * vocab);
     for (auto& x : l) x = rng.normal() * 4.0f;
-    std::vector<DeviceSamplingParams> p(rows);
-    for (int r = 0; r < rows; ++r) p[r] = DeviceSamplingParams{0.9f, r % 2 ? 50 : 0, r % 3 ? 0.9f : 1.0f, r % 4 ? 0.0f : 0.02f, seed + r, 77};
+    std::vector<SamplingParams> p(rows);
+    for (int r = 0; r < rows; ++r)
+      p[r] = SamplingParams{.temperature = 0.9f, .top_k = r % 2 ? 50 : 0, .top_p = r % 3 ? 0.9f : 1.0f,
+                            .min_p = r % 4 ? 0.0f : 0.02f, .seed = seed + r};
     for (int threads : kThreadCounts) {
-      const auto got = sample(l, vocab, p, threads);
+      const auto got = sample(l, vocab, p, std::vector<int64_t>(rows, 77), threads);
       for (int r = 0; r < rows; ++r) {
         const auto kept = kept_set(&l[size_t(r) * vocab], vocab, p[r]);
         EXPECT_TRUE(kept.count(got[r])) << "row " << r << " token " << got[r] << " threads " << threads;
@@ -147,9 +153,9 @@ TEST(Sampling, FullVocabularyBatch) {
 }
 
 TEST(Sampling, RejectsBadArguments) {
-  EXPECT_THROW(sample_tokens(nullptr, 10, 1, 0, nullptr, nullptr, 256, nullptr), Error);
-  EXPECT_THROW(sample_tokens(nullptr, 5, 1, 10, nullptr, nullptr, 256, nullptr), Error);
-  EXPECT_THROW(sample_tokens(nullptr, 10, 1, 10, nullptr, nullptr, 512, nullptr), Error);
+  EXPECT_THROW(sample_tokens(nullptr, 10, 1, 0, nullptr, nullptr, nullptr, 256, nullptr), Error);
+  EXPECT_THROW(sample_tokens(nullptr, 5, 1, 10, nullptr, nullptr, nullptr, 256, nullptr), Error);
+  EXPECT_THROW(sample_tokens(nullptr, 10, 1, 10, nullptr, nullptr, nullptr, 512, nullptr), Error);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../ref/naive_attention.h"
 #include "core/check.h"
 #include "cuda/common/kernels.h"
 #include "cuda/common/weight_pack.cuh"
@@ -327,21 +328,12 @@ TEST(PrefillAttention, CausalPagedMatchesHost) {
       for (int h = 0; h < n_heads; ++h) {
         const int g = h / c.gs, pos = c.start + t;
         const float* qh = q.values.data() + (static_cast<size_t>(t) * n_heads + h) * c.D;
-        std::vector<double> s(pos + 1);
-        double mx = -INFINITY;
-        for (int j = 0; j <= pos; ++j) {
-          double acc = 0;
-          for (int d = 0; d < c.D; ++d) acc += double(qh[d]) * kf[(static_cast<size_t>(j) * c.G + g) * c.D + d];
-          s[j] = acc * a.scale;
-          mx = std::max(mx, s[j]);
-        }
-        double l = 0;
-        for (double& v : s) l += (v = std::exp(v - mx));
-        for (int d = 0; d < c.D; ++d) {
-          double o = 0;
-          for (int j = 0; j <= pos; ++j) o += s[j] * vf[(static_cast<size_t>(j) * c.G + g) * c.D + d];
-          want[(static_cast<size_t>(t) * n_heads + h) * c.D + d] = o / l;
-        }
+        auto kv = [&](const std::vector<float>& x) {
+          return [&x, g, &c](int j, int d) { return x[(static_cast<size_t>(j) * c.G + g) * c.D + d]; };
+        };
+        const std::vector<double> head =
+            test::naive::attention<double>(pos + 1, c.D, a.scale, [&](int d) { return qh[d]; }, kv(kf), kv(vf));
+        std::copy(head.begin(), head.end(), want.begin() + (static_cast<size_t>(t) * n_heads + h) * c.D);
       }
     // P is rounded to bf16 for the MMA (and summed rounded): a convex combination with weights off by
     // <= 2^-8 relative, so |err| <= ~2^-8 max |V| = 2^-8 on top of the output's bf16 rounding.

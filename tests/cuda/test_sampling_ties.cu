@@ -41,11 +41,11 @@ Step decode_step(cuda::CudaBackend& be, const std::vector<int32_t>& prompt, cons
 int32_t standalone_token(const std::vector<float>& logits, const SamplingParams& sp, int64_t position) {
   const int vocab = static_cast<int>(logits.size());
   DeviceBuffer<float> dl(logits);
-  DeviceBuffer<cuda::DeviceSamplingParams> dp(
-      std::vector<cuda::DeviceSamplingParams>{{sp.temperature, sp.top_k, sp.top_p, sp.min_p, sp.seed, position}});
+  DeviceBuffer<SamplingParams> dp(std::vector<SamplingParams>{sp});
+  DeviceBuffer<int64_t> dpos(std::vector<int64_t>{position});
   DeviceBuffer<int32_t> tok(1);
   tok.fill_bytes(0xFF);
-  cuda::sample_tokens(dl.get(), vocab, 1, vocab, dp.get(), tok.get(), 1024, nullptr);
+  cuda::sample_tokens(dl.get(), vocab, 1, vocab, dp.get(), dpos.get(), tok.get(), 1024, nullptr);
   return tok.download()[0];
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "naive_attention.h"
 #include "ref_test_util.h"
 
 namespace megadecode::test {
@@ -114,18 +115,11 @@ inline std::vector<double> naive_logits(const ModelConfig& c, const ModelWeights
       for (int hd = 0; hd < c.n_heads; ++hd) {
         const int g = hd / (c.n_heads / c.n_kv_heads);
         const int first = spec.sliding_window > 0 ? std::max(0, t - spec.sliding_window + 1) : 0;
-        std::vector<double> s;
-        for (int j = first; j <= t; ++j) {
-          double dot = 0;
-          for (int i = 0; i < d; ++i) dot += q[t][hd * d + i] * k[j][g * d + i];
-          s.push_back(dot / std::sqrt(static_cast<double>(d)));
-        }
-        const double m = *std::max_element(s.begin(), s.end());
-        double sum = 0;
-        for (double& e : s) sum += (e = std::exp(e - m));
-        for (int j = first; j <= t; ++j) {
-          for (int i = 0; i < d; ++i) att[hd * d + i] += s[j - first] / sum * v[j][g * d + i];
-        }
+        const std::vector<double> head = naive::attention(
+            t - first + 1, d, 1.0 / std::sqrt(static_cast<double>(d)), [&](int i) { return q[t][hd * d + i]; },
+            [&](int j, int i) { return k[first + j][g * d + i]; },
+            [&](int j, int i) { return v[first + j][g * d + i]; });
+        std::copy(head.begin(), head.end(), att.begin() + hd * d);
       }
       const std::vector<double> o = naive::linear(L.o_proj, att);
       std::vector<double> ffn_in = xn[t];

@@ -3,12 +3,12 @@
 // and one word per CTA is written so the compiler cannot drop the loads.
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include "bench/gpu/bandwidth.h"
-#include "bench/results.h"
+#include "bench/gpu/event_timer.h"
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 
 namespace megadecode::cuda {
 namespace {
@@ -45,10 +45,7 @@ void read_bandwidth(const void* src, size_t bytes, int blocks_per_sm, int thread
                     cudaStream_t stream) {
   MD_REQUIRE(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0, "read_bandwidth: 16-byte units only");
   MD_REQUIRE(threads % 32 == 0 && threads >= 32 && threads <= 1024, "read_bandwidth: threads ", threads);
-  int dev = 0, n_sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
-  const int grid = n_sms * blocks_per_sm;
+  const int grid = sm_count() * blocks_per_sm;
   const auto* p = static_cast<const uint4*>(src);
   const size_t n = bytes / 16;
   switch (unroll) {
@@ -73,26 +70,14 @@ double measure_read_ceiling(size_t bytes, int reps, nlohmann::json& records, boo
   CUDA_CHECK(cudaMemset(sink, 0, kSinkWords * sizeof(uint32_t)));
   cudaStream_t stream = nullptr;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaEvent_t a = nullptr, b = nullptr;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
   struct Shape {
     int blocks_per_sm, threads, unroll;
   };
   const Shape shapes[] = {{1, 1024, 4}, {2, 512, 4}, {2, 512, 8}, {2, 1024, 4}, {4, 512, 4}, {1, 1024, 8}};
   double best = 0;
   for (const Shape& sh : shapes) {
-    std::vector<double> ms;
-    for (int i = 0; i < reps + 2; ++i) {
-      CUDA_CHECK(cudaEventRecord(a, stream));
-      read_bandwidth(buf, bytes, sh.blocks_per_sm, sh.threads, sh.unroll, sink, stream);
-      CUDA_CHECK(cudaEventRecord(b, stream));
-      CUDA_CHECK(cudaEventSynchronize(b));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-      if (i >= 2) ms.push_back(t);
-    }
-    const double med = median(ms);
+    const double med = median_event_ms(
+        stream, 2, reps, [&] { read_bandwidth(buf, bytes, sh.blocks_per_sm, sh.threads, sh.unroll, sink, stream); });
     const double gbps = static_cast<double>(bytes) / (med * 1e-3) / 1e9;
     best = std::max(best, gbps);
     const int in_flight_kb = sh.blocks_per_sm * sh.threads * sh.unroll * 16 / 1024;
@@ -102,8 +87,6 @@ double measure_read_ceiling(size_t bytes, int reps, nlohmann::json& records, boo
       std::printf("  %d x %4d thr x %d loads (%3d KB/SM in flight): %8.1f GB/s\n", sh.blocks_per_sm, sh.threads,
                   sh.unroll, in_flight_kb, gbps);
   }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
   CUDA_CHECK(cudaStreamDestroy(stream));
   CUDA_CHECK(cudaFree(sink));
   CUDA_CHECK(cudaFree(buf));

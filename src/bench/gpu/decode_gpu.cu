@@ -1,7 +1,6 @@
 // GPU side of `megadecode bench decode` (bench/decode_gpu.h): device facts, synthetic weights,
 // the N(0, 0.01) KV fill, and timed decode steps on CudaBackend.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include "bench/decode_gpu.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/stopwatch.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_info.h"
@@ -24,10 +24,6 @@ __global__ void fill_normal_bf16(uint16_t* out, size_t n, uint64_t seed, float s
     const float u2 = uniform_at(seed, 2, i);
     out[i] = float_to_bf16_bits(sd * sqrtf(-2.0f * logf(u1)) * cospif(u2));
   }
-}
-
-double elapsed_s(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -51,11 +47,11 @@ struct DecodeGpu::Impl {
 DecodeGpu::DecodeGpu(const ModelConfig& config, uint64_t seed) : impl_(std::make_unique<Impl>()) {
   impl_->config = config;
   impl_->seed = seed;
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch t0;
   impl_->weights = cuda::DeviceWeights::synthetic(config, seed);
   CUDA_CHECK(cudaDeviceSynchronize());
   std::printf("weights: %.2f GB generated on the device in %.1f s (seed %llu)\n",
-              static_cast<double>(impl_->weights->bytes()) / 1e9, elapsed_s(t0), static_cast<unsigned long long>(seed));
+              static_cast<double>(impl_->weights->bytes()) / 1e9, t0.seconds(), static_cast<unsigned long long>(seed));
   std::fflush(stdout);
 }
 

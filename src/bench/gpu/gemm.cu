@@ -13,10 +13,11 @@
 
 #include "bench/bench.h"
 #include "bench/gpu/bandwidth.h"
+#include "bench/gpu/event_timer.h"
 #include "bench/gpu/stream.h"
-#include "bench/results.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "core/json_file.h"
 #include "core/rng.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_info.h"
@@ -39,27 +40,6 @@ __global__ void fill_uniform_bf16(uint16_t* out, size_t n, uint64_t seed, uint64
 void fill_uniform(uint16_t* out, size_t n, uint64_t seed, uint64_t stream_id, float scale) {
   fill_uniform_bf16<<<1024, 256>>>(out, n, seed, stream_id, scale);
   CUDA_CHECK_LAST();
-}
-
-// Median milliseconds of one replay of `graph` over `reps` replays (after `warmup`).
-double median_graph_ms(cudaGraphExec_t graph, int reps, int warmup, cudaStream_t stream) {
-  for (int i = 0; i < warmup; ++i) CUDA_CHECK(cudaGraphLaunch(graph, stream));
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    CUDA_CHECK(cudaGraphLaunch(graph, stream));
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return median(ms);
 }
 
 // Captures `body(i)` for i in [0, n) into one graph.
@@ -216,8 +196,10 @@ int bench_gemm(int argc, char** argv) {
 
       auto g_ours = capture(stream, copies, [&](int c) { ours(c, y_ours); });
       auto g_theirs = capture(stream, copies, [&](int c) { theirs(c, y_ref); });
-      const double ms_ours = median_graph_ms(g_ours, reps, 3, stream) / copies;
-      const double ms_theirs = median_graph_ms(g_theirs, reps, 3, stream) / copies;
+      auto replay = [&](cudaGraphExec_t g) {
+        return cuda::median_event_ms(stream, 3, reps, [&] { CUDA_CHECK(cudaGraphLaunch(g, stream)); }) / copies;
+      };
+      const double ms_ours = replay(g_ours), ms_theirs = replay(g_theirs);
       CUDA_CHECK(cudaGraphExecDestroy(g_ours));
       CUDA_CHECK(cudaGraphExecDestroy(g_theirs));
 

@@ -4,7 +4,6 @@
 // at its start position, timed on the host around the synchronous call), then tokens/s, ms per
 // piece and TFLOP/s; --json writes one record per length.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <vector>
@@ -13,18 +12,16 @@
 
 #include "bench/bench.h"
 #include "bench/prefill_options.h"
-#include "bench/results.h"
 #include "core/check.h"
+#include "core/json_file.h"
 #include "core/rng.h"
+#include "core/stats.h"
+#include "core/stopwatch.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/common/cuda_check.h"
 
 namespace megadecode {
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Prefills `tokens` piece by piece; returns each piece's milliseconds.
 std::vector<double> timed_prefill(cuda::CudaBackend& be, const std::vector<int32_t>& tokens,
@@ -37,9 +34,9 @@ std::vector<double> timed_prefill(cuda::CudaBackend& be, const std::vector<int32
     c.tokens = std::span<const int32_t>(tokens).subspan(b, len);
     c.start_pos = b;
     c.block_table = table;
-    const double t0 = now_ms();
+    const Stopwatch t0;
     be.prefill(c, b + len == n ? std::span<float>(logits) : std::span<float>());
-    ms.push_back(now_ms() - t0);
+    ms.push_back(t0.ms());
   }
   return ms;
 }
@@ -54,21 +51,19 @@ int bench_prefill(int argc, char** argv) {
   }
   const ModelConfig& c = o.config;
   const int longest = *std::max_element(o.lengths.begin(), o.lengths.end());
-  const int n_blocks = (longest + o.kv_block_size - 1) / o.kv_block_size + 1;
+  const int bs = o.backend.kv_block_size, chunk = o.backend.prefill_chunk;
+  const int n_blocks = (longest + bs - 1) / bs + 1;
   std::printf("bench prefill: %s, lengths", o.preset.c_str());
   for (int n : o.lengths) std::printf(" %d", n);
-  std::printf(", pieces of %d tokens, %d reps (+%d warmup), seed %llu\n", o.chunk, o.reps, o.warmup,
+  std::printf(", pieces of %d tokens, %d reps (+%d warmup), seed %llu\n", chunk, o.reps, o.warmup,
               static_cast<unsigned long long>(o.seed));
-  const double t_w = now_ms();
+  const Stopwatch t_w;
   std::shared_ptr<const cuda::DeviceWeights> weights = cuda::DeviceWeights::synthetic(c, o.seed);
   CUDA_CHECK(cudaDeviceSynchronize());
   std::printf("weights: %.2f GB generated on the device in %.1f s\n", static_cast<double>(weights->bytes()) / 1e9,
-              (now_ms() - t_w) / 1e3);
-  BackendOptions bo;
-  bo.backend = "cuda-mk";
-  bo.kv_block_size = o.kv_block_size;
+              t_w.seconds());
+  BackendOptions bo = o.backend;
   bo.n_kv_blocks = n_blocks;
-  bo.prefill_chunk = o.chunk;
   cuda::CudaBackend be(weights, bo);
 
   SplitMix64 rng(o.seed ^ 0xbe7c4ull);
@@ -81,11 +76,11 @@ int bench_prefill(int argc, char** argv) {
   for (int n : o.lengths) {
     std::vector<int32_t> tokens(n);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(c.vocab_size));
-    for (int i = 0; i < o.warmup; ++i) timed_prefill(be, tokens, table, o.chunk, logits);
+    for (int i = 0; i < o.warmup; ++i) timed_prefill(be, tokens, table, chunk, logits);
     std::vector<std::vector<double>> reps;
     std::vector<double> totals;
     for (int i = 0; i < o.reps; ++i) {
-      reps.push_back(timed_prefill(be, tokens, table, o.chunk, logits));
+      reps.push_back(timed_prefill(be, tokens, table, chunk, logits));
       totals.push_back(std::accumulate(reps.back().begin(), reps.back().end(), 0.0));
     }
     const double total = median(totals);
@@ -96,7 +91,7 @@ int bench_prefill(int argc, char** argv) {
     std::printf("%8d %8zu %12.2f %12.0f %12.1f %10.2f ", n, pieces.size(), total, tok_s, tflops, pieces.front());
     for (double m : pieces) std::printf(" %.2f", m);
     std::printf("\n");
-    records.push_back({{"backend", "prefill-kernels"}, {"preset", o.preset}, {"tokens", n}, {"chunk", o.chunk},
+    records.push_back({{"backend", "prefill-kernels"}, {"preset", o.preset}, {"tokens", n}, {"chunk", chunk},
                        {"total_ms", total}, {"tokens_per_s", tok_s}, {"tflops", tflops}, {"piece_ms", pieces},
                        {"ms_per_piece_mean", total / static_cast<double>(pieces.size())}, {"total_ms_reps", totals}});
   }

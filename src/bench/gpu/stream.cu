@@ -7,12 +7,12 @@
 // (plan/simulate_params.cpp).
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 
 #include "bench/gpu/stream.h"
+#include "bench/gpu/event_timer.h"
 #include "core/check.h"
-#include "core/stats.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/skinny_gemm.cuh"
 
@@ -128,9 +128,7 @@ StreamResult measure_stream(const StreamShape& shape, int reps) {
   MD_REQUIRE(page_bytes >= 1024 && page_bytes % 128 == 0, "stream: page of ", page_bytes, " bytes");
   MD_REQUIRE(shape.region_bytes % w_bytes == 0 && shape.bytes_per_sm % w_bytes == 0,
              "stream: region and bytes per SM must be whole pages");
-  int dev = 0, n_sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
+  const int n_sms = sm_count();
   const int active = shape.n_sms <= 0 ? n_sms : std::min(shape.n_sms, n_sms);
   const size_t smem = static_cast<size_t>(shape.slots) * page_bytes;
   CUDA_CHECK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -140,27 +138,14 @@ StreamResult measure_stream(const StreamShape& shape, int reps) {
   CUDA_CHECK(cudaMalloc(&buf, total));
   CUDA_CHECK(cudaMemset(buf, 0x3c, total));
   CUDA_CHECK(cudaMalloc(&sink, n_sms * sizeof(float)));
-  cudaEvent_t a = nullptr, b = nullptr;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<double> ms;
-  for (int i = 0; i < reps + 1; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
+  StreamResult r;
+  r.ms = median_event_ms(nullptr, 1, reps, [&] {
     stream_kernel<<<n_sms, kThreads, smem>>>(buf, shape.region_bytes, shape.bytes_per_sm, page_bytes, shape.slots, active,
                                              shape.region_bytes < shape.bytes_per_sm, shape.consumer, sink);
     CUDA_CHECK_LAST();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    if (i >= 1) ms.push_back(t);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
+  });
   CUDA_CHECK(cudaFree(sink));
   CUDA_CHECK(cudaFree(buf));
-  StreamResult r;
-  r.ms = median(ms);
   r.gbps_total = static_cast<double>(shape.bytes_per_sm) * active / (r.ms * 1e-3) / 1e9;
   r.gbps_per_sm = r.gbps_total / active;
   r.n_sms = active;

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
 #include "plan/planner.h"
 #include "sampling/host_sampler.h"
@@ -38,22 +39,14 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   MD_REQUIRE(weights_ != nullptr, "CudaBackend needs weights");
   MD_REQUIRE(options_.backend == "cuda-mk" || per_op_, "CudaBackend runs cuda-mk or cuda-ops, not \"", options_.backend,
              "\"");
-  MD_REQUIRE(options_.kv_block_size >= 1 && options_.kv_block_size <= 1024, "--kv-block-size must be in 1..1024, got ",
-             options_.kv_block_size);
-  MD_REQUIRE(options_.gpu_memory_utilization > 0.0 && options_.gpu_memory_utilization <= 1.0,
-             "--gpu-memory-utilization must be in (0, 1], got ", options_.gpu_memory_utilization);
-  MD_REQUIRE(options_.wait_timeout_ms >= 1, "wait timeout must be >= 1 ms");
-  MD_REQUIRE(options_.prefill_chunk >= 0 && options_.prefill_chunk <= 65536, "--prefill-chunk must be in 0..65536, got ",
-             options_.prefill_chunk);
+  check_backend_options(options_);
   // Before the KV cache is sized, so the prefill workspace counts as used memory.
   if (options_.prefill_chunk > 0) {
     prefill_ = std::make_unique<prefill::PrefillRunner>(weights_->config(), weights_->view(), weights_->layers(),
                                                         options_.prefill_chunk);
   }
   const ModelConfig& c = config();
-  int dev = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = sm_count();
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
   const size_t block_bytes =
       static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;

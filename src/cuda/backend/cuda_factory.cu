@@ -1,8 +1,8 @@
 // make_cuda_backend (cuda_factory.h): device weights (uploaded or synthetic) + CudaBackend.
-#include <chrono>
 #include <cstdio>
 
 #include "core/check.h"
+#include "core/stopwatch.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/cuda_factory.h"
 #include "cuda/common/device_info.h"
@@ -15,7 +15,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Mode
   MD_REQUIRE(name == "cuda-mk" || name == "cuda-ops", "unknown CUDA backend \"", name, "\" (known: cuda-mk, cuda-ops)");
   MD_REQUIRE(cuda::gpu_available(), name, " needs a CUDA GPU and none is usable");
   cuda::check_supported(config);
-  const auto t0 = std::chrono::steady_clock::now();
+  const Stopwatch t0;
   auto progress = [&](size_t done, size_t total) {
     std::fprintf(stderr, "\rweights: %zu / %zu MiB", done >> 20, total >> 20);
     if (done == total) std::fprintf(stderr, "\n");
@@ -24,7 +24,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Mode
       weights ? cuda::DeviceWeights::upload(config, *weights, progress) : cuda::DeviceWeights::synthetic(config, seed);
   std::fprintf(stderr, "%s: %.2f GB of %s weights on the GPU in %.1f s\n", name.c_str(), w->bytes() / 1e9,
                weights ? "checkpoint" : "synthetic",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+               t0.seconds());
   return std::make_unique<cuda::CudaBackend>(std::move(w), options);
 }
 

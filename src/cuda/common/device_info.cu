@@ -23,4 +23,11 @@ DeviceInfo device_info(int device) {
   return info;
 }
 
+int sm_count() {
+  int dev = 0, n_sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
+  return n_sms;
+}
+
 }  // namespace megadecode::cuda

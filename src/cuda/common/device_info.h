@@ -18,5 +18,7 @@ struct DeviceInfo {
 
 bool gpu_available();
 DeviceInfo device_info(int device = 0);
+// SMs of the current device (one attribute query: cheap enough for every launch path).
+int sm_count();
 
 }  // namespace megadecode::cuda

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
     const int tl = attn_row_token(r, gs);
     qpos[h] = (r < tq * gs && tok0 + tl < a.n_tokens) ? a.start_pos + tok0 + tl : -1;
   }
-  const float scale_log2 = a.scale * 1.4426950408889634f;
+  const float scale_log2 = attn_scale_log2(a.scale);
   float o[kD / 8][4];
 #pragma unroll
   for (int n = 0; n < kD / 8; ++n)
@@ -120,34 +120,24 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
         ptx::mma_bf16_16816(s[2 * jj + 1], qf[kk], r[2], r[3]);
       }
 
-    // Causal mask, online softmax (base 2), P rounded to bf16 (the MMA's input; l sums the same values).
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = kt * kAttnKeyTile + n * 8 + 2 * t4 + (e & 1);
-        const float v = key <= qpos[e >> 1] ? s[n][e] * scale_log2 : -INFINITY;
-        s[n][e] = v;
-        mx[e >> 1] = fmaxf(mx[e >> 1], v);
-      }
-    float alpha[2], base[2];
+    // Causal mask, online softmax (base 2), P rounded to bf16 (the MMA's input; l sums the same
+    // values, per lane: the quad's shares are summed once, after the last tile).
+    float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const AttnRescale r = attn_rescale(m[h], quad_max(mx[h]));  // a row with no key yet: 0, not NaN
-      base[h] = r.m_use;
-      alpha[h] = r.alpha;
-      l[h] *= alpha[h];
+      const AttnFragRow<8> row{s, h};
+      const int key0 = kt * kAttnKeyTile + 2 * t4;  // score i is key key0 + (i / 2) * 8 + i % 2
+      const float mx = attn_scale_mask(row.kScores, row, scale_log2,
+                                       [&](int i) { return key0 + (i >> 1) * 8 + (i & 1) <= qpos[h]; });
+      // a row with no key yet: 0, not NaN
+      alpha[h] = attn_online_step(m[h], l[h], quad_max(mx), row.kScores, row, [](float p) { return round_bf16(p); },
+                                  AttnIdentity{});
     }
     uint32_t pf[4][4];  // P as the A operand of P V: 4 k-steps of 16 keys
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      const float p0 = round_bf16(exp2f(s[n][0] - base[0])), p1 = round_bf16(exp2f(s[n][1] - base[0]));
-      const float p2 = round_bf16(exp2f(s[n][2] - base[1])), p3 = round_bf16(exp2f(s[n][3] - base[1]));
-      l[0] += p0 + p1;
-      l[1] += p2 + p3;
-      pf[n >> 1][(n & 1) * 2] = ptx::pack_bf16x2(p0, p1);
-      pf[n >> 1][(n & 1) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
+      pf[n >> 1][(n & 1) * 2] = ptx::pack_bf16x2(s[n][0], s[n][1]);
+      pf[n >> 1][(n & 1) * 2 + 1] = ptx::pack_bf16x2(s[n][2], s[n][3]);
     }
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n) {
@@ -176,12 +166,12 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
     l[h] = quad_sum(l[h]);
     if (qpos[h] < 0) continue;
     const int r = warp * 16 + g4 + 8 * h;
-    const float inv = 1.0f / l[h];
     uint16_t* out = a.out + static_cast<int64_t>(tok0 + attn_row_token(r, gs)) * n_heads * kD +
                     static_cast<int64_t>(g * gs + attn_row_head(r, gs)) * kD;
 #pragma unroll
     for (int n = 0; n < kD / 8; ++n)
-      *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) = ptx::pack_bf16x2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+      *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) =
+          ptx::pack_bf16x2(attn_normalise(o[n][2 * h], l[h]), attn_normalise(o[n][2 * h + 1], l[h]));
   }
 }
 

@@ -11,7 +11,7 @@
 
 namespace megadecode::cuda::prefill {
 
-// ---- GEMM tiles (prefill_gemm.cuh) ----
+// ---- GEMM tiles (prefill_gemm.cu) ----
 constexpr int kGemmTileRows = 128;    // weight rows per CTA tile (8 packed row blocks, the MMA M side)
 constexpr int kGemmTileTokens = 128;  // tokens per CTA tile (the MMA N side)
 constexpr int kGemmStageK = 64;       // k per pipeline stage (4 packed k blocks)

@@ -2,7 +2,7 @@
 // tensor-core GEMM over packed weights (dense and grouped per expert), the norms with their fused
 // prologues, q/k norm + RoPE + the paged KV write, causal flash attention over the paged cache,
 // and the device-built MoE token lists. PrefillRunner (prefill_runner.h) chains them per layer.
-// Rounding points follow the decode megakernel (cuda/megakernel/tile_ops.cuh): residual stream fp32, norm
+// Rounding points follow the decode megakernel (src/cuda/megakernel): residual stream fp32, norm
 // outputs bf16, q/k norms and RoPE fp32 with K and V stored bf16, attention output bf16,
 // SiLU(gate)*up bf16, expert outputs fp32. No float atomics: every sum has a fixed order.
 #pragma once

@@ -10,35 +10,30 @@ namespace {
 
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int stride, int vocab,
-                                                          const DeviceSamplingParams* params, int32_t* tokens) {
+                                                          const SamplingParams* params, const int64_t* positions,
+                                                          int32_t* tokens) {
   __shared__ RowSampleScratch<kThreads> sc;
   const int row = blockIdx.x;
-  const DeviceSamplingParams d = params[row];
-  SamplingParams sp;
-  sp.temperature = d.temperature;
-  sp.top_k = d.top_k;
-  sp.top_p = d.top_p;
-  sp.min_p = d.min_p;
-  sp.seed = d.seed;
   const float* l = logits + static_cast<int64_t>(row) * stride;
-  const int32_t token = sample_row<kThreads>([&](int i) { return l[i]; }, vocab, sp, d.position, sc,
-                                             [] { __syncthreads(); });
+  const SamplingParams sp = params[row];
+  const int32_t token =
+      sample_row<kThreads>([&](int i) { return l[i]; }, vocab, sp, positions[row], sc, [] { __syncthreads(); });
   if (threadIdx.x == 0) tokens[row] = token;
 }
 
 }  // namespace
 
-void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab, const DeviceSamplingParams* params,
-                   int32_t* tokens, int threads, cudaStream_t stream) {
+void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab, const SamplingParams* params,
+                   const int64_t* positions, int32_t* tokens, int threads, cudaStream_t stream) {
   MD_REQUIRE(vocab >= 1 && vocab < (1 << kSampleKeyIdxBits), "sample_tokens: vocab ", vocab, " outside 1..2^23-1");
   MD_REQUIRE(logits_stride >= vocab, "sample_tokens: logits_stride < vocab");
   MD_REQUIRE(n_rows >= 0 && n_rows <= 65535, "sample_tokens: n_rows ", n_rows);
   MD_REQUIRE(threads == 256 || threads == 1024, "sample_tokens: threads ", threads, " not 256 or 1024");
   if (n_rows == 0) return;
   if (threads == 256) {
-    sample_kernel<256><<<n_rows, 256, 0, stream>>>(logits, logits_stride, vocab, params, tokens);
+    sample_kernel<256><<<n_rows, 256, 0, stream>>>(logits, logits_stride, vocab, params, positions, tokens);
   } else {
-    sample_kernel<1024><<<n_rows, 1024, 0, stream>>>(logits, logits_stride, vocab, params, tokens);
+    sample_kernel<1024><<<n_rows, 1024, 0, stream>>>(logits, logits_stride, vocab, params, positions, tokens);
   }
   CUDA_CHECK_LAST();
 }

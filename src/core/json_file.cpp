@@ -1,4 +1,4 @@
-#include "bench/results.h"
+#include "core/json_file.h"
 
 #include <fstream>
 
