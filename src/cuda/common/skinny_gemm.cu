@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 #include "cuda/common/kernels.h"
 #include "cuda/common/skinny_gemm.cuh"
 
@@ -82,7 +83,7 @@ const DeviceLimits& device_limits() {
     DeviceLimits l;
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&l.n_sms, cudaDevAttrMultiProcessorCount, dev));
+    l.n_sms = sm_count();
     CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     return l;
   }();

@@ -215,7 +215,7 @@ __device__ inline void attn_merge_splits(const MkParams& p, int layer, const Att
     reinterpret_cast<uint2*>(out)[q] = packed;
   }
   consumer_sync();
-  if (threadIdx.x == 0) mk_arrive(p, layer_counter(p.plan.counters, layer, p.plan.counters.attn_done), 1);
+  if (threadIdx.x == 0) arrive_counter(p, layer_counter(p.plan.counters, layer, p.plan.counters.attn_done), 1);
 }
 
 }  // namespace megadecode::cuda::mk

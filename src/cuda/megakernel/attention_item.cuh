@@ -60,7 +60,7 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
   phase.stop(p, t, task, kPhaseAttnPrologue);
 
   // 3. this warp's chunks. Per lane: rows g, g + 8 of the accumulators (log2 domain).
-  const float scale_log2 = p.w.attn_scale * 1.4426950408889634f;
+  const float scale_log2 = attn_scale_log2(p.w.attn_scale);
   const int n_kc = D / 16;
   float o[kAttnMaxDim / 8][4];
 #pragma unroll
@@ -95,28 +95,16 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
     else ptx::cp_async_commit();  // an empty group keeps the wait counts uniform
     // Masking past the split's end (zero-filled rows), online softmax over the quad of lanes
     // that shares a row (xor 1, 2).
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    float alpha[2];
 #pragma unroll
-    for (int nn = 0; nn < 2; ++nn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int tok = geo.token(c, attn_score_coord(lane, nn, e).col);
-        sv[nn][e] = tok < it.pos_end ? sv[nn][e] * scale_log2 : -INFINITY;
-        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], sv[nn][e]);
-      }
-    AttnRescale rs[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) rs[h] = attn_rescale(m[h], quad_max(tile_max[h]));
-    float row_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nn = 0; nn < 2; ++nn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        sv[nn][e] = exp2f(sv[nn][e] - rs[e >> 1].m_use);
-        row_sum[e >> 1] += sv[nn][e];
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l[h] = l[h] * rs[h].alpha + quad_sum(row_sum[h]);
+    for (int h = 0; h < 2; ++h) {
+      const AttnFragRow<2> row{sv, h};
+      const float mx = attn_scale_mask(row.kScores, row, scale_log2, [&](int i) {
+        return geo.token(c, attn_score_coord(lane, i >> 1, 2 * h + (i & 1)).col) < it.pos_end;
+      });
+      alpha[h] = attn_online_step(m[h], l[h], quad_max(mx), row.kScores, row, AttnIdentity{},
+                                  [](float x) { return quad_sum(x); });
+    }
     // P as A fragments: a0 (row g, tokens 2t..) = tile 0 e0,e1; a1 (row g+8) = tile 0 e2,e3;
     // a2, a3 the same of tile 1.
     uint32_t pa[kAttnTerms][4];
@@ -143,8 +131,8 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          o[dn][e] = fmaf(o[dn][e], rs[e >> 1].alpha, a0[e]);
-          o[dn + 1][e] = fmaf(o[dn + 1][e], rs[e >> 1].alpha, a1[e]);
+          o[dn][e] = fmaf(o[dn][e], alpha[e >> 1], a0[e]);
+          o[dn + 1][e] = fmaf(o[dn + 1][e], alpha[e >> 1], a1[e]);
         }
       }
     }

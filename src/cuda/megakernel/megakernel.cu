@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
 #include "cuda/megakernel/megakernel.cuh"
 
@@ -28,7 +29,7 @@ const Configured& configure() {
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&c.n_sms, cudaDevAttrMultiProcessorCount, dev));
+    c.n_sms = sm_count();
     using S = mk::Smem<kNT>;
     const int slots = std::min(mk::kMaxSlots, (optin - S::kRingOffset) / mk::kPageBytes);
     MD_REQUIRE(slots >= 2, "megakernel: ", optin, " bytes of shared memory hold fewer than 2 pages of ",

@@ -37,7 +37,7 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
     if (tid == 0)
       for (int a = 0; a < t.n_arrives && a < kMaxArrives; ++a) {
         const Arrive ar = p.tasks[i].arrive[a];  // from the list: no indexed local copy
-        mk_arrive(p, ar.counter, ar.amount);
+        arrive_counter(p, ar.counter, ar.amount);
       }
     clock.record(p, 0, kTraceWork, t, i, t.arg[0], t.arg[1], t.arg[2]);
   }

@@ -4,8 +4,8 @@
 //
 // Ordering recipe used everywhere:
 //   producer of data: all writers store; consumer barrier; ONE thread red.release.gpu.add
-//     (mk_arrive): release at gpu scope, cumulative over what the barrier made it observe.
-//   consumer of data: ONE thread polls with ld.acquire.gpu (mk_wait_counter), then the consumer
+//     (arrive_counter): release at gpu scope, cumulative over what the barrier made it observe.
+//   consumer of data: ONE thread polls with ld.acquire.gpu (wait_counter), then the consumer
 //     barrier hands the acquired data to the other threads; before a bulk copy (async proxy) reads
 //     it, fence.proxy.async.global.
 // Every wait is bounded (MkParams::timeout_ns, or the step failing elsewhere): a timeout writes the
@@ -96,7 +96,7 @@ __device__ __forceinline__ void set_error(const MkParams& p, int32_t code, int32
 // Bounded poll of counter >= target by ONE thread with ld.acquire.gpu: spinning (or, with
 // kMkPollBackoff, backing off 32 -> 256 ns). false: the step failed (a timeout here, recorded in
 // the error word, or another SM's failure). `first_seen` (trace) gets the value of the first poll.
-__device__ inline bool mk_wait_counter(const MkParams& p, int32_t counter, int32_t target, int32_t task,
+__device__ inline bool wait_counter(const MkParams& p, int32_t counter, int32_t target, int32_t task,
                                        int32_t* first_seen = nullptr) {
   const int32_t* c = counter_ptr(p, counter);
   int32_t v = ld_acquire_gpu(c);
@@ -168,14 +168,14 @@ __device__ inline bool wait_counters(const MkParams& p, const Task& t, int task,
     int32_t seen = 0;
     TraceClock clock;
     clock.start(p);
-    if (!mk_wait_counter(p, wt.counter, wt.target, task, &seen)) return false;
+    if (!wait_counter(p, wt.counter, wt.target, task, &seen)) return false;
     if (seen < wt.target) clock.record(p, 1, kTraceWait, t, task, wt.counter, wt.target, seen);
   }
   return true;
 }
 
 // One thread, after a consumer barrier over every thread that wrote the data being published.
-__device__ __forceinline__ void mk_arrive(const MkParams& p, int32_t counter, int32_t amount) {
+__device__ __forceinline__ void arrive_counter(const MkParams& p, int32_t counter, int32_t amount) {
   red_release_gpu_add(counter_ptr(p, counter), amount);
 }
 
