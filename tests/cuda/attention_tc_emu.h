@@ -194,10 +194,10 @@ inline EmuPartial emu_tc_item(const EmuCase& k, const AttnGeo& g, int terms) {
     EmuWarp w;
     auto load = [&](const std::vector<uint16_t>& cache, int c, size_t base) {
       for (int lane = 0; lane < 32; ++lane) {
-        for (int idx = lane; idx < kAttnRows * (D / 8); idx += 32) {
-          const AttnPiece pc = attn_piece(idx, D);
-          const int tok = g.token(c, pc.row);
-          w.cp_async(lane, base + pc.row * kAttnPitch + pc.ch * 16, g.copied(tok) ? cache.data() + g.at(tok) + pc.ch * 8 : nullptr);
+        const AttnLanePieces lp = attn_lane_pieces(lane, D);  // the device's walk (attention.cuh attn_load)
+        for (int row = lp.row0; row < kAttnRows; row += lp.step) {
+          const int tok = g.token(c, row);
+          w.cp_async(lane, base + row * kAttnPitch + lp.ch * 16, g.copied(tok) ? cache.data() + g.at(tok) + lp.ch * 8 : nullptr);
         }
         w.commit(lane);
       }

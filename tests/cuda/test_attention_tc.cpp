@@ -53,6 +53,12 @@ AttnGeo item_geo(const SeqGeo& s, int split) {
   return AttnGeo{s.bt.data(), s.G, s.group, s.bs, s.D, b, e, s.n - 1};
 }
 
+// Piece idx in [0, kAttnRows * D / 8) of a chunk's stage: its row (token of the chunk) and 16-byte column.
+struct AttnPiece {
+  int row, ch;
+};
+AttnPiece attn_piece(int idx, int D) { return {idx / (D / 8), idx % (D / 8)}; }
+
 // The device's per-lane walk (attn_lane_pieces) is attn_piece(lane + 32 i), i = 0, 1, ...
 TEST(AttnTcGeo, LanePiecesAreThePieceWalk) {
   for (int D : {16, 32, 64, 128}) {

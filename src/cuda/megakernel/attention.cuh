@@ -32,6 +32,16 @@ struct AttnScratch {
 static_assert(kConsumerWarps * kAttnMaxGroup * (kAttnMaxDim + 2) * 4 <= static_cast<int>(sizeof(AttnScratch::stage)));
 static_assert(kAttnStageBytes % 16 == 0 && offsetof(AttnScratch, knew) % 16 == 0 && offsetof(AttnScratch, vnew) % 16 == 0);
 
+// Splits the last arriver's merge can hold: its (m, l) and weights in the item's scratch.
+constexpr int kAttnMergeMaxSplits = 256;
+
+// An attention item the kernel can run (a sequence and group of the batch, a non-empty key range,
+// a split count the merge holds): the consumers report one that is not, the loader skips it.
+__device__ __forceinline__ bool attn_item_in_range(const PlanShape& s, const AttnItem& it) {
+  return it.seq >= 0 && it.seq < s.batch && it.group >= 0 && it.group < s.n_kv_heads && it.pos_begin >= 0 &&
+         it.pos_begin < it.pos_end && it.n_splits <= kAttnMergeMaxSplits;
+}
+
 // Two floats -> kAttnTerms packed bf16 pairs (term i of x0 in the low half).
 __device__ __forceinline__ void attn_pack_terms(float x0, float x1, uint32_t* out, int stride) {
   uint16_t a[kAttnMaxTerms], b[kAttnMaxTerms];
@@ -43,7 +53,7 @@ __device__ __forceinline__ void attn_pack_terms(float x0, float x1, uint32_t* ou
 
 // One warp: cp.async the K (or V) rows of chunk c into its stage, zero-filled where
 // AttnGeo::copied says so, then commit a group (every lane commits: uniform group counts). Lane l
-// copies attn_lane_pieces(l): attn_piece(l), attn_piece(l + 32), ...
+// copies the pieces attn_lane_pieces(l) names.
 __device__ __forceinline__ void attn_load(const AttnGeo& g, const uint16_t* base, int c, uint8_t* dst, int lane) {
   const AttnLanePieces lp = attn_lane_pieces(lane, g.D);
 #pragma unroll 2
@@ -154,8 +164,6 @@ __device__ inline int attn_publish_split(const MkParams& p, int layer, int task,
   return seen == it.n_splits - 1 ? 1 : 0;
 }
 
-// Splits the last arriver's merge can hold: its (m, l) and weights in the item's scratch.
-constexpr int kAttnMergeMaxSplits = 256;
 static_assert((2 * kAttnMergeMaxSplits + 1) * kAttnMaxGroup * 4 <= static_cast<int>(sizeof(AttnScratch::stage)));
 
 // The last arriver's merge of its (seq, group)'s splits, in split order, in parallel: first every

@@ -63,14 +63,9 @@ struct AttnGeo {
   }
 };
 
-// One 16-byte piece of a chunk's stage: copy index idx in [0, kAttnRows * D / 8); lane l copies
-// pieces l, l + 32, ... (D / 8 divides 32: a lane keeps its column and steps 32 / (D / 8) rows).
-struct AttnPiece {
-  int row, ch;  // stage row (token of the chunk) and 16-byte column
-};
-MD_HOST_DEVICE inline AttnPiece attn_piece(int idx, int D) { return {idx / (D / 8), idx % (D / 8)}; }
-// The same walk per lane, without division: lane l copies column ch of rows row0, row0 + step, ...
-// (< kAttnRows), i.e. attn_piece(l), attn_piece(l + 32), ...
+// The 16-byte pieces of a chunk's stage (kAttnRows rows of D / 8 pieces) a lane copies: lane l
+// copies column ch of rows row0, row0 + step, ... (< kAttnRows). D / 8 divides 32, so the lanes
+// cover piece i = row * (D / 8) + ch once each, lane i % 32 (tests/cuda/test_attention_tc).
 struct AttnLanePieces {
   int row0, step, ch;
 };

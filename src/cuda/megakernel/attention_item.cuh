@@ -24,8 +24,7 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
     return false;
   }
   const AttnItem it = buf<const AttnItem>(p, b.attn_items)[t.arg[0]];
-  if (it.seq < 0 || it.seq >= s.batch || it.group < 0 || it.group >= s.n_kv_heads || it.pos_begin >= it.pos_end ||
-      it.n_splits > kAttnMergeMaxSplits) {
+  if (!attn_item_in_range(s, it)) {
     if (tid == 0) set_error(p, kMkBadInput, -1, it.seq, it.group, task, t.arg[0]);
     return false;
   }

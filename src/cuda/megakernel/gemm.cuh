@@ -117,13 +117,13 @@ struct RingPos {
 
 // The consumers' reduction scratch: two buffers used in turn, so a row block's partials need one
 // consumer barrier (the round before last, which used the same buffer, was read before the last
-// round's barrier). With one buffer (buf0 == buf1) each round first waits for the last's readers.
+// round's barrier). With one buffer (buf0 == buf1: Smem::kTwoRedBuffers false) each round first
+// waits for the last's readers (consume_job).
 struct RedBuffers {
   float* buf0;
   float* buf1;
   bool second = false;  // the next round's buffer is buf1 (a select, not an index: no local memory)
   __device__ __forceinline__ float* take() {
-    if (buf0 == buf1) consumer_sync();
     float* r = second ? buf1 : buf0;
     second = !second;
     return r;
@@ -212,6 +212,7 @@ __device__ __forceinline__ bool consume_job(const MkParams& p, const Task& t, in
     // The group's row blocks are complete: warp partials summed in warp order, one row block at a time.
 #pragma unroll 1
     for (int m = 0; m < nrb; ++m) {
+      if constexpr (!S::kTwoRedBuffers) consumer_sync();  // the last round's readers are done with it
       float* r = red.take();
 #pragma unroll
       for (int mm = 0; mm < S::kPageRbMax; ++mm)

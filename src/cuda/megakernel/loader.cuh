@@ -111,9 +111,7 @@ struct Loader {
     const BufferLayout& b = p.plan.buffers;
     if (t.arg[0] < 0 || t.arg[0] >= s.n_attn_items) return;
     const AttnItem it = buf<const AttnItem>(p, b.attn_items)[t.arg[0]];
-    if (it.seq < 0 || it.seq >= s.batch || it.group < 0 || it.group >= s.n_kv_heads || it.pos_begin < 0 ||
-        it.pos_begin >= it.pos_end)
-      return;
+    if (!attn_item_in_range(s, it)) return;
     const int sb = log2_pow2(s.kv_block_size);
     const int32_t* bt = buf<const int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq;
     ptx::prefetch_l1(buf<const int32_t>(p, b.seq_len) + it.seq);
