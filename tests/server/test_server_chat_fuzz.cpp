@@ -47,7 +47,10 @@ std::vector<int32_t> random_reply(SplitMix64& rng, const testing::ScriptedServer
         case 2: pieces.insert(pieces.begin() + static_cast<std::ptrdiff_t>(at), kPieces[rng.below(std::size(kPieces))]); break;
         default: {  // cut a piece in two: its tag reaches the server as several tokens
           const std::string p = pieces[at];
-          const size_t cut = rng.below(p.size() + 1);
+          size_t cut = rng.below(p.size() + 1);
+          // at a character boundary: the text is encoded, and encoding refuses half a character
+          // (raw token ids below already send the server partial characters)
+          while (cut < p.size() && (static_cast<unsigned char>(p[cut]) & 0xC0) == 0x80) --cut;
           pieces[at] = p.substr(0, cut);
           pieces.insert(pieces.begin() + static_cast<std::ptrdiff_t>(at) + 1, p.substr(cut));
         }
