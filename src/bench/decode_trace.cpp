@@ -188,10 +188,10 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
                     {"args", args}});
     }
   }
-  std::vector<WorkSlice> slices;
-  for (const auto& sm : work)
-    for (const Slice& w : sm) slices.push_back({w.r->op, w.r->layer, w.t0 * 1e-3, w.t1 * 1e-3});
-  LayerTimeline timeline = layer_timeline(slices);
+  // The timeline from the events just written (its waves start after the tasks' counter waits).
+  const auto slices = trace_work_slices(ev);
+  MD_CHECK(slices.has_value(), "trace: a task of an op the plan does not know");
+  LayerTimeline timeline = layer_timeline(*slices);
   s.layer_us = timeline.layer_us;
   s.layer_timeline = std::move(timeline.waves);
   const double sm_time = static_cast<double>(n_sms) * (t_max - t_min);

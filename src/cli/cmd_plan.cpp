@@ -23,7 +23,7 @@ namespace {
 
 // --simulate: the statistics plus the predicted timing, and with --trace the error per op wave.
 int simulate_and_print(const Args& args, const Plan& plan, const PlanStats& stats) {
-  SimParams params = v2_h200_params();
+  SimParams params = v3_h200_params();
   if (args.has("sim-params")) params = read_sim_params(args.require("sim-params"), params);
   const SimResult sim = simulate_plan(plan, params);
   std::optional<TimelineComparison> cmp;

@@ -64,6 +64,45 @@ LayerTimeline layer_timeline(std::span<const WorkSlice> slices) {
   return t;
 }
 
+std::optional<std::vector<WorkSlice>> trace_work_slices(const nlohmann::json& events) {
+  MD_REQUIRE(events.is_array(), "trace: \"traceEvents\" must be an array");
+  auto is_slice = [](const nlohmann::json& e, int pid) {
+    return e.is_object() && e.value("ph", "") == "X" && e.value("pid", -1) == pid && e.contains("tid") &&
+           e.contains("ts") && e.contains("dur") && e.contains("args") && e["args"].contains("task");
+  };
+  auto key = [](const nlohmann::json& e) {
+    return std::pair<int64_t, int64_t>(e["tid"].get<int64_t>(), e["args"]["task"].get<int64_t>());
+  };
+  std::map<std::pair<int64_t, int64_t>, double> wait_end;  // (SM, task) -> end of its last wait
+  for (const nlohmann::json& e : events) {
+    if (!is_slice(e, 1) || e.value("cat", "") != "wait") continue;
+    double& end = wait_end.try_emplace(key(e), 0.0).first->second;
+    end = std::max(end, e["ts"].get<double>() + e["dur"].get<double>());
+  }
+  std::vector<WorkSlice> slices;
+  for (const nlohmann::json& e : events) {
+    if (!is_slice(e, 0) || !e.contains("name") || !e["name"].is_string()) continue;
+    const std::string name = e["name"].get<std::string>();
+    const size_t at = name.find(" L");
+    const std::string op = name.substr(0, at);
+    int i = 0;
+    while (i < kNumOps && op != op_name(static_cast<Op>(i))) ++i;
+    if (i == kNumOps) return std::nullopt;
+    int layer = -1;
+    if (at != std::string::npos) {
+      try {
+        layer = std::stoi(name.substr(at + 2));
+      } catch (const std::exception&) {
+        throw Error(cat("trace: task \"", name, "\" has no layer number after \" L\""));
+      }
+    }
+    const double t0 = e["ts"].get<double>(), t1 = t0 + e["dur"].get<double>();
+    const auto w = wait_end.find(key(e));
+    slices.push_back({i, layer, std::clamp(w == wait_end.end() ? t0 : w->second, t0, t1), t1});
+  }
+  return slices;
+}
+
 nlohmann::json wave_timings_json(const std::vector<WaveTiming>& waves) {
   nlohmann::json j = nlohmann::json::array();
   for (const WaveTiming& w : waves)

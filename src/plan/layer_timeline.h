@@ -4,6 +4,7 @@
 // are computed, printed and compared the same way.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,6 +36,14 @@ struct WorkSlice {
 };
 
 LayerTimeline layer_timeline(std::span<const WorkSlice> slices);
+
+// The work slices of a bench decode --trace event list (Chrome trace events): every task (pid 0,
+// named "<op>" or "<op> L<layer>") from the end of its last counter wait (pid 1, cat "wait", the
+// same tid and args.task) to its end. So a measured wave starts where a simulated one does, when
+// its first work starts, not when the first SM began to wait for it. nullopt when a task names
+// an op the plan no longer has (the first kernel's single-SM ops): such a trace keeps the
+// timeline it was written with.
+std::optional<std::vector<WorkSlice>> trace_work_slices(const nlohmann::json& events);
 
 nlohmann::json wave_timings_json(const std::vector<WaveTiming>& waves);
 std::vector<WaveTiming> wave_timings_from_json(const nlohmann::json& j);  // Error on a malformed entry

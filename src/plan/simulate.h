@@ -50,11 +50,22 @@ struct SimParams {
   // seen at the waiter's next poll (polls every poll_us from the start of the wait; 0: at once).
   double hop_us = 0;
   double poll_us = 0;
+  // After a wait that blocked, the work starts a further uniform [0, wait_jitter_us) later, drawn
+  // per SM and task from routing_seed: the scatter of work starts a trace shows at every wave (a
+  // few us over 132 SMs), which the hop alone does not give.
+  double wait_jitter_us = 0;
 
   // Consumer cost of each op besides its pages: per task (GEMM prologue, routed share), per token
-  // (SAMPLE).
+  // (SAMPLE), after the task's waits; and before them (per task, or per attention item): what the
+  // kernel does first (the up task's norm fill, an attention item's first K/V loads).
   std::array<double, kNumOps> op_us{};
+  std::array<double, kNumOps> pre_wait_us{};
   SimAttention attention;
+
+  // A GEMM job whose K needs several activation windows (plan/gemm_geometry.h: at batch >= 16
+  // for O-proj, >= 32 for the hidden-K ops) refills the window for every window of every page
+  // group; each refill beyond a task's first costs fill_us of consumer time.
+  double fill_us = 0;
 
   double routing_us = 0;       // the consumers' top-k + share map after the router wait
   int64_t l2_ahead_bytes = 0;  // L2 prefetch budget per SM during the routing gap
@@ -63,9 +74,9 @@ struct SimParams {
   uint64_t routing_seed = 1;
 };
 
-// The parameters of the v2 megakernel on the H200 (simulate_params.cpp says which are measured,
-// which derived from the v1 calibration, and which assumed).
-SimParams v2_h200_params();
+// The parameters of the megakernel (v3) on the H200, calibrated on its batch-1 trace
+// (simulate_params.cpp says which are measured phases, which fitted, which assumed).
+SimParams v3_h200_params();
 
 nlohmann::json sim_params_json(const SimParams& p);
 // Overrides the fields present in `j` (same keys as sim_params_json); Error on unknown keys or

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "core/rng.h"
+
 namespace megadecode::sim {
 namespace {
 
@@ -48,6 +50,25 @@ Co stream(Step& st, SmState& s, int j, int64_t offset, int64_t bytes) {
   }
 }
 
+// The SM's scatter after a wait that blocked (SimParams::wait_jitter_us), draw `draw` of the SM.
+double jitter(const Step& st, const SmState& s, int draw) {
+  const double j_us = st.e.params.wait_jitter_us;
+  if (j_us <= 0) return 0;
+  const float u = uniform_at(st.e.params.routing_seed, static_cast<uint64_t>(s.sm), static_cast<uint64_t>(draw));
+  return j_us * 0.5 * (static_cast<double>(u) + 1.0);
+}
+
+// Waits `waits` in order. When one blocked (the counter was not there at the first look: the
+// kernel's trace records only those), the work starts at its end plus the SM's scatter, which
+// *t0 gets; otherwise *t0 stays the task's start.
+Co wait_all(Step& st, SmState& s, const std::vector<SimWait>& waits, int draw, double* t0) {
+  const size_t before = s.waits.size();
+  for (const SimWait& w : waits) co_await st.e.wait_counter(s.consumer, w, &s.waits);
+  if (s.waits.size() == before) co_return;
+  co_await st.e.delay(s.consumer, jitter(st, s, draw));
+  *t0 = st.e.now();
+}
+
 void wake_loader(Step& st, SmState& s, bool& flag) {
   if (!flag) return;
   flag = false;
@@ -76,25 +97,30 @@ Co loader(Step& st, SmState& s) {
   }
 }
 
+// A work slice runs from the task's start (or its item's), or from the end of a wait that blocked
+// it, to its end: the kernel's trace records the same (layer_timeline.h trace_work_slices).
 Co consumer(Step& st, SmState& s) {
   const auto& list = st.e.plan.lists[s.sm];
   for (int j = 0; j < static_cast<int>(list.size()); ++j) {
     const SimTask& t = list[j];
-    for (const SimWait& w : t.waits) co_await st.e.wait_counter(s.consumer, w, &s.waits);
+    // Attention items are work slices of their own (as in a trace).
+    const bool item_slices = t.cls == SimClass::kAttention && !t.items.empty();
+    co_await st.e.delay(s.consumer, st.e.params.pickup_us);
+    double t0 = st.e.now();
+    co_await st.e.delay(s.consumer, t.pre_us);
+    co_await wait_all(st, s, t.waits, j * 64, &t0);
     if (t.computes_routing) {
       co_await st.e.delay(s.consumer, st.e.params.routing_us);
       s.routed[t.layer] = 1;
       wake_loader(st, s, s.loader_waits_for_routing);
     }
-    // Attention items are work slices of their own (as in a trace), starting after their waits.
-    const bool item_slices = t.cls == SimClass::kAttention && !t.items.empty();
-    co_await st.e.delay(s.consumer, st.e.params.pickup_us);
-    const double t0 = st.e.now();
     co_await st.e.delay(s.consumer, t.cost_us);
     co_await consume(st, s, t.bytes);
-    for (const SimItem& it : t.items) {
-      for (const SimWait& w : it.waits) co_await st.e.wait_counter(s.consumer, w, &s.waits);
-      const double i0 = st.e.now();
+    for (size_t k = 0; k < t.items.size(); ++k) {
+      const SimItem& it = t.items[k];
+      double i0 = st.e.now();
+      co_await st.e.delay(s.consumer, it.pre_us);
+      co_await wait_all(st, s, it.waits, j * 64 + 1 + static_cast<int>(k % 63), &i0);
       co_await run_item(st, s, it);
       if (item_slices) s.slices.push_back({static_cast<int>(t.op), t.layer, i0, st.e.now()});
     }

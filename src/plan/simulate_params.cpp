@@ -1,8 +1,11 @@
 // The timing model's defaults for the megakernel on the H200 (where each number comes from) and
-// SimParams <-> JSON. Sources: "stream" = bench bandwidth's page-stream microbenchmark
-// (bench/results/bandwidth-h200.json, 2026-12-01); DEVICE.md = the shared device notes; "v1 fit" =
-// the calibration of the first kernel on its trace (docs/perf/notes.md, "Timing model": its hop,
-// attention and sampling costs carry over where the code did); "assumed" = not measured yet.
+// SimParams <-> JSON. Sources: "phase" = the median of that phase or task in the v3 trace
+// (bench/results/trace-cuda-mk-v3-b1-ctx8192.json.gz, batch 1, 8K; a task's time after its waits,
+// regressed on its bytes where its sizes differ); "fit" = fitted to that trace's per-layer
+// timeline with the phases held, or to a step time of bench/results/decode-h200.json
+// (docs/perf/notes.md, "Timing model, v3"); "stream" = bench
+// bandwidth's page-stream microbenchmark (bench/results/bandwidth-h200.json); "assumed" = not
+// measured.
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
@@ -10,41 +13,50 @@
 
 namespace megadecode {
 
-SimParams v2_h200_params() {
+SimParams v3_h200_params() {
   SimParams p;
-  p.hbm_gbps = 4040;         // stream: all 132 SMs, one 32 KB bulk copy per page, 64-192 KB in flight
+  p.hbm_gbps = 3700;         // fit: all SMs streaming their up shares at once after the routing
+                             // (stream: 4040 with 64-192 KB in flight per SM)
   p.hbm_latency_us = 0.9;    // stream: one SM, 2 x 16 KB in flight, 35.3 GB/s: 32 KB / 35.3 GB/s
-  p.sm_stream_gbps = 72;     // stream: one SM alone, 32 KB copies, 4 or 6 in flight (~one copy per 0.45 us)
+  p.sm_stream_gbps = 72;     // stream: one SM alone, 32 KB copies, 4 or 6 in flight
   p.l2_gbps = 8600;          // stream: all SMs re-reading L2-resident pages
   p.l2_latency_us = 0.45;    // stream: one SM from L2, 32 KB copies at 72.5 GB/s
-  p.ring_pages = 3;          // megakernel smem layout at batch <= 8: 3 slots of 32 KB
+  p.ring_pages = 4;          // megakernel smem layout at batch <= 8: 4 slots of 32 KB
   p.page_bytes = 32 << 10;   // one bulk copy of 64 fragment tiles
-  p.pickup_us = 0.1;         // assumed: the next task record is read while the current task runs
-  p.consume_gbps = 200;      // stream: the MMAs of a 16 KB batch-1 page cost 0.07 us (29.1 vs 33.1 GB/s)
+  p.pickup_us = 0.1;         // phase: the next task record is read while the current task runs
+  p.consume_gbps = 41.5;     // phase: QKV tiles of 2 and 3 row blocks, 8.70 and 10.24 us
 
-  p.hop_us = 0.45;           // DEVICE.md: release add -> acquire poll, 0.42-0.44 us one way
+  p.hop_us = 0.19;           // fit (DEVICE.md: release add -> acquire poll, 0.42-0.44 us one way)
   p.poll_us = 0.0;           // the waiter spins on ld.acquire
+  p.wait_jitter_us = 2.4;    // fit (the trace: work starts scatter over ~3.4 us at every wave)
 
   auto op = [&](Op o) -> double& { return p.op_us[static_cast<int>(o)]; };
-  op(Op::kQkv) = 1.0;        // assumed: the RMSNorm prologue, one L2 round trip + a CTA reduction
-  op(Op::kOProj) = 0.8;      // assumed: the attention output's rows into shared memory
-  op(Op::kRouter) = 1.0;     // as QKV
-  op(Op::kLmHead) = 1.0;     // as QKV
-  op(Op::kExpertUp) = 0.5;   // assumed: the share's jobs after the routing (the h norm ran during the router)
-  op(Op::kExpertDown) = 1.0; // assumed: the activation rows of every active expert, then the combine
+  auto pre = [&](Op o) -> double& { return p.pre_wait_us[static_cast<int>(o)]; };
+  op(Op::kQkv) = 5.62;       // phase: the x norm fill (3.1 us, two L2 round trips) and the epilogue
+  op(Op::kOProj) = 2.22;     // phase: 5.38 us for one 128 KB tile (fill 1.0 us)
+  op(Op::kRouter) = 4.56;    // phase: 6.14 us for one 64 KB tile (the h norm fill 2.9 us)
+  op(Op::kLmHead) = 3.0;     // assumed: as the QKV fill
+  op(Op::kExpertUp) = 0.5;   // assumed: the share's jobs after the routing
+  pre(Op::kExpertUp) = 4.61; // phase: the h norm fill (3.2 us) and the setup before the router wait
+  op(Op::kExpertDown) = 6.6; // fit (phase: 14.1 us for 186 KB): the activation rows of each expert
   op(Op::kSample) = 22.0;    // v1 fit: the sampler is unchanged (one CTA per token)
-  // Attention items: prologue/epilogue + the K/V loop after the QKV wait (the item is the v1 tc2
-  // item; its first chunk streams before the wait), and the last arriver's merge, now parallel.
-  op(Op::kAttn) = 4.0;       // assumed
-  p.attention = {20.0, 0.05};  // assumed: 128 KB in ~6 us after the wait; the merge ~1.6 us for 32 splits
-  p.routing_us = 1.5;        // assumed: the router logits (an L2 round trip), top-k, the share map
+  // Attention items: the prologue (q/k norm, RoPE), the K/V loop and the epilogue after the QKV
+  // wait; the first K/V loads are issued before it.
+  pre(Op::kAttn) = 2.05;     // phase: the item's start to its QKV wait
+  op(Op::kAttn) = 7.3;       // fit (phase: 11.8 us after the wait for 128 KB of K/V)
+  p.attention = {46.5, 0.18};  // fit: the K/V loop's rate, the last arriver's merge per split
+  p.fill_us = 4.4;           // fit: the batch-32 step time (118.3 ms); batch 64 then within 1 %
+  p.routing_us = 5.0;        // phase: top-k by one warp per token, the share map
   p.l2_ahead_bytes = 192 << 10;  // loader: the next layer's weights during the routing gap
   return p;
 }
 
 nlohmann::json sim_params_json(const SimParams& p) {
-  nlohmann::json ops = nlohmann::json::object();
-  for (int i = 0; i < kNumOps; ++i) ops[op_name(static_cast<Op>(i))] = p.op_us[i];
+  nlohmann::json ops = nlohmann::json::object(), pre = nlohmann::json::object();
+  for (int i = 0; i < kNumOps; ++i) {
+    ops[op_name(static_cast<Op>(i))] = p.op_us[i];
+    pre[op_name(static_cast<Op>(i))] = p.pre_wait_us[i];
+  }
   return {{"hbm_gbps", p.hbm_gbps},
           {"hbm_latency_us", p.hbm_latency_us},
           {"sm_stream_gbps", p.sm_stream_gbps},
@@ -56,10 +68,13 @@ nlohmann::json sim_params_json(const SimParams& p) {
           {"consume_gbps", p.consume_gbps},
           {"hop_us", p.hop_us},
           {"poll_us", p.poll_us},
+          {"wait_jitter_us", p.wait_jitter_us},
           {"op_us", ops},
+          {"pre_wait_us", pre},
           {"attention",
            {{"kv_gbps", p.attention.kv_gbps},
             {"merge_us_per_split", p.attention.merge_us_per_split}}},
+          {"fill_us", p.fill_us},
           {"routing_us", p.routing_us},
           {"l2_ahead_bytes", p.l2_ahead_bytes},
           {"routing_seed", p.routing_seed}};
@@ -81,13 +96,13 @@ void take(const nlohmann::json& j, const std::string& key, T& out) {
 SimParams sim_params_from_json(const nlohmann::json& j, SimParams p) {
   MD_REQUIRE(j.is_object(), "sim params: expected a JSON object");
   for (const auto& [key, v] : j.items()) {
-    if (key == "op_us") {
-      MD_REQUIRE(v.is_object(), "sim params: \"op_us\" must be an object of op name -> us");
+    if (key == "op_us" || key == "pre_wait_us") {
+      MD_REQUIRE(v.is_object(), "sim params: \"", key, "\" must be an object of op name -> us");
       for (const auto& [name, us] : v.items()) {
         int i = 0;
         while (i < kNumOps && name != op_name(static_cast<Op>(i))) ++i;
-        MD_REQUIRE(i < kNumOps, "sim params: unknown op \"", name, "\" in \"op_us\"");
-        take(us, name, p.op_us[i]);
+        MD_REQUIRE(i < kNumOps, "sim params: unknown op \"", name, "\" in \"", key, "\"");
+        take(us, name, (key == "op_us" ? p.op_us : p.pre_wait_us)[i]);
       }
     } else if (key == "attention") {
       MD_REQUIRE(v.is_object(), "sim params: \"attention\" must be an object");
@@ -107,6 +122,8 @@ SimParams sim_params_from_json(const nlohmann::json& j, SimParams p) {
     else if (key == "pickup_us") take(v, key, p.pickup_us);
     else if (key == "hop_us") take(v, key, p.hop_us);
     else if (key == "poll_us") take(v, key, p.poll_us);
+    else if (key == "wait_jitter_us") take(v, key, p.wait_jitter_us);
+    else if (key == "fill_us") take(v, key, p.fill_us);
     else if (key == "routing_us") take(v, key, p.routing_us);
     else if (key == "l2_ahead_bytes") take(v, key, p.l2_ahead_bytes);
     else if (key == "routing_seed") take(v, key, p.routing_seed);

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "plan/gemm_geometry.h"
 #include "plan/moe_split.h"
 
 namespace megadecode {
@@ -50,6 +51,7 @@ double us_for(int64_t bytes, double gbps) { return static_cast<double>(bytes) / 
 SimItem attention_item(const PlanShape& s, const CounterLayout& c, const AttnItem& it, int layer, const SimParams& p) {
   SimItem item;
   const int64_t kv_bytes = span(it.pos_begin, it.pos_end) * s.head_dim * 2 * 2;  // K and V, bf16
+  item.pre_us = p.pre_wait_us[static_cast<int>(Op::kAttn)];
   item.cost_us = p.op_us[static_cast<int>(Op::kAttn)] + us_for(kv_bytes, p.attention.kv_gbps);
   item.split_counter = layer_counter(c, layer, c.attn_split + it.seq * s.n_kv_heads + it.group);
   item.n_splits = it.n_splits;
@@ -58,16 +60,30 @@ SimItem attention_item(const PlanShape& s, const CounterLayout& c, const AttnIte
   return item;
 }
 
-// Weight bytes of expert share `share` of `n` in one layer (plan/moe_split.h).
-int64_t share_bytes(const PlanShape& s, const std::vector<int>& count, Op op, int share, int n) {
+// Expert share `share` of `n` in one layer (plan/moe_split.h): its weight bytes and row blocks.
+struct Share {
+  int64_t bytes, row_blocks;
+};
+Share expert_share(const PlanShape& s, const std::vector<int>& count, Op op, int share, int n) {
   int32_t n_active = 0;
   for (int e = 0; e < s.n_experts; ++e) n_active += count[e] > 0;
   if (op == Op::kExpertUp) {
     const MoeShare u = moe_share(n_active * s.up_units, share, n);
-    return static_cast<int64_t>(u.end - u.begin) * 16 * s.hidden * 2;
+    return {static_cast<int64_t>(u.end - u.begin) * 16 * s.hidden * 2, u.end - u.begin};
   }
   const MoeShare r = moe_share(s.down_rbs, share, n);
-  return static_cast<int64_t>(r.end - r.begin) * n_active * 16 * s.moe_inter * 2;
+  const int64_t rbs = static_cast<int64_t>(r.end - r.begin) * n_active;
+  return {rbs * 16 * s.moe_inter * 2, rbs};
+}
+
+// Activation-window refills of a GEMM job of n_rb row blocks beyond the task's first fill: one per
+// window of every page group when K needs several windows (the up share's whole-K fill is its
+// pre-wait work, which a windowed share does not have: each of its fills counts).
+int64_t refills(const GemmGeo& g, Op op, int64_t n_rb) {
+  const int32_t windows = g.n_windows();
+  if (windows <= 1 || n_rb <= 0) return 0;
+  const int64_t fills = (n_rb + g.page_rb - 1) / g.page_rb * windows;
+  return op == Op::kExpertUp ? fills : fills - 1;
 }
 
 }  // namespace
@@ -96,6 +112,8 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
   sp.n_counters = c.n_counters;
   std::vector<std::vector<int>> counts;
   for (int L = 0; L < s.n_layers; ++L) counts.push_back(sim_routing_counts(s, L, p.routing_seed));
+  GemmGeo geo[kNumGemmKinds];
+  gemm_geometry(s, megakernel_layout(token_groups(s.batch)), geo);
   sp.lists.resize(sp.n_sms);
   for (int sm = 0; sm < sp.n_sms; ++sm) {
     for (int32_t i = plan.list_begin[sm]; i < plan.list_begin[sm + 1]; ++i) {
@@ -107,17 +125,20 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
       st.cls = row(op).cls;
       for (int a = 0; a < t.n_arrives; ++a) st.arrives.push_back({t.arrive[a].counter, t.arrive[a].amount});
       const double us = p.op_us[static_cast<int>(op)];
+      if (row(op).cls != SimClass::kAttention) st.pre_us = p.pre_wait_us[static_cast<int>(op)];
       switch (st.cls) {
         case SimClass::kGemm:
           st.bytes = row(op).amount(s, t);
-          st.cost_us = us;
+          st.cost_us = us + p.fill_us * static_cast<double>(refills(geo[gemm_kind(op)], op, span(t.arg[0], t.arg[1])));
           break;
         case SimClass::kTiny: st.cost_us = us * static_cast<double>(row(op).amount(s, t)); break;
-        case SimClass::kRouted:
-          st.bytes = share_bytes(s, counts[t.layer], op, t.arg[0], t.arg[1]);
-          st.cost_us = us;
+        case SimClass::kRouted: {
+          const Share sh = expert_share(s, counts[t.layer], op, t.arg[0], t.arg[1]);
+          st.bytes = sh.bytes;
+          st.cost_us = us + p.fill_us * static_cast<double>(refills(geo[gemm_kind(op)], op, sh.row_blocks));
           st.computes_routing = op == Op::kExpertUp;
           break;
+        }
         case SimClass::kAttention: {
           // The item waits for its QKV group itself (its first K/V chunks are already loading).
           SimItem item = attention_item(s, c, plan.attn_items[t.arg[0]], t.layer, p);

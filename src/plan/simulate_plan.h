@@ -35,7 +35,8 @@ struct SimArrive {
 // and makes merge_arrives (the last-arriver merge of attention splits).
 struct SimItem {
   int64_t bytes = 0;     // streamed through the page ring
-  double cost_us = 0;    // consumer time besides consuming pages
+  double pre_us = 0;     // consumer time before its waits
+  double cost_us = 0;    // consumer time besides consuming pages, after them
   std::vector<SimWait> waits;
   std::vector<SimArrive> arrives;
   int32_t split_counter = -1;
@@ -51,7 +52,8 @@ struct SimTask {
   std::vector<SimWait> waits;
   std::vector<SimArrive> arrives;
   int64_t bytes = 0;     // the task's own pages (GEMM weights, an expert share's weights)
-  double cost_us = 0;    // consumer time besides consuming pages
+  double pre_us = 0;     // consumer time before its waits
+  double cost_us = 0;    // consumer time besides consuming pages, after them
   std::vector<SimItem> items;     // the task's own items (attention), run in order after its pages
   bool computes_routing = false;  // after its waits the consumers compute the layer's routing
                                   // (routing_us), which lets the loader past the layer's routed tasks

@@ -61,6 +61,10 @@ MeasuredTimeline read_measured_timeline(const std::string& path) {
   MeasuredTimeline m;
   m.timeline.waves = wave_timings_from_json(d["layer_timeline"]);
   m.timeline.layer_us = d.value("layer_us", 0.0);
+  // A whole trace: the timeline from its events, so a trace written before the waves were cut at
+  // the tasks' waits reads the same way as the simulation.
+  if (j.contains("traceEvents"))
+    if (const auto slices = trace_work_slices(j["traceEvents"])) m.timeline = layer_timeline(*slices);
   m.step_us = d.value("step_us", 0.0);
   for (const char* key : {"backend", "attention", "batch", "context", "device", "policy"})
     if (d.contains(key)) m.meta[key] = d[key];

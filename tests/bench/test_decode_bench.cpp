@@ -293,23 +293,25 @@ TEST(DecodeTrace, ChromeJsonNestsWaitsAndPhasesInTasks) {
 }
 
 // The per-layer timeline: three layers of (qkv, attn, o_proj) waves on two SMs with known times;
-// the middle layer's medians are read back exactly.
+// the middle layer's medians are read back exactly. A task's work starts after its counter waits.
 TEST(DecodeTrace, LayerTimelineMeasuresWavesAndHops) {
   TraceCase t = trace_case();
   t.recs.clear();
   const int qkv = static_cast<int>(Op::kQkv), attn = static_cast<int>(Op::kAttn), oproj = static_cast<int>(Op::kOProj);
   for (int layer = 0; layer < 3; ++layer) {
     const int64_t l0 = layer * 100000;  // 100 us per layer
-    auto add = [&](int sm, int op, int64_t a, int64_t b) {
-      TraceRecord r = rec(sm, kTraceWork, op, l0 + a, l0 + b);
+    auto add = [&](int sm, int op, int64_t a, int64_t b, TraceKind kind = kTraceWork) {
+      TraceRecord r = rec(sm, kind, op, l0 + a, l0 + b);
       r.layer = layer;
+      r.task = static_cast<int32_t>(10 * layer + op);  // a wait names its task
       t.recs.push_back(r);
     };
     add(0, qkv, 0, 2000);                                      // qkv 0..2 us on SM 0
     add(0, attn, 5000, 9000);                                  // attn: hop of 3 us after qkv
     add(1, attn, 6000, 16000);                                 //   items of 4 and 10 us
     add(0, oproj, 20000 + 1000 * layer, 23000 + 1000 * layer); // o_proj: hop 4 us (layer 1: 5 us)
-    add(1, oproj, 21000, 22000);
+    add(1, oproj, 20000, 22000);                               //   the work after SM 1's wait
+    add(1, oproj, 20000, 21000, kTraceWait);
   }
   TraceSummary s;
   trace_to_chrome(t.recs, t.plan, 0, {}, &s);

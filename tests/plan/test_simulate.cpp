@@ -35,6 +35,8 @@ namespace {
 
 constexpr int64_t kPage = 16384;
 
+std::string results_file(const std::string& name) { return std::string(MEGADECODE_SOURCE_DIR) + "/bench/results/" + name; }
+
 // Everything instant and unlimited; each test turns on what it measures.
 SimParams ideal() {
   SimParams p;
@@ -214,8 +216,9 @@ TEST(Simulate, LoaderStreamsAheadOfTheWaitsByItsRing) {
 }
 
 // The routing gap. SM 1 runs a 20 us task, then arrives A. SM 0's up share waits for A, computes the
-// layer's routing (1 us) and only then can its loader stream the share's B bytes; behind it a
-// static GEMM of N bytes. HBM 10 GB/s, everything else instant.
+// layer's routing (1 us, inside its work slice, which starts at the wait's end) and only then can
+// its loader stream the share's B bytes; behind it a static GEMM of N bytes. HBM 10 GB/s,
+// everything else instant.
 struct RoutedCase {
   static constexpr double kT0 = 20, kHop = 0.5, kRouting = 1.0, kHbm = 10;
   static constexpr int64_t kB = 2 * kPage, kN = 5 * kPage;
@@ -239,7 +242,7 @@ TEST(Simulate, RoutedSharesWaitForTheRoutingAndTheLoaderPrefetchesIntoL2Meanwhil
     const SimResult r = simulate(plan, C::params(budget));
     const auto sm0 = slices_of(r, plan, 0);
     // The share's pages did not stream before the routing, though the ring had room.
-    EXPECT_NEAR(sm0[0].t0_us, C::kGate, 1e-6);
+    EXPECT_NEAR(sm0[0].t0_us, C::kT0 + C::kHop, 1e-6);
     EXPECT_NEAR(sm0[0].t1_us, C::kGate + us_for(C::kB, C::kHbm), 1e-6);
     // The GEMM's bytes behind it went to L2 during the gap up to the budget and cost (almost)
     // nothing now; the rest streams from HBM after the share.
@@ -321,11 +324,71 @@ TEST(Simulate, DeadlocksAndBadInputAreErrors) {
   EXPECT_NE(error_of(plan_of({{tiny(1)}}), bad).find("attention"), std::string::npos);
   bad = p;
   bad.op_us[static_cast<int>(Op::kRouter)] = -1;
-  EXPECT_NE(error_of(plan_of({{tiny(1)}}), bad).find("op cost of router"), std::string::npos);
+  EXPECT_NE(error_of(plan_of({{tiny(1)}}), bad).find("op costs of router"), std::string::npos);
+  bad = p;
+  bad.pre_wait_us[static_cast<int>(Op::kAttn)] = std::nan("");
+  EXPECT_NE(error_of(plan_of({{tiny(1)}}), bad).find("op costs of attn"), std::string::npos);
+  bad = p;
+  bad.wait_jitter_us = -1;
+  EXPECT_NE(error_of(plan_of({{tiny(1)}}), bad).find("latencies"), std::string::npos);
+}
+
+// A task's (or attention item's) pre-wait cost runs before its waits. Its work slice starts at its
+// start when no wait blocked it, else at the end of the wait that did (as the kernel's trace).
+// SM 1 arrives at T; SM 0's task costs 3 us before its wait on that arrival and 2 us after.
+TEST(Simulate, PreWaitCostRunsFirstAndABlockedWaitStartsTheSlice) {
+  constexpr double kPre = 3, kCost = 2, kHop = 0.5;
+  for (const bool item : {false, true}) {
+    for (const double arrival : {10.0, 1.0}) {  // blocks / is there by the time it is looked at
+      SCOPED_TRACE(cat(item ? "attention item" : "task", ", arrival at ", arrival));
+      SimParams p = ideal();
+      p.hop_us = kHop;
+      SimTask t = item ? attention(kCost, 1, 1, 0, 2, {{0, 1}}) : tiny(kCost, {{0, 1}});
+      (item ? t.items[0].pre_us : t.pre_us) = kPre;
+      const SimPlan plan = plan_of({{t}, {tiny(arrival, {}, {{0, 1}})}});
+      const SimResult r = simulate(plan, p);
+      const WorkSlice w = slices_of(r, plan, 0)[0];
+      const bool blocked = arrival + kHop > kPre;
+      EXPECT_NEAR(w.t0_us, blocked ? arrival + kHop : 0.0, 1e-9);
+      EXPECT_NEAR(w.t1_us, std::max(arrival + kHop, kPre) + kCost, 1e-9);
+      EXPECT_NEAR(r.sms[0].wait_us, blocked ? arrival + kHop - kPre : 0.0, 1e-9);
+    }
+  }
+}
+
+// After a wait that blocked, the work starts up to wait_jitter_us later: a draw per SM from the
+// seed, the same on every run; a task whose wait did not block is not delayed.
+TEST(Simulate, WaitJitterDelaysOnlyBlockedWaitsWithinItsBound) {
+  constexpr int kSms = 64;
+  constexpr double kJitter = 2.0, kArrival = 5.0;
+  std::vector<std::vector<SimTask>> lists;
+  for (int sm = 0; sm < kSms; ++sm) lists.push_back({tiny(1, {{0, 1}})});
+  lists.push_back({tiny(kArrival, {}, {{0, 1}})});
+  lists.push_back({tiny(1, {{1, 0}})});  // target 0: never blocks
+  const SimPlan plan = plan_of(lists);
+  SimParams p = ideal();
+  p.wait_jitter_us = kJitter;
+  auto starts = [&](uint64_t seed) {
+    p.routing_seed = seed;
+    const SimResult r = simulate(plan, p);
+    std::vector<double> t0;
+    for (int sm = 0; sm < kSms; ++sm) t0.push_back(slices_of(r, plan, sm)[0].t0_us);
+    EXPECT_NEAR(slices_of(r, plan, kSms + 1)[0].t0_us, 0, 1e-12);
+    return t0;
+  };
+  const std::vector<double> a = starts(1), b = starts(1), c = starts(2);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  for (double t : a) {
+    EXPECT_GE(t, kArrival);
+    EXPECT_LT(t, kArrival + kJitter);
+  }
+  const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
+  EXPECT_GT(*hi - *lo, kJitter / 2);  // spread over the bound, not one value
 }
 
 TEST(Simulate, ParamsJsonRoundTripsAndRejectsUnknownKeys) {
-  const SimParams p = v2_h200_params();
+  const SimParams p = v3_h200_params();
   const nlohmann::json j = sim_params_json(p);
   EXPECT_EQ(sim_params_json(sim_params_from_json(j, SimParams{})), j);
   for (int i = 0; i < kNumOps; ++i) EXPECT_TRUE(j["op_us"].contains(op_name(static_cast<Op>(i)))) << i;
@@ -415,7 +478,7 @@ TEST(SimulatePlan, MapsEveryTaskWithTheBytesPlanStatsCounts) {
     const PlanShape& s = plan.params.shape;
     const CounterLayout& cl = plan.params.counters;
     SCOPED_TRACE(cat("seed ", seed, " round ", round, ": ", small.what));
-    SimParams p = v2_h200_params();
+    SimParams p = v3_h200_params();
     p.attention.kv_gbps = 1e-3;  // an item's cost in us is then its K/V bytes
     p.op_us[static_cast<int>(Op::kAttn)] = 0;
     p.routing_seed = rng.next();
@@ -471,6 +534,72 @@ TEST(SimulatePlan, MapsEveryTaskWithTheBytesPlanStatsCounts) {
   }
 }
 
+// The activation refills (SimParams::fill_us) on the full shape: none at batch 8 (one window);
+// at batch 64 a static tile of n row blocks refills n x 8 - 1 times (O-proj's K: 16 windows), an
+// up share n x 8 times (it has no whole-K fill before its wait), a down share never.
+TEST(SimulatePlan, WindowedGemmsPayAFillPerWindowOfEveryPageGroup) {
+  const ModelConfig config = preset_config("qwen3-30b-a3b");
+  for (const int batch : {8, 64}) {
+    SCOPED_TRACE(cat("batch ", batch));
+    SplitMix64 rng(batch);
+    const test::RandomBatch rb = test::random_batch(rng, batch, 40, 16);
+    PlanOptions opt;
+    opt.n_sms = 132;
+    const Plan plan = make_plan(config, rb.state, policy_by_name("default"), opt);
+    const PlanShape& s = plan.params.shape;
+    SimParams p = v3_h200_params();
+    p.fill_us = 1000;  // whole thousands of us: the refill count reads off the cost
+    const SimPlan sp = sim_plan_from_plan(plan, p);
+    int checked = 0;
+    for (int sm = 0; sm < sp.n_sms; ++sm) {
+      for (size_t k = 0; k < sp.lists[sm].size(); ++k) {
+        const SimTask& st = sp.lists[sm][k];
+        const Task& t = plan.tasks[plan.list_begin[sm] + k];
+        const double op_us = p.op_us[static_cast<int>(st.op)];
+        const int64_t rbs = st.op == Op::kExpertUp ? st.bytes / (16 * s.hidden * 2) : t.arg[1] - t.arg[0];
+        int64_t want = 0;
+        switch (st.op) {
+          case Op::kQkv: case Op::kRouter: case Op::kLmHead: want = batch == 64 ? rbs * 8 - 1 : 0; break;
+          case Op::kOProj: want = batch == 64 ? rbs * 16 - 1 : 0; break;
+          case Op::kExpertUp: want = batch == 64 ? rbs * 8 : 0; break;
+          default: continue;  // down, attention, sample: no windows
+        }
+        ASSERT_NEAR(st.cost_us, op_us + 1000.0 * static_cast<double>(want), 1e-6)
+            << op_name(st.op) << " L" << st.layer << " on SM " << sm << ", " << rbs << " row blocks";
+        ++checked;
+      }
+      for (const SimTask& st : sp.lists[sm]) {
+        if (st.op != Op::kExpertDown) continue;
+        EXPECT_EQ(st.cost_us, p.op_us[static_cast<int>(Op::kExpertDown)]);
+      }
+    }
+    EXPECT_GT(checked, 48 * 132 * 2);
+  }
+}
+
+// The model against every step time of bench/results/decode-h200.json (cuda-mk, the kernel the
+// parameters were calibrated on): within 25 % at each batch and context measured.
+TEST(SimulatePlan, DefaultParamsPredictTheCommittedStepTimes) {
+  std::ifstream in(results_file("decode-h200.json"));
+  ASSERT_TRUE(in) << "bench/results/decode-h200.json";
+  const nlohmann::json d = nlohmann::json::parse(in);
+  int points = 0;
+  for (const nlohmann::json& r : d["records"]) {
+    if (r["backend"] != "cuda-mk" || r.value("ablation", std::string()) != "") continue;
+    const int batch = r["batch"], context = r["context"];
+    const double measured_ms = r["step_ms"];
+    const nlohmann::json j = nlohmann::json::parse(test::run_plan({"--preset", "qwen3-30b-a3b", "--batch",
+                                                                   std::to_string(batch), "--context",
+                                                                   std::to_string(context), "--simulate", "--json"}));
+    const double simulated_ms = j["simulation"]["step_us"].get<double>() / 1000;
+    EXPECT_LE(std::abs(simulated_ms - measured_ms), 0.25 * measured_ms)
+        << "batch " << batch << ", context " << context << ": simulated " << simulated_ms << " ms, measured "
+        << measured_ms << " ms";
+    ++points;
+  }
+  EXPECT_GE(points, 7);
+}
+
 // Random plans run to the end: one work slice per task (attention tasks hold one item each) with
 // its op and layer, every byte read from HBM exactly once (ring pages straight from HBM, or
 // prefetched into L2 and read from there), at page sizes that cut tasks at awkward places.
@@ -481,7 +610,7 @@ TEST(SimulatePlan, RandomPlansRunEveryTaskAndReadEveryByteOnce) {
   for (int round = 0; round < 30; ++round) {
     const SmallPlan small = random_small_plan(rng, 1 + static_cast<int>(rng.below(5)), 200);
     const Plan& plan = small.plan;
-    SimParams p = v2_h200_params();
+    SimParams p = v3_h200_params();
     p.page_bytes = test::pick(rng, {1000, 3072, 32768});
     p.l2_ahead_bytes = test::pick(rng, {0, 2500, 196608});
     p.ring_pages = test::pick(rng, {1, 3, 8});
@@ -511,8 +640,6 @@ TEST(SimulatePlan, RandomPlansRunEveryTaskAndReadEveryByteOnce) {
   }
 }
 
-std::string results_file(const std::string& name) { return std::string(MEGADECODE_SOURCE_DIR) + "/bench/results/" + name; }
-
 // The committed measurements of the first kernel (bench/results) still parse: the per-layer
 // timelines, and the trace they came from.
 TEST(MeasuredTimeline, ReadsTheCommittedTimelinesAndTrace) {
@@ -540,6 +667,68 @@ TEST(MeasuredTimeline, ReadsTheCommittedTimelinesAndTrace) {
   EXPECT_EQ(gz.timeline.layer_us, plain.timeline.layer_us);
   EXPECT_EQ(gz.meta["attention"], "tc");
   EXPECT_THROW(read_measured_timeline(results_file("bandwidth-h200.json")), Error);  // no timeline
+}
+
+// The work slices of a trace's events: a task from the end of its last counter wait (same SM and
+// task) or its start, to its end; tasks outside a layer have layer -1; other events are ignored;
+// a task of an op the plan does not know makes the whole list unusable (nullopt).
+TEST(MeasuredTimeline, TraceWorkSlicesStartAfterTheTasksWaits) {
+  auto task = [](int sm, int id, const std::string& name, double ts, double dur) {
+    return nlohmann::json{{"ph", "X"}, {"pid", 0}, {"tid", sm}, {"name", name}, {"ts", ts}, {"dur", dur},
+                          {"args", {{"task", id}}}};
+  };
+  auto part = [](int sm, int id, const char* cat, double ts, double dur) {
+    return nlohmann::json{{"ph", "X"}, {"pid", 1}, {"tid", sm}, {"name", "x"}, {"cat", cat}, {"ts", ts}, {"dur", dur},
+                          {"args", {{"task", id}}}};
+  };
+  nlohmann::json ev = nlohmann::json::array({
+      {{"ph", "M"}, {"pid", 0}, {"name", "process_name"}},
+      task(0, 0, "qkv L3", 10, 8), part(0, 0, "wait", 10.5, 2), part(0, 0, "wait", 13, 1), part(0, 0, "phase", 14, 2),
+      task(1, 0, "attn L3", 11, 5), part(1, 0, "phase", 11, 4),  // no wait: from its start
+      task(1, 1, "o_proj L3", 16, 3), part(0, 1, "wait", 16, 2),  // SM 0's task 1, not SM 1's
+      task(2, 7, "lm_head", 40, 4),
+  });
+  const auto slices = trace_work_slices(ev);
+  ASSERT_TRUE(slices.has_value());
+  ASSERT_EQ(slices->size(), 4u);
+  auto expect = [](const WorkSlice& w, Op op, int layer, double t0, double t1) {
+    EXPECT_EQ(w.op, static_cast<int>(op));
+    EXPECT_EQ(w.layer, layer);
+    EXPECT_DOUBLE_EQ(w.t0_us, t0);
+    EXPECT_DOUBLE_EQ(w.t1_us, t1);
+  };
+  expect((*slices)[0], Op::kQkv, 3, 14, 18);
+  expect((*slices)[1], Op::kAttn, 3, 11, 16);
+  expect((*slices)[2], Op::kOProj, 3, 16, 19);
+  expect((*slices)[3], Op::kLmHead, -1, 40, 44);
+  ev.push_back(task(3, 0, "attn_norm L3", 1, 1));  // the first kernel's op
+  EXPECT_FALSE(trace_work_slices(ev).has_value());
+  EXPECT_THROW(trace_work_slices(nlohmann::json::array({task(0, 0, "qkv Lx", 1, 1)})), Error);
+  EXPECT_THROW(trace_work_slices(nlohmann::json::object()), Error);
+}
+
+// The calibration holds: with its default parameters the model reproduces the committed trace of
+// the kernel (batch 1, 8K) within 20 % at every wave's start and end, the layer and the step.
+TEST(MeasuredTimeline, DefaultParamsReproduceTheCommittedTraceOfTheKernel) {
+  const std::string trace = results_file("trace-cuda-mk-v3-b1-ctx8192.json.gz");
+  try {
+    read_measured_timeline(trace);
+  } catch (const Error& e) {
+    if (std::string(e.what()).find("no zlib") != std::string::npos) GTEST_SKIP() << e.what();
+    throw;
+  }
+  const nlohmann::json j = nlohmann::json::parse(test::run_plan(
+      {"--preset", "qwen3-30b-a3b", "--batch", "1", "--context", "8192", "--simulate", "--trace", trace, "--json"}));
+  const nlohmann::json& c = j["simulation"]["comparison"];
+  ASSERT_EQ(c["waves"].size(), 6u);
+  for (const nlohmann::json& w : c["waves"]) {
+    ASSERT_FALSE(w["missing"].get<bool>()) << w.dump();
+    EXPECT_LE(std::abs(w["start_err_pct"].get<double>()), 20.0) << w.dump();
+    EXPECT_LE(std::abs(w["end_err_pct"].get<double>()), 20.0) << w.dump();
+  }
+  EXPECT_LE(std::abs(c["layer_err_pct"].get<double>()), 20.0);
+  EXPECT_LE(std::abs(c["step_err_pct"].get<double>()), 20.0);
+  EXPECT_LE(c["worst_abs_pct"].get<double>(), 20.0);
 }
 
 WaveTiming wave(const std::string& op, double start, double end) {
@@ -602,7 +791,7 @@ TEST(SimulateCommand, PrintsAndComparesTheTimeline) {
   EXPECT_GT(sim["step_us"].get<double>(), 0);
   EXPECT_EQ(sim["layer_timeline"].size(), 6u);  // qkv, attn, o_proj, router, expert_up, expert_down
   EXPECT_EQ(sim["sm_busy_us"].size(), 132u);
-  EXPECT_EQ(sim["params"], sim_params_json(v2_h200_params()));
+  EXPECT_EQ(sim["params"], sim_params_json(v3_h200_params()));
   // The 9 measured v1 waves; the norms and dispatch are not in the v2 simulation.
   ASSERT_EQ(sim["comparison"]["waves"].size(), 9u);
   for (const nlohmann::json& w : sim["comparison"]["waves"]) {

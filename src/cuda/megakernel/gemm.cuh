@@ -1,4 +1,4 @@
-// The megakernel's GEMM jobs (jobs.h): Y[tokens, rows] = act[tokens, k] * W[rows, k]^T for up to 64
+// The megakernel's GEMM jobs (plan/gemm_geometry.h): Y[tokens, rows] = act[tokens, k] * W[rows, k]^T for up to 64
 // token positions, W streamed page by page through the ring by the loader, the activations resident
 // in shared memory (bf16 rows, filled by the consumers per window). Weights are the mma.sync
 // m16n8k16 A operand (packed fragment tiles, cuda/common/weight_pack.cuh; the k16 step is
@@ -6,7 +6,7 @@
 // from the activation row each position maps to).
 // Code size: the kernel's per-layer code must stay in the instruction cache, so there is one copy of
 // the page loop, the reduction and the epilogue per token-group count (kNT); every op describes its
-// fill and epilogue as data, the page walk needs no division (jobs.h geometry from the host), and a
+// fill and epilogue as data, the page walk needs no division (plan/gemm_geometry.h, from the host), and a
 // page needs no CTA barrier (each warp waits for it itself).
 // Determinism and batch invariance: k block kb is accumulated by consumer warp kb % 8 in increasing
 // kb, and the 8 warp partials are summed in warp order: the sum order of an output depends on
@@ -130,7 +130,7 @@ struct RedBuffers {
   }
 };
 
-// Consumes the job's pages (the loader issues the same sequence, jobs.h) and, after the last k
+// Consumes the job's pages (the loader issues the same sequence, plan/gemm_geometry.h) and, after the last k
 // stage of each row-block group, reduces the warps' partials in warp order into the epilogue.
 // `fill` (shared memory) loads activation window w of rows [0, n_fill_rows) (activation.cuh) when
 // the area does not hold it yet (the consumers meet before and after). Task `t` (index `task`)

@@ -5,7 +5,7 @@
 // which the consumers compute on the SM (routing.cuh) at the layer's first routed task; with
 // kMkL2Prefetch it prefetches its later static tiles' weights into L2 (evict-last) meanwhile (off
 // by default: measured slower on the H200, docs/perf/notes.md). Job geometry: the consumers'
-// (ops.cuh JobWalk, jobs.h page loops), so both walk one page sequence.
+// (ops.cuh JobWalk, plan/gemm_geometry.h page loops), so both walk one page sequence.
 #pragma once
 
 #include <cstdint>

@@ -13,8 +13,6 @@
 namespace megadecode::cuda {
 namespace {
 
-int token_groups(int batch) { return batch <= 8 ? 1 : batch <= 16 ? 2 : batch <= 32 ? 4 : 8; }
-
 struct Configured {
   MkLaunchShape shape{};
   int n_sms = 0;
@@ -31,10 +29,10 @@ const Configured& configure() {
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     c.n_sms = sm_count();
     using S = mk::Smem<kNT>;
-    const int slots = std::min(mk::kMaxSlots, (optin - S::kRingOffset) / mk::kPageBytes);
+    const int slots = std::min(mk::kMaxSlots, (optin - S::kRingOffset) / kPageBytes);
     MD_REQUIRE(slots >= 2, "megakernel: ", optin, " bytes of shared memory hold fewer than 2 pages of ",
-               mk::kPageBytes, " bytes after ", S::kRingOffset, " bytes of scratch");
-    c.shape = MkLaunchShape{kNT, slots, mk::kPageBytes, S::kRingOffset + slots * mk::kPageBytes, S::kActBytes};
+               kPageBytes, " bytes after ", S::kRingOffset, " bytes of scratch");
+    c.shape = MkLaunchShape{kNT, slots, kPageBytes, S::kRingOffset + slots * kPageBytes, S::kActBytes};
     CUDA_CHECK(cudaFuncSetAttribute(mk::megakernel<kNT>, cudaFuncAttributeMaxDynamicSharedMemorySize, c.shape.smem_bytes));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c.blocks_per_sm, mk::megakernel<kNT>, mk::kThreads,
                                                              c.shape.smem_bytes));
@@ -42,26 +40,11 @@ const Configured& configure() {
   return c;
 }
 
-// The step's GEMM geometry (jobs.h) for instantiation kNT: pages of at most kPageRbMax row blocks,
-// activation windows of the batch's rows in the activation area; the expert-down jobs hold their
-// slots' rows at the whole K (the host checked that one row fits).
-template <int kNT>
-void fill_geometry(const PlanShape& s, mk::GemmGeo (&geo)[mk::kNumGemmKinds]) {
-  using S = mk::Smem<kNT>;
-  const int32_t h_kb = s.hidden / 16;
-  geo[mk::kGemmQkv] = mk::gemm_geo(h_kb, S::kPageRbMax, s.batch, S::kActBytes);
-  geo[mk::kGemmOProj] = mk::gemm_geo(s.n_heads * s.head_dim / 16, S::kPageRbMax, s.batch, S::kActBytes);
-  geo[mk::kGemmRouter] = geo[mk::kGemmQkv];
-  geo[mk::kGemmLmHead] = geo[mk::kGemmQkv];
-  geo[mk::kGemmUp] = geo[mk::kGemmQkv];
-  geo[mk::kGemmDown] = mk::gemm_geo(s.moe_inter / 16, S::kPageRbMax, 1, int64_t{1} << 40);
-}
-
 template <int kNT>
 void launch(const MkParams& in, cudaStream_t stream) {
   const Configured& c = configure<kNT>();
   MkParams params = in;
-  fill_geometry<kNT>(params.plan.shape, params.geo);
+  gemm_geometry(params.plan.shape, megakernel_layout(kNT), params.geo);  // = Smem<kNT> (smem.cuh)
   const int grid = params.plan.shape.n_sms;
   MD_REQUIRE(c.blocks_per_sm >= 1 && grid <= c.n_sms * c.blocks_per_sm, "megakernel: a grid of ", grid,
              " persistent CTAs cannot all be resident (", c.n_sms, " SMs x ", c.blocks_per_sm,
@@ -93,7 +76,7 @@ void check_megakernel_shape(const PlanShape& s) {
   MD_REQUIRE(s.hidden % 128 == 0, "megakernel: the hidden size must be a multiple of 128, got ", s.hidden);
   const MkLaunchShape sh = megakernel_shape(s.batch);
   // The expert-down jobs hold one activation row of the whole moe_intermediate at least.
-  MD_REQUIRE(static_cast<int64_t>(s.moe_inter + mk::kActPad) * 2 <= sh.act_bytes,
+  MD_REQUIRE(static_cast<int64_t>(s.moe_inter + kActPad) * 2 <= sh.act_bytes,
              "megakernel: moe_intermediate ", s.moe_inter, " does not fit the activation area");
 }
 

@@ -37,18 +37,6 @@ struct ConsumerCtx {
 
 // ---- job geometry, shared with the loader ----
 
-// The GEMM kind of a GEMM task.
-__device__ __forceinline__ GemmKind gemm_kind(Op op) {
-  switch (op) {
-    case Op::kQkv: return kGemmQkv;
-    case Op::kOProj: return kGemmOProj;
-    case Op::kRouter: return kGemmRouter;
-    case Op::kExpertUp: return kGemmUp;
-    case Op::kExpertDown: return kGemmDown;
-    default: return kGemmLmHead;
-  }
-}
-
 // The packed matrix of a static tile task (QKV, O_PROJ, ROUTER, LM_HEAD).
 __device__ __forceinline__ const uint16_t* tile_matrix(const MkParams& p, const Task& t) {
   switch (static_cast<Op>(t.op)) {

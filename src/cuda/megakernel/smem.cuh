@@ -1,7 +1,7 @@
 // The megakernel's shared memory, one CTA per SM (kNT = token groups of 8: batch <= 8 * kNT):
 //   barriers | GEMM fill | routing tables | GEMM reduction | union { attention scratch | sampler
 //   scratch | activation area } | page ring (32 KB slots, as many as fit)
-// The activation area holds a GEMM job's activation rows (bf16, jobs.h windows), each row's RMSNorm
+// The activation area holds a GEMM job's activation rows (bf16, plan/gemm_geometry.h windows), each row's RMSNorm
 // scale, the expert-down combine store and (batch <= 32) the second reduction buffer. Only the
 // consumers touch the union; the loader touches only the ring and the routing tables (read).
 #pragma once
@@ -11,7 +11,7 @@
 #include "cuda/common/sampling.cuh"
 #include "cuda/megakernel/activation.cuh"
 #include "cuda/megakernel/attention.cuh"
-#include "cuda/megakernel/jobs.h"
+#include "plan/gemm_geometry.h"
 #include "cuda/megakernel/routing.cuh"
 
 namespace megadecode::cuda::mk {
@@ -51,6 +51,10 @@ struct Smem {
   static constexpr int kActBytes = kUnionBytes - kActOffset;  // activation rows
 
   static constexpr int kRingOffset = kUnionOffset + kUnionBytes;
+
+  // The host's geometry (and the timing model) take this layout from plan/gemm_geometry.h.
+  static_assert(megakernel_layout(kNT).act_bytes == kActBytes && megakernel_layout(kNT).page_rb_max == kPageRbMax,
+                "plan/gemm_geometry.h kMegakernelLayouts must hold this instantiation's activation area and page rows");
 };
 
 // What every consumer routine of a CTA shares.

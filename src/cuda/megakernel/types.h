@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "cuda/megakernel/jobs.h"
+#include "plan/gemm_geometry.h"
 #include "cuda/megakernel/trace.h"
 #include "plan/task.h"
 
@@ -82,9 +82,9 @@ struct MkParams {
   int64_t kv_layer_stride;        // elements per layer (both K and V)
   int64_t kv_v_offset;            // elements from K to V of one layer
   MkModelWeights w;
-  // Page and window geometry of every GEMM kind (jobs.h), for this batch and kernel instantiation:
+  // Page and window geometry of every GEMM kind (plan/gemm_geometry.h), for this batch and kernel instantiation:
   // filled by launch_megakernel, whatever the caller put here.
-  mk::GemmGeo geo[mk::kNumGemmKinds];
+  GemmGeo geo[kNumGemmKinds];
   MkError* error;
   int64_t timeout_ns;             // bound on any single wait
   // Routing capture (tests; nullptr when off): [batch][n_layers][top_k] chosen experts and weights,

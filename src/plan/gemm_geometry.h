@@ -1,5 +1,6 @@
-// The megakernel's GEMM geometry as plain index math (host and device, so
-// tests/cuda/test_megakernel_jobs checks it on the CPU). A job multiplies 16-row blocks
+// The megakernel's GEMM geometry as plain index math, on the host and the device: the kernel
+// (cuda/megakernel) walks it, the timing model (plan/simulate*) counts its pages and activation
+// fills, and tests/plan/test_gemm_geometry checks it. A job multiplies 16-row blocks
 // [rb_begin, rb_end) of a packed weight matrix (cuda/common/weight_pack.cuh) over all its n_kb k
 // blocks by up to 64 activation rows. Its weights stream as pages, the loader and the consumers
 // walking the same sequence with the same two loops (no division on the device):
@@ -16,9 +17,10 @@
 
 #include <cstdint>
 
-#include "core/bf16.h"  // MD_HOST_DEVICE
+#include "core/host_device.h"
+#include "plan/task.h"  // PlanShape
 
-namespace megadecode::cuda::mk {
+namespace megadecode {
 
 constexpr int kTileBytes = 512;  // one 16 x 16 bf16 fragment tile
 constexpr int kTileElems = kTileBytes / 2;
@@ -79,6 +81,50 @@ MD_HOST_DEVICE inline GemmGeo gemm_geo(int32_t n_kb, int32_t max_page_rb, int32_
   return g;
 }
 
+// The GEMM kind of a GEMM op (SAMPLE and ATTN have none: LM_HEAD's is returned).
+MD_HOST_DEVICE inline GemmKind gemm_kind(Op op) {
+  switch (op) {
+    case Op::kQkv: return kGemmQkv;
+    case Op::kOProj: return kGemmOProj;
+    case Op::kRouter: return kGemmRouter;
+    case Op::kExpertUp: return kGemmUp;
+    case Op::kExpertDown: return kGemmDown;
+    default: return kGemmLmHead;
+  }
+}
+
+// What the geometry takes from the kernel's shared-memory layout at one instantiation: the bytes
+// of its activation area and the row blocks a page may stack (the consumers' accumulators).
+struct GemmLayout {
+  int64_t act_bytes;
+  int32_t page_rb_max;
+};
+
+// The megakernel's instantiations: kNT = 1, 2, 4, 8 token groups of 8 (batch <= 8, 16, 32, 64).
+MD_HOST_DEVICE inline int32_t token_groups(int32_t batch) { return batch <= 8 ? 1 : batch <= 16 ? 2 : batch <= 32 ? 4 : 8; }
+
+// The layout of each instantiation as cuda/megakernel/smem.cuh computes it, by kNT = 1, 2, 4, 8
+// (static_asserts there keep the two equal): the timing model, which cannot see the kernel's
+// structs, walks the kernel's geometry from here.
+inline constexpr GemmLayout kMegakernelLayouts[4] = {{79104, 4}, {70656, 4}, {65536, 2}, {65536, 1}};
+constexpr GemmLayout megakernel_layout(int32_t kNT) {
+  return kMegakernelLayouts[kNT <= 1 ? 0 : kNT <= 2 ? 1 : kNT <= 4 ? 2 : 3];
+}
+
+// Every GEMM kind's geometry in a step of shape `s` on layout `l`: pages of at most page_rb_max
+// row blocks, activation windows of the batch's rows in the activation area; the expert-down jobs
+// hold their activation rows over the whole moe_intermediate (one window). Computed once per step
+// on the host (MkParams::geo); the timing model counts its pages and window fills.
+inline void gemm_geometry(const PlanShape& s, const GemmLayout& l, GemmGeo (&geo)[kNumGemmKinds]) {
+  const int32_t h_kb = s.hidden / 16;
+  geo[kGemmQkv] = gemm_geo(h_kb, l.page_rb_max, s.batch, l.act_bytes);
+  geo[kGemmOProj] = gemm_geo(s.n_heads * s.head_dim / 16, l.page_rb_max, s.batch, l.act_bytes);
+  geo[kGemmRouter] = geo[kGemmQkv];
+  geo[kGemmLmHead] = geo[kGemmQkv];
+  geo[kGemmUp] = geo[kGemmQkv];
+  geo[kGemmDown] = gemm_geo(s.moe_inter / 16, l.page_rb_max, 1, int64_t{1} << 40);
+}
+
 // The pages of a job of n_rb row blocks, in order: f(rb0, nrb, kb0) for page "row blocks
 // [rb0, rb0 + nrb), k blocks [kb0, kb0 + page_kb)"; false as soon as f returns false. The loader
 // walks it; the consumers' loop (gemm.cuh consume_job) has the same two loops.
@@ -97,4 +143,4 @@ MD_HOST_DEVICE inline int64_t tile_offset(int32_t rb, int32_t n_kb, int32_t kb) 
   return (static_cast<int64_t>(rb) * n_kb + kb) * kTileElems;
 }
 
-}  // namespace megadecode::cuda::mk
+}  // namespace megadecode

@@ -1,4 +1,4 @@
-// The megakernel's GEMM geometry (cuda/megakernel/jobs.h) on the CPU: the page walk of a job covers
+// The megakernel's GEMM geometry (plan/gemm_geometry.h): the page walk of a job covers
 // every (row block, k block) exactly once, row-block group by group with the k stages in order,
 // each page at most 32 KB and one contiguous copy when it stacks row blocks; activation windows are
 // whole pages that fit the shared memory they are given, and every page lies in one window.
@@ -8,10 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/rng.h"
-#include "cuda/megakernel/jobs.h"
+#include "plan/gemm_geometry.h"
 
-namespace megadecode::cuda::mk {
+namespace megadecode {
 namespace {
 
 TEST(MegakernelJobs, KStepIsTheLargestDivisorPreferringMultiplesOf8) {
@@ -118,5 +119,43 @@ TEST(MegakernelJobs, WindowsFollowTheActivationArea) {
   EXPECT_EQ(gemm_geo(128, 4, 1, 83 << 10).page_rb, 1);
 }
 
+// The step geometry of the qwen3-30b-a3b shape on the kernel's layouts: one window for every
+// GEMM at batch <= 16 but O-proj's K 4096 at 16; at 32 and 64 the hidden-K GEMMs take 4 and 8
+// windows (of one page each) and O-proj 8 and 16; the expert-down jobs always hold the whole K.
+TEST(MegakernelJobs, DecodeShapeWindowsAtEachBatch) {
+  PlanShape s{};
+  s.hidden = 2048;
+  s.n_heads = 32;
+  s.head_dim = 128;
+  s.moe_inter = 768;
+  EXPECT_EQ(token_groups(1), 1);
+  EXPECT_EQ(token_groups(9), 2);
+  EXPECT_EQ(token_groups(17), 4);
+  EXPECT_EQ(token_groups(64), 8);
+  struct Want {
+    int batch, hidden_windows, oproj_windows, hidden_page_kb;
+  };
+  for (const Want w : {Want{1, 1, 1, 64}, Want{8, 1, 1, 64}, Want{16, 1, 2, 64}, Want{32, 4, 8, 32}, Want{64, 8, 16, 16}}) {
+    SCOPED_TRACE(cat("batch ", w.batch));
+    s.batch = w.batch;
+    GemmGeo geo[kNumGemmKinds];
+    gemm_geometry(s, megakernel_layout(token_groups(w.batch)), geo);
+    for (GemmKind k : {kGemmQkv, kGemmRouter, kGemmLmHead, kGemmUp}) {
+      EXPECT_EQ(geo[k].n_windows(), w.hidden_windows) << k;
+      EXPECT_EQ(geo[k].page_kb, w.hidden_page_kb) << k;
+      EXPECT_EQ(geo[k].window_kb, w.hidden_windows > 1 ? w.hidden_page_kb : 128) << k;
+    }
+    EXPECT_EQ(geo[kGemmOProj].n_windows(), w.oproj_windows);
+    EXPECT_EQ(geo[kGemmDown].n_windows(), 1);
+    EXPECT_EQ(geo[kGemmDown].window_kb, 48);
+  }
+  EXPECT_EQ(gemm_kind(Op::kQkv), kGemmQkv);
+  EXPECT_EQ(gemm_kind(Op::kOProj), kGemmOProj);
+  EXPECT_EQ(gemm_kind(Op::kRouter), kGemmRouter);
+  EXPECT_EQ(gemm_kind(Op::kLmHead), kGemmLmHead);
+  EXPECT_EQ(gemm_kind(Op::kExpertUp), kGemmUp);
+  EXPECT_EQ(gemm_kind(Op::kExpertDown), kGemmDown);
+}
+
 }  // namespace
-}  // namespace megadecode::cuda::mk
+}  // namespace megadecode
