@@ -24,9 +24,9 @@ const char* const kDecodeBenchUsage =
     "         [--ablations] [--ablation-batch 1,8] [--trace FILE] [--trace-batch 1] [--json FILE]\n"
     "         [--seed S] [--block-size 16] [--ceiling-mib 4096]\n"
     "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points.\n"
-    "  --ablations: at --ablation-batch and the first context, one change each: grid-sync, the loader\n"
-    "  issuing a task's pages only once its consumers start it, an L2 prefetch in the routing gap, polls\n"
-    "  backing off to 256 ns, cuda-ops.\n"
+    "  --ablations: at --ablation-batch and the first context, one change each: the policies grid-sync\n"
+    "  and long-splits, the loader issuing a task's pages only once its consumers start it, an L2\n"
+    "  prefetch in the routing gap, polls backing off to 256 ns, K/V prefetch, cuda-ops.\n"
     "  --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n";
 
 namespace {

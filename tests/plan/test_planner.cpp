@@ -219,6 +219,7 @@ TEST(Planner, AttentionSplitsScaleWithContext) {
   BatchState longctx{16, {{8192, table}}};
   Plan plan = make_plan(c, longctx, policy_by_name("default"), {});
   EXPECT_EQ(plan.attn_items.size(), 4u * 32);  // 8192 tokens in 256-token splits, 4 KV groups
+  EXPECT_EQ(make_plan(c, longctx, policy_by_name("long-splits"), {}).attn_items.size(), 4u * 16);  // 512-token splits
   BatchState shortctx{16, {{100, table}}};
   plan = make_plan(c, shortctx, policy_by_name("default"), {});
   EXPECT_EQ(plan.attn_items.size(), 4u);
