@@ -67,7 +67,12 @@ struct SimParams {
   // group; each refill beyond a task's first costs fill_us of consumer time.
   double fill_us = 0;
 
-  double routing_us = 0;       // the consumers' top-k + share map after the router wait
+  // An expert share runs one job per expert it covers (the expert's activation rows, its
+  // epilogue): job_us of consumer time each, besides op_us.
+  double job_us = 0;
+
+  double routing_us = 0;       // the consumers' top-k + share map after the router wait, per 8
+                               // tokens (one warp per token)
   int64_t l2_ahead_bytes = 0;  // L2 prefetch budget per SM during the routing gap
 
   // Routing: uniform random top-k per token, distinct experts, seeded per layer.

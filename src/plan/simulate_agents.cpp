@@ -110,7 +110,7 @@ Co consumer(Step& st, SmState& s) {
     co_await st.e.delay(s.consumer, t.pre_us);
     co_await wait_all(st, s, t.waits, j * 64, &t0);
     if (t.computes_routing) {
-      co_await st.e.delay(s.consumer, st.e.params.routing_us);
+      co_await st.e.delay(s.consumer, st.e.params.routing_us * t.routing_rounds);
       s.routed[t.layer] = 1;
       wake_loader(st, s, s.loader_waits_for_routing);
     }

@@ -60,20 +60,23 @@ SimItem attention_item(const PlanShape& s, const CounterLayout& c, const AttnIte
   return item;
 }
 
-// Expert share `share` of `n` in one layer (plan/moe_split.h): its weight bytes and row blocks.
+// Expert share `share` of `n` in one layer (plan/moe_split.h): its weight bytes, row blocks and
+// jobs (experts). An up share is a range of the expert-major units; a down share is a range of
+// row blocks of every active expert.
 struct Share {
-  int64_t bytes, row_blocks;
+  int64_t bytes, row_blocks, jobs;
 };
 Share expert_share(const PlanShape& s, const std::vector<int>& count, Op op, int share, int n) {
   int32_t n_active = 0;
   for (int e = 0; e < s.n_experts; ++e) n_active += count[e] > 0;
   if (op == Op::kExpertUp) {
     const MoeShare u = moe_share(n_active * s.up_units, share, n);
-    return {static_cast<int64_t>(u.end - u.begin) * 16 * s.hidden * 2, u.end - u.begin};
+    const int64_t jobs = u.end > u.begin ? (u.end - 1) / s.up_units - u.begin / s.up_units + 1 : 0;
+    return {static_cast<int64_t>(u.end - u.begin) * 16 * s.hidden * 2, u.end - u.begin, jobs};
   }
   const MoeShare r = moe_share(s.down_rbs, share, n);
   const int64_t rbs = static_cast<int64_t>(r.end - r.begin) * n_active;
-  return {rbs * 16 * s.moe_inter * 2, rbs};
+  return {rbs * 16 * s.moe_inter * 2, rbs, r.end > r.begin ? n_active : 0};
 }
 
 // Activation-window refills of a GEMM job of n_rb row blocks beyond the task's first fill: one per
@@ -135,8 +138,10 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
         case SimClass::kRouted: {
           const Share sh = expert_share(s, counts[t.layer], op, t.arg[0], t.arg[1]);
           st.bytes = sh.bytes;
-          st.cost_us = us + p.fill_us * static_cast<double>(refills(geo[gemm_kind(op)], op, sh.row_blocks));
+          st.cost_us = us + p.job_us * static_cast<double>(sh.jobs) +
+                       p.fill_us * static_cast<double>(refills(geo[gemm_kind(op)], op, sh.row_blocks));
           st.computes_routing = op == Op::kExpertUp;
+          st.routing_rounds = (s.batch + 7) / 8;
           break;
         }
         case SimClass::kAttention: {

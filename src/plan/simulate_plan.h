@@ -56,7 +56,9 @@ struct SimTask {
   double cost_us = 0;    // consumer time besides consuming pages, after them
   std::vector<SimItem> items;     // the task's own items (attention), run in order after its pages
   bool computes_routing = false;  // after its waits the consumers compute the layer's routing
-                                  // (routing_us), which lets the loader past the layer's routed tasks
+                                  // (routing_us x routing_rounds), which lets the loader past the
+                                  // layer's routed tasks
+  int routing_rounds = 1;         // rounds of 8 tokens (one per consumer warp)
 };
 
 struct SimPlan {
