@@ -544,18 +544,22 @@ TEST(SimulatePlan, MapsEveryTaskWithTheBytesPlanStatsCounts) {
   }
 }
 
+// The qwen3-30b-a3b plan of a random batch (contexts up to 40) on 132 SMs.
+Plan full_shape_plan(int batch) {
+  SplitMix64 rng(static_cast<uint64_t>(batch));
+  const test::RandomBatch rb = test::random_batch(rng, batch, 40, 16);
+  PlanOptions opt;
+  opt.n_sms = 132;
+  return make_plan(preset_config("qwen3-30b-a3b"), rb.state, policy_by_name("default"), opt);
+}
+
 // The activation refills (SimParams::fill_us) on the full shape: none at batch 8 (one window);
 // at batch 64 a static tile of n row blocks refills n x 8 - 1 times (O-proj's K: 16 windows), an
 // up share n x 8 times (it has no whole-K fill before its wait), a down share never.
 TEST(SimulatePlan, WindowedGemmsPayAFillPerWindowOfEveryPageGroup) {
-  const ModelConfig config = preset_config("qwen3-30b-a3b");
   for (const int batch : {8, 64}) {
     SCOPED_TRACE(cat("batch ", batch));
-    SplitMix64 rng(batch);
-    const test::RandomBatch rb = test::random_batch(rng, batch, 40, 16);
-    PlanOptions opt;
-    opt.n_sms = 132;
-    const Plan plan = make_plan(config, rb.state, policy_by_name("default"), opt);
+    const Plan plan = full_shape_plan(batch);
     const PlanShape& s = plan.params.shape;
     SimParams p = v3_h200_params();
     p.fill_us = 1000;  // whole thousands of us: the refill count reads off the cost
@@ -593,14 +597,9 @@ TEST(SimulatePlan, WindowedGemmsPayAFillPerWindowOfEveryPageGroup) {
 // one more, and together at least every active expert); the up share computes the routing in
 // rounds of 8 tokens.
 TEST(SimulatePlan, ExpertSharesPayAJobPerExpertAndRoutingPerEightTokens) {
-  const ModelConfig config = preset_config("qwen3-30b-a3b");
   for (const int batch : {1, 8, 17, 64}) {
     SCOPED_TRACE(cat("batch ", batch));
-    SplitMix64 rng(batch);
-    const test::RandomBatch rb = test::random_batch(rng, batch, 40, 16);
-    PlanOptions opt;
-    opt.n_sms = 132;
-    const Plan plan = make_plan(config, rb.state, policy_by_name("default"), opt);
+    const Plan plan = full_shape_plan(batch);
     const PlanShape& s = plan.params.shape;
     SimParams p = v3_h200_params();
     p.fill_us = 0;
