@@ -37,7 +37,8 @@ Co consume(Step& st, SmState& s, int64_t bytes) {
       st.e.on_landed(s.sm, seq, s.consumer);
       co_await st.e.block(s.consumer, "a page to land");
     }
-    co_await st.e.delay(s.consumer, static_cast<double>(page_size(bytes, page, k)) / (st.e.params.consume_gbps * 1e3));
+    co_await st.e.delay(s.consumer, static_cast<double>(page_size(bytes, page, k)) * st.e.plan.token_groups /
+                                        (st.e.params.consume_gbps * 1e3));
     st.e.release(s.sm, seq);
   }
 }
@@ -71,6 +72,7 @@ void check_params(const SimParams& p) {
 void check_plan(const SimPlan& plan) {
   MD_REQUIRE(plan.n_sms >= 1 && static_cast<int>(plan.lists.size()) == plan.n_sms, "simulate: plan has ",
              plan.lists.size(), " task lists for ", plan.n_sms, " SMs");
+  MD_REQUIRE(plan.token_groups >= 1, "simulate: ", plan.token_groups, " token groups");
   for (const auto& list : plan.lists)
     for (const SimTask& t : list) MD_REQUIRE(t.layer >= 0 || !t.computes_routing, "simulate: routing is per layer");
 }

@@ -44,7 +44,8 @@ struct SimParams {
   int ring_pages = 0;           // page ring slots per SM
   int64_t page_bytes = 32768;   // bytes of one page read (one bulk copy)
   double pickup_us = 0;         // consumers: from one task to the next (reading its record)
-  double consume_gbps = 0;      // a consumer works through landed GEMM pages at this rate
+  double consume_gbps = 0;      // a consumer works through landed GEMM pages at this rate at one
+                                // token group (batch <= 8); at g groups, at consume_gbps / g
 
   // Synchronisation. A counter wait is satisfied hop_us after the arrival that reaches its target,
   // seen at the waiter's next poll (polls every poll_us from the start of the wait; 0: at once).

@@ -115,8 +115,9 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
   sp.n_counters = c.n_counters;
   std::vector<std::vector<int>> counts;
   for (int L = 0; L < s.n_layers; ++L) counts.push_back(sim_routing_counts(s, L, p.routing_seed));
+  sp.token_groups = token_groups(s.batch);
   GemmGeo geo[kNumGemmKinds];
-  gemm_geometry(s, megakernel_layout(token_groups(s.batch)), geo);
+  gemm_geometry(s, megakernel_layout(sp.token_groups), geo);
   sp.lists.resize(sp.n_sms);
   for (int sm = 0; sm < sp.n_sms; ++sm) {
     for (int32_t i = plan.list_begin[sm]; i < plan.list_begin[sm + 1]; ++i) {

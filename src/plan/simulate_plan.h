@@ -64,6 +64,9 @@ struct SimTask {
 struct SimPlan {
   int n_sms = 0;
   int n_counters = 0;
+  // The kernel instantiation's token groups of 8 (plan/gemm_geometry.h token_groups): a page's
+  // MMAs and B-fragment loads are per group, so consumers take token_groups x bytes / consume_gbps.
+  int token_groups = 1;
   std::vector<std::vector<SimTask>> lists;  // [n_sms]
 };
 

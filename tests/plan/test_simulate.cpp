@@ -136,6 +136,23 @@ TEST(Simulate, OneSmStreamsAtItsRate) {
   }
 }
 
+// Consumers work through landed pages at consume_gbps per token group: at g groups a GEMM whose
+// pages are all in takes g x bytes / consume_gbps.
+TEST(Simulate, ConsumersTakeLongerPerTokenGroup) {
+  const int64_t bytes = 7 * kPage + 123;
+  for (int groups : {1, 2, 4, 8}) {
+    SimParams p = ideal();
+    p.consume_gbps = 10;
+    SimPlan plan = plan_of({{gemm(bytes)}});
+    plan.token_groups = groups;
+    const SimResult r = simulate(plan, p);
+    EXPECT_NEAR(r.slices[0].t1_us, groups * us_for(bytes, 10), 1e-6) << groups << " groups";
+  }
+  SimPlan bad = plan_of({{gemm(kPage)}});
+  bad.token_groups = 0;
+  EXPECT_NE(error_of(bad, ideal()).find("token groups"), std::string::npos);
+}
+
 // With k ring slots and a latency L far above the service time, pages come k per L.
 TEST(Simulate, RingSlotsLimitTheRateToRingOverLatency) {
   const uint64_t seed = test_seed();
