@@ -108,6 +108,7 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
     MD_REQUIRE(r.sm >= 0 && r.sm < n_sms, "trace record of SM ", r.sm, " outside the plan's ", n_sms, " SMs");
     MD_REQUIRE(r.kind == kTraceWork || r.kind == kTraceWait || r.kind == kTracePhase, "trace record of unknown kind ",
                r.kind);
+    MD_REQUIRE(r.op >= 0 && r.op < kNumOps, "trace record of unknown op ", r.op);
     MD_REQUIRE(r.kind != kTracePhase || (r.arg0 >= 0 && r.arg0 < kNumTracePhases), "trace record of unknown phase ",
                r.arg0);
     by_sm[r.sm].push_back(&r);
@@ -190,7 +191,7 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
   }
   // The timeline from the events just written (its waves start after the tasks' counter waits).
   const auto slices = trace_work_slices(ev);
-  MD_CHECK(slices.has_value(), "trace: a task of an op the plan does not know");
+  MD_CHECK(slices.has_value(), "trace: a task of an op the plan does not know");  // (refused above)
   LayerTimeline timeline = layer_timeline(*slices);
   s.layer_us = timeline.layer_us;
   s.layer_timeline = std::move(timeline.waves);

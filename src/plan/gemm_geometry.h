@@ -56,7 +56,8 @@ struct GemmGeo {
   int32_t page_kb;    // k blocks per page, divides n_kb
   int32_t window_kb;  // k blocks per activation window: a multiple of page_kb, <= n_kb
   int32_t pitch;      // elements per activation row in shared memory: window_kb * 16 + kActPad
-  int32_t pad[3];
+  int32_t rows_cap;   // rows of one window the step's activation area holds (gemm_geometry)
+  int32_t pad[2];
   MD_HOST_DEVICE int32_t n_windows() const { return (n_kb + window_kb - 1) / window_kb; }
 };
 static_assert(sizeof(GemmGeo) == 32);
@@ -123,6 +124,59 @@ inline void gemm_geometry(const PlanShape& s, const GemmLayout& l, GemmGeo (&geo
   geo[kGemmLmHead] = geo[kGemmQkv];
   geo[kGemmUp] = geo[kGemmQkv];
   geo[kGemmDown] = gemm_geo(s.moe_inter / 16, l.page_rb_max, 1, int64_t{1} << 40);
+  for (GemmGeo& g : geo) {
+    const int64_t rows = l.act_bytes / (static_cast<int64_t>(g.pitch) * 2);
+    g.rows_cap = static_cast<int32_t>(rows < (int64_t{1} << 30) ? rows : (int64_t{1} << 30));
+  }
+}
+
+// The expert-down jobs of a share of row blocks [rb_begin, rb_end): for each row block, each
+// active expert in order, its slots (tokens) in chunks of at most rows_cap, so that a job's
+// activation rows always fit the area at the whole K (an expert may take every token of the batch:
+// 64 rows, where the area holds 42 at 64 tokens). The loader and the consumers walk it alike
+// (cuda/megakernel/ops.cuh JobWalk); so does the timing model. `count(ei)` gives the tokens of
+// active expert ei (at least 1).
+struct DownJob {
+  int32_t rb, ei;       // the row block and the active expert index
+  int32_t tok0, n_tok;  // the expert's slots [tok0, tok0 + n_tok)
+};
+// One step of the walk from position (rb, ei, tok), which it advances; false past rb_end. The
+// caller starts at (rb_begin, 0, 0); after a row block's last job, rb has moved past out.rb.
+// Stateless beyond those three, so the kernel keeps no more.
+template <class Count>
+MD_HOST_DEVICE inline bool down_walk_next(int32_t& rb, int32_t& ei, int32_t& tok, int32_t rb_end, int32_t n_active,
+                                          int32_t rows_cap, Count&& count, DownJob& out) {
+  if (rb >= rb_end || n_active <= 0) return false;
+  const int32_t n = count(ei), cap = rows_cap > 0 ? rows_cap : 1;
+  out.rb = rb;
+  out.ei = ei;
+  out.tok0 = tok;
+  out.n_tok = n - tok < cap ? n - tok : cap;
+  tok += cap;
+  if (tok >= n) {
+    tok = 0;
+    if (++ei == n_active) {
+      ei = 0;
+      ++rb;
+    }
+  }
+  return true;
+}
+
+// The activation group a down job starts when the area does not hold its slots [j0, j1) (slot
+// numbers of the layer, expert-major): its own slots and every following active expert's whole
+// slot range (from active index next_ei on) while the group stays within rows_cap rows. Returns the
+// group's end slot; the group is [j0, end). expert_end(i) is one past active expert i's last slot.
+template <class Slots>
+MD_HOST_DEVICE inline int32_t down_group_end(Slots&& expert_end, int32_t n_active, int32_t next_ei, int32_t j0, int32_t j1,
+                                             int32_t rows_cap) {
+  int32_t end = j1;
+  for (int32_t i = next_ei; i < n_active; ++i) {
+    const int32_t e_end = expert_end(i);
+    if (e_end - j0 > rows_cap) break;
+    end = e_end;
+  }
+  return end;
 }
 
 // The pages of a job of n_rb row blocks, in order: f(rb0, nrb, kb0) for page "row blocks

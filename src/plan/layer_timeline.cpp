@@ -64,8 +64,10 @@ LayerTimeline layer_timeline(std::span<const WorkSlice> slices) {
   return t;
 }
 
-std::optional<std::vector<WorkSlice>> trace_work_slices(const nlohmann::json& events) {
-  MD_REQUIRE(events.is_array(), "trace: \"traceEvents\" must be an array");
+namespace {
+
+// trace_work_slices without the JSON type errors turned into Errors.
+std::optional<std::vector<WorkSlice>> work_slices_of(const nlohmann::json& events) {
   auto is_slice = [](const nlohmann::json& e, int pid) {
     return e.is_object() && e.value("ph", "") == "X" && e.value("pid", -1) == pid && e.contains("tid") &&
            e.contains("ts") && e.contains("dur") && e.contains("args") && e["args"].contains("task");
@@ -101,6 +103,17 @@ std::optional<std::vector<WorkSlice>> trace_work_slices(const nlohmann::json& ev
     slices.push_back({i, layer, std::clamp(w == wait_end.end() ? t0 : w->second, t0, t1), t1});
   }
   return slices;
+}
+
+}  // namespace
+
+std::optional<std::vector<WorkSlice>> trace_work_slices(const nlohmann::json& events) {
+  MD_REQUIRE(events.is_array(), "trace: \"traceEvents\" must be an array");
+  try {
+    return work_slices_of(events);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cat("trace: a malformed event (", e.what(), ")"));
+  }
 }
 
 nlohmann::json wave_timings_json(const std::vector<WaveTiming>& waves) {

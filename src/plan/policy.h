@@ -5,7 +5,7 @@
 //   grid-sync every task of wave w waits on all of wave w-1 (what kernel boundaries impose).
 //   long-splits  attention splits of at least 512 tokens (default: 256): half the items, each with
 //             twice the K/V, so fewer items pay the item's fixed cost (the timing model predicts
-//             batch 8 at 8K 22 % faster and batch 1 unchanged: docs/perf/notes.md). Like the
+//             batch 8 at 8K 20 % faster and batch 1 unchanged: docs/perf/notes.md). Like the
 //             default, a sequence's split depends on its own context only.
 #pragma once
 

@@ -63,9 +63,11 @@ struct SimParams {
   std::array<double, kNumOps> pre_wait_us{};
   SimAttention attention;
 
-  // A GEMM job whose K needs several activation windows (plan/gemm_geometry.h: at batch >= 16
-  // for O-proj, >= 32 for the hidden-K ops) refills the window for every window of every page
-  // group; each refill beyond a task's first costs fill_us of consumer time.
+  // Activation fills beyond a task's first, fill_us of consumer time each, where the kernel's
+  // GEMM geometry (plan/gemm_geometry.h) makes them: a job whose K needs several windows (at
+  // batch >= 9 for O-proj's K 4096, >= 17 for the hidden-K ops) refills the window for every
+  // window of every page group (an up share: every fill counts, it has no whole-K fill then); a
+  // down share refills for every group of experts' rows that fits the area, per row block.
   double fill_us = 0;
 
   // An expert share runs one job per expert it covers (the expert's activation rows, its
@@ -76,7 +78,8 @@ struct SimParams {
                                // tokens (one warp per token)
   int64_t l2_ahead_bytes = 0;  // L2 prefetch budget per SM during the routing gap
 
-  // Routing: uniform random top-k per token, distinct experts, seeded per layer.
+  // Routing: uniform random top-k per token, distinct experts, seeded per layer. The seed also
+  // draws the wait scatter (wait_jitter_us).
   uint64_t routing_seed = 1;
 };
 

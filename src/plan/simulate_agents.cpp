@@ -6,6 +6,7 @@
 #include "plan/simulate_agents.h"
 
 #include <algorithm>
+#include <span>
 
 #include "core/rng.h"
 
@@ -61,7 +62,7 @@ double jitter(const Step& st, const SmState& s, int draw) {
 // Waits `waits` in order. When one blocked (the counter was not there at the first look: the
 // kernel's trace records only those), the work starts at its end plus the SM's scatter, which
 // *t0 gets; otherwise *t0 stays the task's start.
-Co wait_all(Step& st, SmState& s, const std::vector<SimWait>& waits, int draw, double* t0) {
+Co wait_all(Step& st, SmState& s, std::span<const SimWait> waits, int draw, double* t0) {
   const size_t before = s.waits.size();
   for (const SimWait& w : waits) co_await st.e.wait_counter(s.consumer, w, &s.waits);
   if (s.waits.size() == before) co_return;
@@ -107,8 +108,11 @@ Co consumer(Step& st, SmState& s) {
     const bool item_slices = t.cls == SimClass::kAttention && !t.items.empty();
     co_await st.e.delay(s.consumer, st.e.params.pickup_us);
     double t0 = st.e.now();
+    const std::span<const SimWait> waits(t.waits);
+    const size_t first = std::min(waits.size(), static_cast<size_t>(std::max(0, t.pre_after_waits)));
+    co_await wait_all(st, s, waits.first(first), j * 64, &t0);
     co_await st.e.delay(s.consumer, t.pre_us);
-    co_await wait_all(st, s, t.waits, j * 64, &t0);
+    co_await wait_all(st, s, waits.subspan(first), j * 64 + 63, &t0);
     if (t.computes_routing) {
       co_await st.e.delay(s.consumer, st.e.params.routing_us * t.routing_rounds);
       s.routed[t.layer] = 1;

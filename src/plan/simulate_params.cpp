@@ -24,8 +24,8 @@ SimParams v3_h200_params() {
   p.ring_pages = 4;          // megakernel smem layout at batch <= 8: 4 slots of 32 KB
   p.page_bytes = 32 << 10;   // one bulk copy of 64 fragment tiles
   p.pickup_us = 0.1;         // phase: the next task record is read while the current task runs
-  p.consume_gbps = 41.5;     // phase: QKV tiles of 2 and 3 row blocks, 8.70 and 10.24 us (at
-                             // 2, 4, 8 token groups / 2, 4, 8: the batch-16 step then within 2 %)
+  p.consume_gbps = 42.6;     // phase: QKV tiles of 2 and 3 row blocks, 8.70 and 10.24 us: 64 KB
+                             // per 1.54 us (at 2, 4, 8 token groups / 2, 4, 8: simulate.h)
 
   p.hop_us = 0.19;           // fit (DEVICE.md: release add -> acquire poll, 0.42-0.44 us one way)
   p.poll_us = 0.0;           // the waiter spins on ld.acquire
@@ -46,8 +46,8 @@ SimParams v3_h200_params() {
   pre(Op::kAttn) = 2.05;     // phase: the item's start to its QKV wait
   op(Op::kAttn) = 7.3;       // fit (phase: 11.8 us after the wait for 128 KB of K/V)
   p.attention = {46.5, 0.18};  // fit: the K/V loop's rate, the last arriver's merge per split
-  p.fill_us = 2.5;           // fit: the batch-32 step time (118.3 ms); batch 64 then +2.2 %
-  p.job_us = 0.8;            // fit: the batch-8 step time (17.97 ms; -13 % without); the down
+  p.fill_us = 2.5;           // fit: the batch-32 step time (118.3 ms; -2.0 %); batch 64 then +1.8 %
+  p.job_us = 0.8;            // fit: the batch-8 step time (17.97 ms; -3 %, -13 % without); the down
                              // share's jobs grow with the active experts (8 at batch 1, ~50 at 8)
   p.routing_us = 5.0;        // phase: top-k by one warp per token, the share map (per 8 tokens)
   p.l2_ahead_bytes = 192 << 10;  // loader: the next layer's weights during the routing gap

@@ -60,33 +60,58 @@ SimItem attention_item(const PlanShape& s, const CounterLayout& c, const AttnIte
   return item;
 }
 
-// Expert share `share` of `n` in one layer (plan/moe_split.h): its weight bytes, row blocks and
-// jobs (experts). An up share is a range of the expert-major units; a down share is a range of
-// row blocks of every active expert.
-struct Share {
-  int64_t bytes, row_blocks, jobs;
-};
-Share expert_share(const PlanShape& s, const std::vector<int>& count, Op op, int share, int n) {
-  int32_t n_active = 0;
-  for (int e = 0; e < s.n_experts; ++e) n_active += count[e] > 0;
-  if (op == Op::kExpertUp) {
-    const MoeShare u = moe_share(n_active * s.up_units, share, n);
-    const int64_t jobs = u.end > u.begin ? (u.end - 1) / s.up_units - u.begin / s.up_units + 1 : 0;
-    return {static_cast<int64_t>(u.end - u.begin) * 16 * s.hidden * 2, u.end - u.begin, jobs};
-  }
-  const MoeShare r = moe_share(s.down_rbs, share, n);
-  const int64_t rbs = static_cast<int64_t>(r.end - r.begin) * n_active;
-  return {rbs * 16 * s.moe_inter * 2, rbs, r.end > r.begin ? n_active : 0};
-}
-
-// Activation-window refills of a GEMM job of n_rb row blocks beyond the task's first fill: one per
-// window of every page group when K needs several windows (the up share's whole-K fill is its
-// pre-wait work, which a windowed share does not have: each of its fills counts).
-int64_t refills(const GemmGeo& g, Op op, int64_t n_rb) {
+// Activation-window refills of a static GEMM tile of n_rb row blocks beyond the task's first fill:
+// one per window of every page group when K needs several windows.
+int64_t tile_refills(const GemmGeo& g, int64_t n_rb) {
   const int32_t windows = g.n_windows();
   if (windows <= 1 || n_rb <= 0) return 0;
-  const int64_t fills = (n_rb + g.page_rb - 1) / g.page_rb * windows;
-  return op == Op::kExpertUp ? fills : fills - 1;
+  return (n_rb + g.page_rb - 1) / g.page_rb * windows - 1;
+}
+
+// Expert share `share` of `n` in one layer (plan/moe_split.h) as the kernel walks it
+// (cuda/megakernel/ops.cuh op_gemm): its weight bytes (pages), jobs and activation fills.
+//   up: a range of the expert-major units, one job per expert it touches; its whole-K fill is its
+//     pre-wait work, and with several windows a fill per window of every row block instead;
+//   down: per row block of its range, a job per (active expert, token chunk) (down_walk_next), and
+//     a fill whenever a job's slots are not in the area (down_group_end), the first one counted in
+//     the task's cost.
+struct Share {
+  int64_t bytes = 0, jobs = 0, fills = 0;
+};
+Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], const std::vector<int>& count, Op op,
+                   int share, int n) {
+  std::vector<int32_t> active;
+  for (int e = 0; e < s.n_experts; ++e)
+    if (count[e] > 0) active.push_back(e);
+  const int32_t n_active = static_cast<int32_t>(active.size());
+  Share sh;
+  if (op == Op::kExpertUp) {
+    const MoeShare u = moe_share(n_active * s.up_units, share, n);
+    const int64_t units = u.end - u.begin;
+    sh.bytes = units * 16 * s.hidden * 2;
+    sh.jobs = units > 0 ? (u.end - 1) / s.up_units - u.begin / s.up_units + 1 : 0;
+    const int32_t windows = geo[kGemmUp].n_windows();
+    sh.fills = windows > 1 ? units * windows : 0;
+    return sh;
+  }
+  const MoeShare r = moe_share(s.down_rbs, share, n);
+  std::vector<int32_t> end(n_active);  // one past each active expert's last slot
+  for (int32_t i = 0, slot = 0; i < n_active; ++i) end[i] = slot += count[active[i]];
+  const GemmGeo& g = geo[kGemmDown];
+  int32_t rb = r.begin, ei = 0, tok = 0, s0 = 0, s1 = 0;
+  DownJob job;
+  while (down_walk_next(rb, ei, tok, r.end, n_active, g.rows_cap, [&](int32_t i) { return count[active[i]]; }, job)) {
+    ++sh.jobs;
+    const int32_t j0 = (job.ei > 0 ? end[job.ei - 1] : 0) + job.tok0, j1 = j0 + job.n_tok;
+    if (j0 < s0 || j1 > s1) {
+      s0 = j0;
+      s1 = down_group_end([&](int32_t i) { return end[i]; }, n_active, job.ei + 1, j0, j1, g.rows_cap);
+      ++sh.fills;
+    }
+  }
+  sh.bytes = sh.jobs * 16 * s.moe_inter * 2;  // one row block of one expert per job
+  sh.fills = sh.fills > 0 ? sh.fills - 1 : 0;
+  return sh;
 }
 
 }  // namespace
@@ -133,16 +158,21 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
       switch (st.cls) {
         case SimClass::kGemm:
           st.bytes = row(op).amount(s, t);
-          st.cost_us = us + p.fill_us * static_cast<double>(refills(geo[gemm_kind(op)], op, span(t.arg[0], t.arg[1])));
+          st.cost_us = us + p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(t.arg[0], t.arg[1])));
           break;
         case SimClass::kTiny: st.cost_us = us * static_cast<double>(row(op).amount(s, t)); break;
         case SimClass::kRouted: {
-          const Share sh = expert_share(s, counts[t.layer], op, t.arg[0], t.arg[1]);
+          const Share sh = expert_share(s, geo, counts[t.layer], op, t.arg[0], t.arg[1]);
           st.bytes = sh.bytes;
-          st.cost_us = us + p.job_us * static_cast<double>(sh.jobs) +
-                       p.fill_us * static_cast<double>(refills(geo[gemm_kind(op)], op, sh.row_blocks));
-          st.computes_routing = op == Op::kExpertUp;
-          st.routing_rounds = (s.batch + 7) / 8;
+          st.cost_us = us + p.job_us * static_cast<double>(sh.jobs) + p.fill_us * static_cast<double>(sh.fills);
+          if (op == Op::kExpertUp) {
+            st.computes_routing = true;
+            st.routing_rounds = (s.batch + 7) / 8;
+            // The whole-K fill before the router wait, after the O-proj wait (ops.cuh op_gemm); a
+            // windowed share fills per window instead (counted above).
+            st.pre_after_waits = 1;
+            if (geo[kGemmUp].n_windows() > 1) st.pre_us = 0;
+          }
           break;
         }
         case SimClass::kAttention: {

@@ -52,7 +52,8 @@ struct SimTask {
   std::vector<SimWait> waits;
   std::vector<SimArrive> arrives;
   int64_t bytes = 0;     // the task's own pages (GEMM weights, an expert share's weights)
-  double pre_us = 0;     // consumer time before its waits
+  double pre_us = 0;     // consumer time before its waits (after the first pre_after_waits of them)
+  int pre_after_waits = 0;
   double cost_us = 0;    // consumer time besides consuming pages, after them
   std::vector<SimItem> items;     // the task's own items (attention), run in order after its pages
   bool computes_routing = false;  // after its waits the consumers compute the layer's routing

@@ -282,12 +282,13 @@ TEST(DecodeTrace, ChromeJsonNestsWaitsAndPhasesInTasks) {
   EXPECT_NE(text.find("o_proj"), std::string::npos) << text;
   EXPECT_NE(text.find("waiting for pages 10.0%"), std::string::npos) << text;
   EXPECT_NE(text.find("SM clock 2.00 GHz"), std::string::npos) << text;
-  // Records naming an SM outside the plan, an unknown kind or an unknown phase are refused.
-  for (int bad = 0; bad < 3; ++bad) {
+  // Records naming an SM outside the plan, an unknown kind, phase or op are refused.
+  for (int bad = 0; bad < 4; ++bad) {
     std::vector<TraceRecord> recs = t.recs;
     if (bad == 0) recs[0].sm = 7;
     if (bad == 1) recs[0].kind = 9;
     if (bad == 2) recs[1].arg0 = kNumTracePhases;
+    if (bad == 3) recs[0].op = kNumOps;
     EXPECT_THROW(trace_to_chrome(recs, t.plan, 0, {}), Error) << bad;
   }
 }

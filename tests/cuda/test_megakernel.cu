@@ -149,6 +149,47 @@ TEST(Megakernel, BatchInvariance) {
   }
 }
 
+// 64 copies of one sequence (one token, the same cached keys and values, each copy in its own
+// blocks): every expert the sequence picks gets all 64 tokens, more rows than the expert-down
+// activation area holds at 64 tokens (42 at the whole moe_intermediate), so those experts' jobs go
+// in chunks (plan/gemm_geometry.h down_walk_next). Every row must equal the sequence alone, bitwise.
+TEST(Megakernel, OneSequenceSixtyFourTimesEqualsItAlone) {
+  Small& s = small();
+  auto be = backend(false, 16600);
+  SplitMix64 rng(test_seed());
+  const int V = s.config.vocab_size, bs = be->kv_block_size(), nb = be->n_kv_blocks();
+  const int64_t block_elems = static_cast<int64_t>(s.config.n_kv_heads) * bs * s.config.head_dim;
+  Case many = make_case(s.config, *be, rng, 64, 1, std::vector<int>(64, 700));
+  for (CaseSeq& q : many.seqs) {
+    q.token = many.seqs[0].token;
+    for (size_t b = 0; b < q.table.size(); ++b)
+      for (int L = 0; L < s.config.n_layers; ++L)
+        for (int kvi = 0; kvi < 2; ++kvi) {
+          const int64_t plane = static_cast<int64_t>(L * 2 + kvi) * nb;
+          std::copy_n(many.kv.begin() + (plane + many.seqs[0].table[b]) * block_elems, block_elems,
+                      many.kv.begin() + (plane + q.table[b]) * block_elems);
+        }
+  }
+  RoutingLog routing;
+  const std::vector<float> all = run_case(*be, many, nullptr, &routing);
+  // The premise: all 64 copies chose the same experts (64 tokens each, over the area's 42 rows).
+  const TokenRouting* first = routing.find(0, 699);
+  ASSERT_NE(first, nullptr);
+  for (int i = 1; i < 64; ++i) {
+    const TokenRouting* r = routing.find(i, 699);
+    ASSERT_NE(r, nullptr);
+    ASSERT_EQ(r->experts, first->experts) << "copy " << i;
+  }
+  Case one = many;
+  one.seqs.resize(1);
+  one.sampling.resize(1);
+  const std::vector<float> alone = run_case(*be, one);
+  for (int i = 0; i < 64; ++i)
+    ASSERT_EQ(std::memcmp(all.data() + static_cast<size_t>(i) * V, alone.data(), V * 4), 0)
+        << "copy " << i << " of the sequence differs from it alone";
+  EXPECT_EQ(be->check_counter_totals(), "");
+}
+
 TEST(Megakernel, SeededSamplingIsReproducible) {
   Small& s = small();
   auto be = backend(false);

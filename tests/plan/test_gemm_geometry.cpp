@@ -157,5 +157,59 @@ TEST(MegakernelJobs, DecodeShapeWindowsAtEachBatch) {
   EXPECT_EQ(gemm_kind(Op::kExpertDown), kGemmDown);
 }
 
+// The expert-down walk on random routings, some experts with more tokens than the area holds:
+// every (row block, slot) is one job's exactly once, in row-block then expert then slot order,
+// each job at most rows_cap slots of one expert; the activation groups the consumers form hold
+// every job's slots within rows_cap rows, and a group starts only where the area lacks a job's
+// slots. (The kernel at 64 tokens: 42 rows; an expert can take all 64 tokens.)
+TEST(MegakernelJobs, DownWalkChunksExpertsToTheAreaAndGroupsTheRest) {
+  const uint64_t seed = test_seed();
+  SplitMix64 rng(seed);
+  for (int round = 0; round < 300; ++round) {
+    const int n_active = 1 + static_cast<int>(rng.below(20)), cap = 1 + static_cast<int>(rng.below(50));
+    const int rb_begin = static_cast<int>(rng.below(5)), rb_end = rb_begin + static_cast<int>(rng.below(4));
+    std::vector<int32_t> count(n_active), end(n_active);
+    for (int i = 0, slot = 0; i < n_active; ++i) {
+      count[i] = 1 + static_cast<int32_t>(rng.below(rng.below(3) == 0 ? 130 : 6));
+      end[i] = slot += count[i];
+    }
+    const std::string what = cat("seed ", seed, " round ", round, ": ", n_active, " experts, cap ", cap);
+    std::vector<int> seen(static_cast<size_t>(rb_end) * end.back(), 0);
+    int32_t rb = rb_begin, ei = 0, tok = 0, s0 = 0, s1 = 0, last_rb = rb_begin, last_slot = -1, fills = 0;
+    DownJob job;
+    while (down_walk_next(rb, ei, tok, rb_end, n_active, cap, [&](int32_t i) { return count[i]; }, job)) {
+      ASSERT_TRUE(job.rb >= rb_begin && job.rb < rb_end) << what;
+      ASSERT_TRUE(job.n_tok >= 1 && job.n_tok <= cap && job.tok0 + job.n_tok <= count[job.ei]) << what;
+      const int32_t j0 = (job.ei > 0 ? end[job.ei - 1] : 0) + job.tok0, j1 = j0 + job.n_tok;
+      if (job.rb != last_rb) {
+        ASSERT_EQ(job.rb, last_rb + 1) << what;
+        ASSERT_EQ(last_slot, end.back()) << what << ": the row block before ended early";
+        last_rb = job.rb;
+        last_slot = 0;
+      }
+      ASSERT_EQ(j0, last_slot < 0 ? 0 : last_slot) << what << ": slots in order";
+      last_slot = j1;
+      ASSERT_EQ(rb != job.rb, j1 == end.back()) << what << ": rb moves on after the row block's last job only";
+      for (int32_t q = j0; q < j1; ++q) ++seen[static_cast<size_t>(job.rb) * end.back() + q];
+      if (j0 < s0 || j1 > s1) {
+        s0 = j0;
+        s1 = down_group_end([&](int32_t i) { return end[i]; }, n_active, job.ei + 1, j0, j1, cap);
+        ++fills;
+        ASSERT_LE(s1 - s0, cap) << what;
+        ASSERT_GE(s1, j1) << what;
+        // Every expert the group holds beyond the job's is whole.
+        for (int i = job.ei + 1; i < n_active && end[i] <= s1; ++i) ASSERT_GE(s1, end[i]);
+      }
+      ASSERT_TRUE(j0 >= s0 && j1 <= s1) << what;
+    }
+    for (int r = rb_begin; r < rb_end; ++r)
+      for (int q = 0; q < end.back(); ++q) ASSERT_EQ(seen[static_cast<size_t>(r) * end.back() + q], 1) << what;
+    if (rb_end > rb_begin) {
+      ASSERT_EQ(last_slot, end.back()) << what;
+      ASSERT_GE(fills, (end.back() + cap - 1) / cap) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace megadecode

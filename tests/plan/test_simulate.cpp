@@ -570,9 +570,11 @@ Plan full_shape_plan(int batch) {
   return make_plan(preset_config("qwen3-30b-a3b"), rb.state, policy_by_name("default"), opt);
 }
 
-// The activation refills (SimParams::fill_us) on the full shape: none at batch 8 (one window);
-// at batch 64 a static tile of n row blocks refills n x 8 - 1 times (O-proj's K: 16 windows), an
-// up share n x 8 times (it has no whole-K fill before its wait), a down share never.
+// The activation refills (SimParams::fill_us) on the full shape: none for the static tiles at
+// batch 8 (one window); at batch 64 a static tile of n row blocks refills n x 8 - 1 times (O-proj's
+// K: 16 windows), an up share n x 8 times (and it has no whole-K fill before its wait). A down
+// share fills its experts' rows in groups of consecutive experts that fit the area (50 rows at
+// batch 8, 42 at 64, the whole K: 768 + 8 bf16 a row): groups per row block, less the first.
 TEST(SimulatePlan, WindowedGemmsPayAFillPerWindowOfEveryPageGroup) {
   for (const int batch : {8, 64}) {
     SCOPED_TRACE(cat("batch ", batch));
@@ -601,8 +603,27 @@ TEST(SimulatePlan, WindowedGemmsPayAFillPerWindowOfEveryPageGroup) {
         ++checked;
       }
       for (const SimTask& st : sp.lists[sm]) {
-        if (st.op != Op::kExpertDown) continue;
-        EXPECT_EQ(st.cost_us, p.op_us[static_cast<int>(Op::kExpertDown)]);
+        if (st.op != Op::kExpertDown || st.bytes == 0) continue;
+        // Greedy groups of consecutive active experts' tokens (every expert here has fewer tokens
+        // than the area holds, so no expert is cut in chunks).
+        const std::vector<int> count = sim_routing_counts(s, st.layer, p.routing_seed);
+        const int cap = batch == 8 ? 50 : 42;
+        int groups = 0, rows = cap + 1, active = 0;
+        for (int n : count) {
+          if (n == 0) continue;
+          ASSERT_LE(n, cap);
+          ++active;
+          if (rows + n > cap) {
+            ++groups;
+            rows = 0;
+          }
+          rows += n;
+        }
+        const int64_t rbs = st.bytes / (int64_t{active} * 16 * s.moe_inter * 2);
+        const int64_t want = groups > 1 ? rbs * groups - 1 : 0;
+        ASSERT_NEAR(st.cost_us, p.op_us[static_cast<int>(Op::kExpertDown)] + 1000.0 * static_cast<double>(want), 1e-6)
+            << "down L" << st.layer << " on SM " << sm << ": " << groups << " groups, " << rbs << " row blocks";
+        EXPECT_EQ(groups > 1, true) << "batch " << batch << ": 8 x " << batch << " slots exceed one area";
       }
     }
     EXPECT_GT(checked, 48 * 132 * 2);
@@ -773,6 +794,9 @@ TEST(MeasuredTimeline, TraceWorkSlicesStartAfterTheTasksWaits) {
   ev.push_back(task(3, 0, "attn_norm L3", 1, 1));  // the first kernel's op
   EXPECT_FALSE(trace_work_slices(ev).has_value());
   EXPECT_THROW(trace_work_slices(nlohmann::json::array({task(0, 0, "qkv Lx", 1, 1)})), Error);
+  nlohmann::json odd = task(0, 0, "qkv L1", 1, 1);
+  odd["tid"] = "SM 0";
+  EXPECT_THROW(trace_work_slices(nlohmann::json::array({odd})), Error);  // an Error, not a JSON exception
   EXPECT_THROW(trace_work_slices(nlohmann::json::object()), Error);
 }
 

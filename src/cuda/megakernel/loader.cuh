@@ -139,7 +139,7 @@ struct Loader {
       walk.start(p, t, route);
       const GemmGeo& g = p.geo[walk.kind];
       TaskJob tj;
-      while (walk.next(p, t, route, tj))
+      while (walk.template next<kNT>(p, t, route, tj))
         if (!issue_job(g, tj.job)) return false;
     }
     return true;

@@ -52,23 +52,27 @@ __device__ __noinline__ MoeShare share_of(int32_t n, int32_t share, int32_t n_sh
   return moe_share(n, share, n_shares);
 }
 
+constexpr int32_t kDownNoChunks = 1 << 30;  // a rows_cap no expert reaches
+
 struct TaskJob {
   GemmJob job;
   int32_t ei;  // active expert index (expert jobs)
-  int32_t rb;  // EXPERT_DOWN: the hidden row block
+  DownJob down;  // EXPERT_DOWN: the hidden row block, the expert's slot chunk (plan/gemm_geometry.h)
 };
 
 // The jobs of a GEMM task, in the order both sides walk them (one division at the start, none per
 // job):
 //   tiles: one job, the task's row blocks [arg0, arg1);
 //   EXPERT_UP: its share of the (active expert x up unit) list, one job per expert it touches;
-//   EXPERT_DOWN: (row block rb of its share, active expert ei), ei fastest.
+//   EXPERT_DOWN: (row block of its share, active expert, chunk of the expert's tokens that fits
+//   the activation area): plan/gemm_geometry.h down_walk_next.
 // Expert jobs need the layer's routing in `r`.
 struct JobWalk {
   int32_t kind;  // GemmKind
   int32_t at;    // up: the next unit of the flat list; down: the row block; tiles: 0 before the job
   int32_t end;   // up: one past the share's last unit; down: one past its last row block
   int32_t ei;    // up, down: the next active expert index
+  int32_t tok;   // down: the next slot chunk's first token of the expert
 
   __device__ __forceinline__ void start(const MkParams& p, const Task& t, const RouteSmem& r) {
     const PlanShape& s = p.plan.shape;
@@ -76,6 +80,7 @@ struct JobWalk {
     at = 0;
     end = 1;
     ei = 0;
+    tok = 0;
     if (kind == kGemmUp) {
       const MoeShare u = share_of(r.n_active * s.up_units, t.arg[0], t.arg[1]);
       at = u.begin;
@@ -88,11 +93,22 @@ struct JobWalk {
     }
   }
 
+  // kNT: the instantiation. At one token group an expert's tokens (<= 8) always fit the area
+  // (check_megakernel_shape), so its walk takes no chunks and keeps the registers it had.
+  template <int kNT>
   __device__ __forceinline__ bool next(const MkParams& p, const Task& t, const RouteSmem& r, TaskJob& out) {
+    if (kind == kGemmDown) {
+      if (!down_walk_next(at, ei, tok, end, r.n_active, kNT == 1 ? kDownNoChunks : p.geo[kGemmDown].rows_cap,
+                          [&](int32_t i) { return static_cast<int32_t>(r.count[r.active[i]]); }, out.down))
+        return false;
+      const MkLayerWeights& lw = p.w.layers[t.layer];
+      out.ei = out.down.ei;
+      out.job = GemmJob{lw.experts_down + r.active[out.ei] * lw.expert_down_elems, out.down.rb, out.down.rb + 1};
+      return true;
+    }
     if (at >= end) return false;
     const PlanShape& s = p.plan.shape;
     out.ei = ei;
-    out.rb = at;
     if (kind == kGemmUp) {
       const int32_t e0 = ei * s.up_units, e1 = e0 + s.up_units;
       const int32_t b = end < e1 ? end : e1;
@@ -100,13 +116,6 @@ struct JobWalk {
       out.job = GemmJob{lw.experts_up + r.active[ei] * lw.expert_up_elems, at - e0, b - e0};
       at = b;
       ++ei;
-    } else if (kind == kGemmDown) {
-      const MkLayerWeights& lw = p.w.layers[t.layer];
-      out.job = GemmJob{lw.experts_down + r.active[ei] * lw.expert_down_elems, at, at + 1};
-      if (++ei == r.n_active) {
-        ei = 0;
-        ++at;
-      }
     } else {
       out.job = GemmJob{tile_matrix(p, t), t.arg[0], t.arg[1]};
       at = 1;
@@ -266,13 +275,12 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   if (!wait_task(c, t, task, first, t.n_waits)) return false;
   if ((up || down) && !ensure_routing(c, t, t.layer, task)) return false;
   const RouteSmem& r = c.route;
-  const int cap_rows = Smem<kNT>::kActBytes / (g.pitch * 2);  // down: slots the area holds
-  int group_begin = 0, group_end = 0, s0 = 0;  // down: experts [group_begin, group_end) are in the area (slots from s0)
+  int s0 = 0, s1 = 0;  // down: the slots [s0, s1) the activation area holds
   JobWalk walk;
   walk.start(p, t, r);
   TaskJob tj;
   bool ok = true;  // this thread's page waits (made uniform at the task's end: megakernel.cuh)
-  while (walk.next(p, t, r, tj)) {  // uniform
+  while (walk.next<kNT>(p, t, r, tj)) {  // uniform
     ActRows act{c.act(), g.pitch, nullptr, 0, B};
     if (up || down) {
       const int e = r.active[tj.ei];
@@ -281,24 +289,27 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
       if (up) {
         act.rowmap = r.slot_token + epi.slot0;  // activation row = token
       } else {
-        if (tj.ei < group_begin || tj.ei >= group_end) {
-          // Experts [ei, group_end) whose slots (contiguous) fit the activation area at the whole K.
-          group_begin = tj.ei;
-          group_end = tj.ei + 1;
-          s0 = epi.slot0;
-          while (group_end < r.n_active && r.offset[r.active[group_end]] + r.count[r.active[group_end]] - s0 <= cap_rows)
-            ++group_end;
-          const int n_rows = r.offset[r.active[group_end - 1]] + r.count[r.active[group_end - 1]] - s0;
-          fill_window(c.fill, 0, s0, n_rows);  // the last job's readers met in its final barrier
+        // The job's slot chunk, and with it (when the area does not hold it) the following whole
+        // experts that fit: at most rows_cap rows at the whole K (plan/gemm_geometry.h).
+        if constexpr (kNT > 1) {  // (at one token group the chunk is the whole expert: JobWalk::next)
+          act.n_tok = tj.down.n_tok;
+          epi.slot0 += tj.down.tok0;
+        }
+        const int j0 = epi.slot0, j1 = j0 + act.n_tok;
+        if (j0 < s0 || j1 > s1) {
+          s0 = j0;
+          s1 = down_group_end([&](int32_t i) { return r.offset[r.active[i]] + r.count[r.active[i]]; }, r.n_active,
+                              tj.ei + 1, j0, j1, g.rows_cap);
+          fill_window(c.fill, 0, s0, s1 - s0);  // the last job's readers met in its final barrier
           consumer_sync();
         }
-        act.row_off = epi.slot0 - s0;
+        act.row_off = j0 - s0;
       }
     }
     ok &= consume_job<kNT>(p, t, task, c.ring, c.rp, g, tj.job, act, c.red, c.fill, B, epi);
-    if (down && tj.ei == r.n_active - 1) {  // the row block's every (token, k) is in comb
+    if (down && walk.at != tj.job.rb_begin) {  // the row block's last job: its every (token, k) is in comb
       consumer_sync();
-      moe_combine(p, r, c.combine(), tj.rb);
+      moe_combine(p, r, c.combine(), tj.job.rb_begin);
     }
   }
   return ok;
