@@ -170,6 +170,7 @@ MD_HOST_DEVICE inline bool down_walk_next(int32_t& rb, int32_t& ei, int32_t& tok
 template <class Slots>
 MD_HOST_DEVICE inline int32_t down_group_end(Slots&& expert_end, int32_t n_active, int32_t next_ei, int32_t j0, int32_t j1,
                                              int32_t rows_cap) {
+  if (rows_cap < 1) rows_cap = 1;  // as down_walk_next
   int32_t end = j1;
   for (int32_t i = next_ei; i < n_active; ++i) {
     const int32_t e_end = expert_end(i);

@@ -77,9 +77,10 @@ void check_megakernel_shape(const PlanShape& s) {
   const MkLaunchShape sh = megakernel_shape(s.batch);
   // The expert-down jobs hold one activation row of the whole moe_intermediate at least (an
   // expert's tokens beyond what the area holds go in chunks: plan/gemm_geometry.h down_walk_next),
-  // and at one token group all 8 (that instantiation walks no chunks: ops.cuh JobWalk::next).
+  // and at one token group every token of the batch (an expert has at most one row per token;
+  // that instantiation walks no chunks: ops.cuh JobWalk::next).
   const int64_t down_rows = sh.act_bytes / ((static_cast<int64_t>(s.moe_inter) + kActPad) * 2);
-  MD_REQUIRE(down_rows >= (sh.token_groups == 1 ? 8 : 1), "megakernel: moe_intermediate ", s.moe_inter,
+  MD_REQUIRE(down_rows >= (sh.token_groups == 1 ? s.batch : 1), "megakernel: moe_intermediate ", s.moe_inter,
              " does not fit the activation area (", down_rows, " rows of it at batch ", s.batch, ")");
 }
 
