@@ -86,9 +86,7 @@ std::optional<std::vector<WorkSlice>> work_slices_of(const nlohmann::json& event
     if (!is_slice(e, 0) || !e.contains("name") || !e["name"].is_string()) continue;
     const std::string name = e["name"].get<std::string>();
     const size_t at = name.find(" L");
-    const std::string op = name.substr(0, at);
-    int i = 0;
-    while (i < kNumOps && op != op_name(static_cast<Op>(i))) ++i;
+    const int i = op_index(std::string_view(name).substr(0, at));
     if (i == kNumOps) return std::nullopt;
     int layer = -1;
     if (at != std::string::npos) {

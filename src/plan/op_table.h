@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #define MD_OPS(X)              \
   X(Qkv, qkv)                  \
@@ -44,6 +45,13 @@ inline constexpr const char* kOpNames[] = {
 };
 
 inline constexpr const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
+
+// The op named `name`, as an index; kNumOps when no op has that name.
+inline constexpr int op_index(std::string_view name) {
+  int i = 0;
+  while (i < kNumOps && name != kOpNames[i]) ++i;
+  return i;
+}
 
 // Expert work: its weight pages are known only once the layer's routing is.
 inline constexpr bool op_is_routed(Op op) { return op == Op::kExpertUp || op == Op::kExpertDown; }

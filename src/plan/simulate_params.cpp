@@ -103,8 +103,7 @@ SimParams sim_params_from_json(const nlohmann::json& j, SimParams p) {
     if (key == "op_us" || key == "pre_wait_us") {
       MD_REQUIRE(v.is_object(), "sim params: \"", key, "\" must be an object of op name -> us");
       for (const auto& [name, us] : v.items()) {
-        int i = 0;
-        while (i < kNumOps && name != op_name(static_cast<Op>(i))) ++i;
+        const int i = op_index(name);
         MD_REQUIRE(i < kNumOps, "sim params: unknown op \"", name, "\" in \"", key, "\"");
         take(us, name, (key == "op_us" ? p.op_us : p.pre_wait_us)[i]);
       }

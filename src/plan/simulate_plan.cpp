@@ -78,12 +78,21 @@ int64_t tile_refills(const GemmGeo& g, int64_t n_rb) {
 struct Share {
   int64_t bytes = 0, jobs = 0, fills = 0;
 };
-Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], const std::vector<int>& count, Op op,
-                   int share, int n) {
-  std::vector<int32_t> active;
-  for (int e = 0; e < s.n_experts; ++e)
-    if (count[e] > 0) active.push_back(e);
-  const int32_t n_active = static_cast<int32_t>(active.size());
+// A layer's simulated routing as the shares walk it: the active experts' token counts in expert
+// order, and one past each one's last slot (slots are expert-major).
+struct LayerRouting {
+  std::vector<int32_t> count, end;
+  explicit LayerRouting(const std::vector<int>& per_expert) {
+    for (int c : per_expert)
+      if (c > 0) {
+        count.push_back(c);
+        end.push_back((end.empty() ? 0 : end.back()) + c);
+      }
+  }
+};
+Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], const LayerRouting& lr, Op op, int share,
+                   int n) {
+  const int32_t n_active = static_cast<int32_t>(lr.count.size());
   Share sh;
   if (op == Op::kExpertUp) {
     const MoeShare u = moe_share(n_active * s.up_units, share, n);
@@ -95,17 +104,15 @@ Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], cons
     return sh;
   }
   const MoeShare r = moe_share(s.down_rbs, share, n);
-  std::vector<int32_t> end(n_active);  // one past each active expert's last slot
-  for (int32_t i = 0, slot = 0; i < n_active; ++i) end[i] = slot += count[active[i]];
   const GemmGeo& g = geo[kGemmDown];
   int32_t rb = r.begin, ei = 0, tok = 0, s0 = 0, s1 = 0;
   DownJob job;
-  while (down_walk_next(rb, ei, tok, r.end, n_active, g.rows_cap, [&](int32_t i) { return count[active[i]]; }, job)) {
+  while (down_walk_next(rb, ei, tok, r.end, n_active, g.rows_cap, [&](int32_t i) { return lr.count[i]; }, job)) {
     ++sh.jobs;
-    const int32_t j0 = (job.ei > 0 ? end[job.ei - 1] : 0) + job.tok0, j1 = j0 + job.n_tok;
+    const int32_t j0 = lr.end[job.ei] - lr.count[job.ei] + job.tok0, j1 = j0 + job.n_tok;
     if (j0 < s0 || j1 > s1) {
       s0 = j0;
-      s1 = down_group_end([&](int32_t i) { return end[i]; }, n_active, job.ei + 1, j0, j1, g.rows_cap);
+      s1 = down_group_end([&](int32_t i) { return lr.end[i]; }, n_active, job.ei + 1, j0, j1, g.rows_cap);
       ++sh.fills;
     }
   }
@@ -138,8 +145,8 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
   SimPlan sp;
   sp.n_sms = plan.n_sms();
   sp.n_counters = c.n_counters;
-  std::vector<std::vector<int>> counts;
-  for (int L = 0; L < s.n_layers; ++L) counts.push_back(sim_routing_counts(s, L, p.routing_seed));
+  std::vector<LayerRouting> routing;
+  for (int L = 0; L < s.n_layers; ++L) routing.emplace_back(sim_routing_counts(s, L, p.routing_seed));
   sp.token_groups = token_groups(s.batch);
   GemmGeo geo[kNumGemmKinds];
   gemm_geometry(s, megakernel_layout(sp.token_groups), geo);
@@ -162,7 +169,7 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
           break;
         case SimClass::kTiny: st.cost_us = us * static_cast<double>(row(op).amount(s, t)); break;
         case SimClass::kRouted: {
-          const Share sh = expert_share(s, geo, counts[t.layer], op, t.arg[0], t.arg[1]);
+          const Share sh = expert_share(s, geo, routing[t.layer], op, t.arg[0], t.arg[1]);
           st.bytes = sh.bytes;
           st.cost_us = us + p.job_us * static_cast<double>(sh.jobs) + p.fill_us * static_cast<double>(sh.fills);
           if (op == Op::kExpertUp) {
