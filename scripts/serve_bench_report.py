@@ -9,7 +9,7 @@ import math
 import pathlib
 import sys
 
-SCENARIO_ORDER = ["a", "b", "c", "d", "e", "stall"]
+SCENARIO_ORDER = ["a", "b", "c", "d", "e", "f", "stall"]
 
 
 def load_runs(dirs):

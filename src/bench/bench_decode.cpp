@@ -20,10 +20,12 @@ namespace megadecode {
 
 const char* const kDecodeBenchUsage =
     "usage: megadecode bench decode [--preset qwen3-30b-a3b] [--context 8192[,L2..]] [--batch 1,2,4,8,16,32,64]\n"
-    "         [--points CTX:B,...] [--steps 100] [--warmup 10] [--backends mk,ops] [--policy default]\n"
+    "         [--points CTX:B,...] [--steps 100] [--warmup 10] [--backends mk,ops,batched,cuda] [--policy default]\n"
     "         [--ablations] [--ablation-batch 1,8] [--trace FILE] [--trace-batch 1] [--json FILE]\n"
     "         [--seed S] [--block-size 16] [--ceiling-mib 4096]\n"
-    "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points.\n"
+    "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points:\n"
+    "  mk (cuda-mk) and ops (cuda-ops) at batches <= 64, batched (cuda-batched) and cuda (the engine's\n"
+    "  per-step choice of the two paths) at every batch up to 1024.\n"
     "  --ablations: at --ablation-batch and the first context, one change each: the policies grid-sync\n"
     "  and long-splits, the loader issuing a task's pages only once its consumers start it, an L2\n"
     "  prefetch in the routing gap, polls backing off to 256 ns, K/V prefetch, cuda-ops.\n"
@@ -88,21 +90,24 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   o.json_path = args.get("json", "");
   o.ceiling_mib = args.get_int("ceiling-mib", o.ceiling_mib);
   MD_REQUIRE(o.ceiling_mib >= 64 && o.ceiling_mib <= 65536, "--ceiling-mib must be in 64..65536, got ", o.ceiling_mib);
-  o.run_mk = o.run_ops = false;
-  const std::string list = args.get("backends", "mk,ops");
+  o.backends.clear();
+  const std::string list = args.get("backends", "mk,ops,batched,cuda");
   for (size_t pos = 0; pos <= list.size();) {
     size_t end = list.find(',', pos);
     if (end == std::string::npos) end = list.size();
     const std::string b = list.substr(pos, end - pos);
-    if (b == "mk" || b == "cuda-mk") o.run_mk = true;
-    else if (b == "ops" || b == "cuda-ops") o.run_ops = true;
-    else throw Error(cat("--backends: unknown backend \"", b, "\" (known: mk, ops)"));
+    const std::string full = b == "mk" ? "cuda-mk" : b == "ops" ? "cuda-ops" : b == "batched" ? "cuda-batched" : b;
+    MD_REQUIRE(full == "cuda-mk" || full == "cuda-ops" || full == "cuda-batched" || full == "cuda",
+               "--backends: unknown backend \"", b, "\" (known: mk, ops, batched, cuda)");
+    if (std::find(o.backends.begin(), o.backends.end(), full) == o.backends.end()) o.backends.push_back(full);
     pos = end + 1;
   }
   MD_REQUIRE(!o.points.empty(), "nothing to measure: give --batch/--context or --points");
   int max_ctx = 0;
   for (const auto& [ctx, b] : o.points) {
-    MD_REQUIRE(b >= 1 && b <= 64, "batch ", b, ": the CUDA backends run 1..64 sequences");
+    MD_REQUIRE(b >= 1 && b <= BackendOptions::kMaxBatch, "batch ", b, ": the CUDA backends run 1..",
+               BackendOptions::kMaxBatch, " sequences (the megakernel's rows skip batches above ",
+               kDecodeBenchMegakernelMaxBatch, ")");
     MD_REQUIRE(ctx >= 1 && ctx <= kDecodeBenchMaxContext, "context ", ctx, " outside 1..", kDecodeBenchMaxContext);
     max_ctx = std::max(max_ctx, ctx);
   }

@@ -1,7 +1,7 @@
 // The GPU side of `megadecode bench decode` (implemented in src/bench/gpu/decode_gpu.cu;
 // this header has no CUDA types so the driver in bench_decode.cpp stays plain C++): device facts,
 // the synthetic full-shape weights generated on the device, and one backend at a time
-// (cuda-mk or cuda-ops, a plan policy, kernel ablation flags) over a synthetic KV cache filled
+// (cuda, cuda-mk, cuda-ops or cuda-batched, a plan policy, kernel ablation flags) over a synthetic KV cache filled
 // with N(0, 0.01), timed by replaying one decode step as a CUDA graph between CUDA events.
 #pragma once
 
@@ -26,6 +26,7 @@ struct GpuInfo {
 GpuInfo gpu_info();
 
 struct DecodePointResult {
+  std::string path;                    // the decode path that ran (megakernel or batched)
   std::vector<float> step_ms;          // each timed replay
   std::vector<int> distinct_experts;   // [n_layers] from the step's routing (capture)
   std::vector<int> context_lens;       // [batch]
@@ -44,7 +45,7 @@ class DecodeGpu {
   DecodeGpu& operator=(const DecodeGpu&) = delete;
 
   int64_t weight_bytes() const;
-  // Opens one backend (cuda-mk or cuda-ops; closing the previous one) and fills its whole KV
+  // Opens one CUDA backend (closing the previous one) and fills its whole KV
   // cache with N(0, 0.01). options.n_kv_blocks must be set: the caller checked that it fits.
   void open(const BackendOptions& options);
   void close();

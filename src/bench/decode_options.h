@@ -25,7 +25,9 @@ struct DecodeBenchOptions {
   // The main sweep's backend options (kv_block_size, policy; backend and n_kv_blocks
   // are set per run). The ablations vary them from here.
   BackendOptions backend;
-  bool run_mk = true, run_ops = true;
+  // Full names, in the order measured: cuda-mk, cuda-ops (batches <= 64), cuda-batched, and cuda
+  // (the engine's per-step choice between the two paths).
+  std::vector<std::string> backends = {"cuda-mk", "cuda-ops", "cuda-batched", "cuda"};
   bool ablations = false;
   std::vector<int> ablation_batches = {1, 8};
   std::string trace_path;  // "" : no trace
@@ -45,6 +47,7 @@ struct DecodeBenchOptions {
 DecodeBenchOptions parse_decode_bench_args(int argc, char** argv);
 
 inline constexpr int kDecodeBenchMaxContext = 1 << 20;
+inline constexpr int kDecodeBenchMegakernelMaxBatch = 64;  // cuda-mk and cuda-ops rows stop here
 inline constexpr int64_t kDecodeBenchReserveBytes = int64_t{2} << 30;  // arena, plans, graphs, trace
 
 // "" when weights + the largest KV cache of the run + the reserve fit in `free_bytes`; else a

@@ -31,6 +31,7 @@ nlohmann::json decode_record(const DecodePoint& p) {
   const double floor_ms = static_cast<double>(bytes) / (p.ceiling_gbps * 1e9) * 1e3;
   const double distinct_total = std::accumulate(p.distinct_experts.begin(), p.distinct_experts.end(), 0.0);
   return {{"backend", p.options.backend},
+          {"path", p.path},
           {"policy", p.options.policy},
           {"ablation", p.ablation},
           {"kernel_flags", p.options.kernel_flags},
@@ -57,7 +58,8 @@ nlohmann::json decode_record(const DecodePoint& p) {
 std::string format_decode_table(const std::string& title, std::span<const nlohmann::json> records) {
   std::string out = title + "\n";
   char line[320];
-  std::snprintf(line, sizeof line, "%-14s %-9s %5s %7s %9s %9s %9s %9s %8s %7s %8s %7s\n", "variant", "backend", "batch",
+  std::snprintf(line, sizeof line, "%-14s %-12s %-10s %5s %7s %9s %9s %9s %9s %8s %7s %8s %7s\n", "variant", "backend",
+                "path", "batch",
                 "context", "step ms", "p10..p90", "tok/s", "MB/step", "GB/s", "%floor", "floor ms", "experts");
   out += line;
   for (const nlohmann::json& r : records) {
@@ -65,8 +67,9 @@ std::string format_decode_table(const std::string& title, std::span<const nlohma
                                                                             : r.value("ablation", std::string());
     char spread[32];
     std::snprintf(spread, sizeof spread, "%.3f..%.3f", r.value("step_ms_p10", 0.0), r.value("step_ms_p90", 0.0));
-    std::snprintf(line, sizeof line, "%-14s %-9s %5d %7d %9.3f %9s %9.1f %9.1f %8.1f %6.1f%% %8.3f %7.1f\n",
-                  variant.c_str(), r.value("backend", std::string()).c_str(), r.value("batch", 0),
+    std::snprintf(line, sizeof line, "%-14s %-12s %-10s %5d %7d %9.3f %9s %9.1f %9.1f %8.1f %6.1f%% %8.3f %7.1f\n",
+                  variant.c_str(), r.value("backend", std::string()).c_str(), r.value("path", std::string()).c_str(),
+                  r.value("batch", 0),
                   r.value("context", 0), r.value("step_ms", 0.0), spread, r.value("tok_s", 0.0),
                   static_cast<double>(r.value("bytes_per_step", int64_t{0})) / 1e6, r.value("achieved_gbps", 0.0),
                   r.value("pct_of_floor", 0.0), r.value("floor_ms", 0.0), r.value("distinct_experts", 0.0));

@@ -18,6 +18,7 @@ namespace megadecode {
 struct DecodePoint {
   BackendOptions options;  // the backend measured (backend, policy, kernel_flags)
   std::string ablation;    // "" in the main sweep; the variant's name in the ablation table
+  std::string path;        // the decode path that ran: megakernel or batched
   int batch = 0;
   int context = 0;
   int n_sms = 0;

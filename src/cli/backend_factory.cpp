@@ -10,13 +10,15 @@
 namespace megadecode {
 namespace {
 
-bool is_cuda(const std::string& name) { return name == "cuda-mk" || name == "cuda-ops"; }
+bool is_cuda(const std::string& name) {
+  return name == "cuda" || name == "cuda-mk" || name == "cuda-ops" || name == "cuda-batched";
+}
 
 }  // namespace
 
 std::vector<std::string> backend_names() {
 #if defined(MEGADECODE_HAVE_CUDA)
-  return {"cpu-ref", "cpu-mk", "cuda-mk", "cuda-ops"};
+  return {"cpu-ref", "cpu-mk", "cuda", "cuda-mk", "cuda-ops", "cuda-batched"};
 #else
   return {"cpu-ref", "cpu-mk"};
 #endif
@@ -39,7 +41,8 @@ std::unique_ptr<Backend> make_backend(const ModelConfig& config, const ModelWeig
 std::unique_ptr<Backend> make_backend_with_random_weights(const ModelConfig& config, uint64_t weights_seed,
                                                           const BackendOptions& options) {
   MD_REQUIRE(is_cuda(options.backend),
-             "random weights are generated on the GPU: use backend cuda-mk or cuda-ops, not \"", options.backend, "\"");
+             "random weights are generated on the GPU: use backend cuda, cuda-mk, cuda-ops or cuda-batched, not \"",
+             options.backend, "\"");
 #if defined(MEGADECODE_HAVE_CUDA)
   return make_cuda_backend(config, nullptr, weights_seed, options);
 #else

@@ -18,7 +18,7 @@ namespace megadecode {
 std::unique_ptr<Backend> make_backend(const ModelConfig& config, const ModelWeights& weights,
                                       std::shared_ptr<const void> weights_owner, const BackendOptions& options);
 
-// A GPU backend (cuda-mk or cuda-ops) with the synthetic weights `make-model --seed weights_seed`
+// A GPU backend (cuda, cuda-mk, cuda-ops or cuda-batched) with the synthetic weights `make-model --seed weights_seed`
 // would write, generated on the GPU (no files). Error for other backends or builds without CUDA.
 std::unique_ptr<Backend> make_backend_with_random_weights(const ModelConfig& config, uint64_t weights_seed,
                                                           const BackendOptions& options);

@@ -26,7 +26,7 @@ constexpr const char* kUsage =
     "         (--prompt-ids 1,2,3 | --prompt TEXT [--chat]) [--max-tokens N (16)]\n"
     "         [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = off)] [--top-p P (1.0)] [--min-p M (0)]\n"
     "         [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X (1.0)] [--seed S (0)]\n"
-    "         [--backend cpu-ref|cpu-mk|cuda-mk|cuda-ops] [--block-size B (16)] [--threads N (all)]\n"
+    "         [--backend cpu-ref|cpu-mk|cuda|cuda-mk|cuda-ops|cuda-batched] [--block-size B (16)] [--threads N (all)]\n"
     "         [--gpu-memory-utilization F (0.9)] [--prefill-chunk N]\n"
     "         [--ignore-eos] [--print-ids]\n"
     "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 2048; 0: the decode step one\n"
@@ -89,15 +89,15 @@ int cmd_generate(int argc, char** argv) {
   const bool random_weights = args.flag("random-weights");
   MD_REQUIRE(random_weights != args.has("model"), "give exactly one of --model DIR and --random-weights --preset NAME\n",
              kUsage);
-  BackendOptions options = backend_options_from(args, random_weights ? "cuda-mk" : "cpu-ref");
+  BackendOptions options = backend_options_from(args, random_weights ? "cuda" : "cpu-ref");
   const Stopwatch t_load;
   std::shared_ptr<LoadedModel> model;
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
   std::filesystem::path tokenizer_dir;
   if (random_weights) {
-    MD_REQUIRE(options.backend == "cuda-mk" || options.backend == "cuda-ops",
-               "--random-weights generates the weights on the GPU: use --backend cuda-mk or cuda-ops");
+    MD_REQUIRE(options.backend.rfind("cuda", 0) == 0,
+               "--random-weights generates the weights on the GPU: use --backend cuda, cuda-mk, cuda-ops or cuda-batched");
     config = preset_config(args.require("preset"));
     tokenizer_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";
     if (std::filesystem::exists(tokenizer_dir / "tokenizer.json")) tokenizer = Tokenizer::load(tokenizer_dir);

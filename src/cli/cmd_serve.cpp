@@ -27,13 +27,16 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: megadecode serve (MODEL_DIR | --random-weights --preset NAME [--weights-seed S])\n"
-    "         [--host H (127.0.0.1)] [--port P (8000)] [--backend cpu-ref|cpu-mk|cuda-mk|cuda-ops]\n"
-    "         [--served-model-name NAME] [--max-num-seqs N (64)] [--max-model-len N]\n"
+    "         [--host H (127.0.0.1)] [--port P (8000)] [--backend cpu-ref|cpu-mk|cuda|cuda-mk|cuda-ops|cuda-batched]\n"
+    "         [--served-model-name NAME] [--max-num-seqs N (256)] [--max-model-len N]\n"
     "         [--max-num-batched-tokens N (256)] [--block-size B (16)] [--kv-cache-tokens N]\n"
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
     "         [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
     "         [--reasoning-parser qwen3|none] [--skip-tokenizer-init]\n"
+    "  --backend: default cpu-ref for a model directory, cuda with --random-weights. cuda picks each decode\n"
+    "  step's path: the megakernel for small batches, the batched step above the measured crossover;\n"
+    "  cuda-mk (batches <= 64) and cuda-batched force one path.\n"
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
     "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
@@ -82,9 +85,10 @@ int cmd_serve(int argc, char** argv) {
   const ChatFlags chat_flags = chat_flags_from(args, skip_tokenizer);
   MD_REQUIRE(args.positional().size() == (random_weights ? 0u : 1u),
              random_weights ? "--random-weights takes no MODEL_DIR\n" : "expected one MODEL_DIR\n", kUsage);
-  BackendOptions options = backend_options_from(args, random_weights ? "cuda-mk" : "cpu-ref");
+  BackendOptions options = backend_options_from(args, random_weights ? "cuda" : "cpu-ref");
   const bool gpu = options.backend.rfind("cuda", 0) == 0;
-  const int max_num_seqs = int_flag(args, "max-num-seqs", 64, 1, 64);
+  const int max_num_seqs = int_flag(args, "max-num-seqs", 256, 1, BackendOptions::kMaxBatch);
+  options.max_batch = max_num_seqs;
   const int block_size = options.kv_block_size;
   const int64_t kv_tokens = args.get_int("kv-cache-tokens", gpu ? 0 : 32768);
   MD_REQUIRE(kv_tokens == 0 || kv_tokens >= block_size, "--kv-cache-tokens must hold at least one block");
@@ -121,6 +125,9 @@ int cmd_serve(int argc, char** argv) {
     config = model->config;
     backend = make_backend(config, model->weights, model, options);
   }
+  MD_REQUIRE(max_num_seqs <= backend->max_decode_batch(), "--max-num-seqs ", max_num_seqs, ": backend ", backend->name(),
+             " decodes at most ", backend->max_decode_batch(), " sequences a step (use --backend cuda, or a smaller "
+             "--max-num-seqs)");
   std::unique_ptr<Tokenizer> tokenizer;
   if (!skip_tokenizer) tokenizer = Tokenizer::load(model_dir);
 

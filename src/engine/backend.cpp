@@ -15,6 +15,8 @@ void check_backend_options(const BackendOptions& o) {
   MD_REQUIRE(o.prefill_chunk >= 0 && o.prefill_chunk <= BackendOptions::kMaxPrefillChunk,
              "--prefill-chunk must be in [0, ", BackendOptions::kMaxPrefillChunk, "], got ", o.prefill_chunk);
   MD_REQUIRE(o.wait_timeout_ms >= 1, "wait_timeout_ms must be >= 1, got ", o.wait_timeout_ms);
+  MD_REQUIRE(o.max_batch >= 1 && o.max_batch <= BackendOptions::kMaxBatch, "--max-num-seqs must be in [1, ",
+             BackendOptions::kMaxBatch, "], got ", o.max_batch);
 }
 
 }  // namespace megadecode

@@ -22,7 +22,7 @@ namespace megadecode {
 // factory (cli/backend_factory.h) hands it unchanged to the backend it builds, and each backend
 // reads the fields that concern it (and checks them: an Error names the flag).
 struct BackendOptions {
-  std::string backend = "cpu-ref";      // cpu-ref | cpu-mk | cuda-mk | cuda-ops
+  std::string backend = "cpu-ref";      // cpu-ref | cpu-mk | cuda | cuda-mk | cuda-ops | cuda-batched
   int kv_block_size = 16;               // tokens per KV block (1..kMaxKvBlockSize)
   int n_kv_blocks = 0;                  // KV blocks the backend stores; CPU backends need > 0, the
                                         // CUDA backends take 0 as "what gpu_memory_utilization allows"
@@ -37,10 +37,13 @@ struct BackendOptions {
   int n_sms = 0;                        // CUDA: SMs the plan uses, 0: every SM of the device
   int64_t wait_timeout_ms = 2000;       // CUDA: bound on any single counter wait inside a step
   uint32_t kernel_flags = 0;            // CUDA: MkFlag bits (cuda/megakernel/types.h), benchmark ablations
+  int max_batch = 256;                  // CUDA: the largest decode batch (serve: --max-num-seqs); sizes
+                                        // the batched step's workspace
 
   static constexpr int kMaxKvBlockSize = 1024;
   static constexpr int kMaxThreads = 4096;
   static constexpr int kMaxPrefillChunk = 65536;
+  static constexpr int kMaxBatch = 1024;
 };
 
 // The one check of the options' ranges, wherever they come from: the CLI's flags
@@ -84,6 +87,8 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   virtual int kv_block_size() const = 0;
   virtual int n_kv_blocks() const = 0;
+  // The most sequences one decode() takes.
+  virtual int max_decode_batch() const { return BackendOptions::kMaxBatch; }
 
   // Runs the chunk's tokens, writes their K/V, and writes the logits of the chunk's last token to
   // `last_logits` [vocab] when it is non-empty.

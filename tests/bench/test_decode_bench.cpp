@@ -140,7 +140,8 @@ TEST(DecodeOptions, DefaultsAndMemoryPlan) {
   const DecodeBenchOptions d = parse({});
   EXPECT_EQ(d.points.size(), 7u);
   EXPECT_EQ(d.points.back(), (std::pair<int, int>{8192, 64}));
-  EXPECT_TRUE(d.run_mk && d.run_ops && !d.ablations && d.trace_path.empty());
+  EXPECT_EQ(d.backends, (std::vector<std::string>{"cuda-mk", "cuda-ops", "cuda-batched", "cuda"}));
+  EXPECT_TRUE(!d.ablations && d.trace_path.empty());
   EXPECT_EQ(d.steps, 100);
   EXPECT_EQ(d.block_bytes(), 16 * 98304);
   EXPECT_EQ(d.main_blocks(), 64 * 512);  // batch 64 x 8192 / 16: 48 GiB of KV
@@ -149,7 +150,11 @@ TEST(DecodeOptions, DefaultsAndMemoryPlan) {
                                       "--backends", "mk"});
   EXPECT_EQ(g.points.size(), 10u);
   EXPECT_EQ(g.config.max_position_embeddings, 131072);  // raised past the preset's 40960
-  EXPECT_FALSE(g.run_ops);
+  EXPECT_EQ(g.backends, (std::vector<std::string>{"cuda-mk"}));
+  EXPECT_EQ(parse({"--backends", "batched,cuda,batched"}).backends,
+            (std::vector<std::string>{"cuda-batched", "cuda"}));
+  // The batched rows go to 1024 sequences (the megakernel's rows skip batches above 64).
+  EXPECT_EQ(parse({"--batch", "256", "--context", "1024"}).points.back(), (std::pair<int, int>{1024, 256}));
   EXPECT_EQ(g.main_blocks(), 64 * 512);
   EXPECT_EQ(g.ablation_blocks(), 8 * 512);
   EXPECT_EQ(decode_memory_problem(g, int64_t{140} << 30), "");
@@ -163,7 +168,7 @@ TEST(DecodeOptions, DefaultsAndMemoryPlan) {
 
 TEST(DecodeOptions, BadFlagsAreErrors) {
   const std::vector<std::vector<std::string>> bad = {
-      {"--batch", "0"}, {"--batch", "65"}, {"--context", "0"}, {"--context", "2000000"}, {"--steps", "0"},
+      {"--batch", "0"}, {"--batch", "1025"}, {"--context", "0"}, {"--context", "2000000"}, {"--steps", "0"},
       {"--warmup", "-1"}, {"--backends", "mk,gpu"}, {"--policy", "nope"}, {"--ablation-batch", "99"},
       {"--trace-batch", "0"}, {"--block-size", "0"}, {"--ceiling-mib", "1"}, {"--preset", "nope"},
       {"--points", "1:"}, {"--bogus"}, {"--attention", "tc"}};  // --attention is gone: one attention item now

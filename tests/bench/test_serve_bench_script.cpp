@@ -46,7 +46,8 @@ std::pair<int, std::string> run(const std::string& cmd) {
 
 // Scenario specs "IN OUT CONCURRENCY PROMPTS" for the CPU run.
 const std::map<std::string, std::array<int, 4>> kSpecs = {
-    {"a", {24, 6, 1, 2}}, {"b", {24, 5, 4, 4}}, {"c", {80, 5, 4, 4}}, {"d", {8, 10, 6, 6}}, {"e", {30, 5, 8, 6}}};
+    {"a", {24, 6, 1, 2}}, {"b", {24, 5, 4, 4}}, {"c", {80, 5, 4, 4}}, {"d", {8, 10, 6, 6}}, {"e", {30, 5, 8, 6}},
+    {"f", {8, 6, 12, 12}}};
 const std::vector<std::string> kBackends = {"cpu-mk", "cpu-ref"};
 
 class ServeBenchScript : public ::testing::Test {
@@ -90,7 +91,7 @@ TEST_F(ServeBenchScript, EstimateOnlyRunsNothing) {
   // The default H200 plan: c is 8 x 8192 prompt tokens at 2000 tok/s and 256 steps of ~15.6 ms
   // (interpolated at batch 8): 32.8 + 4.0 + 1 s.
   const std::string script = quoted(kScript);
-  auto [rc2, out2] = run("ESTIMATE_ONLY=1 BACKENDS=x " + script + " 2>&1");
+  auto [rc2, out2] = run("ESTIMATE_ONLY=1 BACKENDS=x SCENARIOS='a b c d e stall' " + script + " 2>&1");
   EXPECT_EQ(rc2, 0) << out2;
   EXPECT_NE(out2.find("  c: 8 prompts, 8192 in / 256 out, concurrency 8 (all at once): ~37 s per backend"),
             std::string::npos)
@@ -126,7 +127,7 @@ TEST_F(ServeBenchScript, AFailedBackendIsReportedAndTheReportStillWritten) {
 
 TEST_F(ServeBenchScript, RunsEveryScenarioOnTwoBackends) {
   auto [rc, out] = run(command(
-      "SCENARIOS='a b c d e stall' STALL_STREAMS=3 STALL_IN=8 STALL_OUT=600 STALL_LONG=200 STALL_BEFORE=3"));
+      "SCENARIOS='a b c d e f stall' STALL_STREAMS=3 STALL_IN=8 STALL_OUT=600 STALL_LONG=200 STALL_BEFORE=3"));
   std::printf("%s\n", out.c_str());
   ASSERT_EQ(rc, 0) << out;
   std::ifstream in(dir_ / "serve.json");
@@ -135,7 +136,9 @@ TEST_F(ServeBenchScript, RunsEveryScenarioOnTwoBackends) {
   EXPECT_EQ(j["backends"], json(kBackends));
   EXPECT_TRUE(j["missing"].empty()) << j["missing"];
   EXPECT_NE(j["command"].get<std::string>().find("scripts/serve_bench"), std::string::npos);
-  EXPECT_EQ(j["serve_flags"].get<std::string>().rfind("--max-num-seqs 64 --skip-tokenizer-init --threads 2", 0), 0u)
+  EXPECT_EQ(j["serve_flags"].get<std::string>().rfind(
+                "--max-num-seqs 256 (cuda-mk, cuda-ops: at most 64) --skip-tokenizer-init --threads 2", 0),
+            0u)
       << j["serve_flags"];
 
   std::set<std::pair<std::string, std::string>> seen;

@@ -1,7 +1,7 @@
 // The include layering of src/, checked on the tree itself: every top-level folder has a layer,
 // a file includes only its own folder or folders of lower layers (so no two folders include each
 // other and nothing includes cli/, the composition root), and inside src/cuda the rooms follow
-// the same rule (common < megakernel < prefill < backend). A second test feeds the checker a
+// the same rule (common < gemm < megakernel < prefill < batched < backend). A second test feeds the checker a
 // small tree with violations, so it is known to catch them.
 #include <gtest/gtest.h>
 
@@ -24,7 +24,8 @@ namespace fs = std::filesystem;
 const std::map<std::string, int> kLayers = {
     {"core", 0},  {"model", 1}, {"tokenizer", 1}, {"kv", 1},     {"sampling", 1}, {"plan", 2}, {"engine", 3},
     {"ref", 4},   {"cuda", 5},  {"emu", 6},       {"server", 7}, {"bench", 7},    {"cli", 8}};
-const std::map<std::string, int> kCudaRooms = {{"common", 0}, {"megakernel", 1}, {"prefill", 2}, {"backend", 3}};
+const std::map<std::string, int> kCudaRooms = {{"common", 0}, {"gemm", 1},    {"megakernel", 2},
+                                               {"prefill", 3}, {"batched", 4}, {"backend", 5}};
 
 // The top-level folder of a path relative to src ("cuda/common/ptx.cuh" -> "cuda") and, under
 // cuda, the room ("common"); empty when the path has no folder.

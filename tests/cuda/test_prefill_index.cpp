@@ -1,6 +1,6 @@
 // CPU tests of the GPU prefill path's index math (src/cuda/prefill/prefill_index.h): the fused
-// row orders DeviceWeights builds, the paged KV address, the attention tile rows, the MoE tile list
-// of the grouped expert GEMMs (against a plain recount) and the cutting of a chunk into pieces.
+// row orders DeviceWeights builds, the paged KV address, the attention tile rows and the cutting of
+// a chunk into pieces.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,59 +89,6 @@ TEST(PrefillIndex, AttentionTilesCoverTokensAndHeads) {
       }
 }
 
-// Routes random tokens (uniform, skewed, all to one expert), builds the tile list and checks it
-// against a plain recount: offsets are the exclusive prefix, tiles cover each expert's slots in
-// order with at most kGemmTileTokens each, and the count stays within moe_tile_capacity.
-TEST(PrefillIndex, MoeTileListCoversEverySlotOnce) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu (MEGADECODE_SEED reproduces)\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int E = 1 + static_cast<int>(rng.below(256));
-    const int K = 1 + static_cast<int>(rng.below(std::min(E, 8)));
-    const int T = 1 + static_cast<int>(rng.below(trial % 3 == 0 ? 4096 : 300));
-    const int mode = trial % 4;  // 0 uniform, 1 skewed, 2 hot set of K experts, 3 tiny counts
-    std::vector<int32_t> counts(E, 0);
-    for (int t = 0; t < T; ++t) {
-      std::set<int> chosen;
-      while (static_cast<int>(chosen.size()) < K) {
-        int e = static_cast<int>(rng.below(E));
-        if (mode == 1) e = static_cast<int>(rng.below(1 + rng.below(E)));
-        if (mode == 2) e = static_cast<int>(chosen.size());
-        if (mode == 3 && rng.unit() < 0.9f) e = E - 1 - static_cast<int>(chosen.size());
-        chosen.insert(e);
-      }
-      for (int e : chosen) ++counts[e];
-    }
-    const int cap = moe_tile_capacity(T * K, E);
-    std::vector<int32_t> offsets(E + 1, -7);
-    std::vector<MoeTile> tiles(cap);
-    const int n_tiles = build_moe_tiles(counts.data(), E, offsets.data(), tiles.data(), cap);
-    ASSERT_GE(n_tiles, 0) << "trial " << trial << ": over capacity " << cap;
-    int off = 0, ti = 0;
-    for (int e = 0; e < E; ++e) {
-      ASSERT_EQ(offsets[e], off);
-      for (int s = 0; s < counts[e]; s += kGemmTileTokens, ++ti) {
-        ASSERT_LT(ti, n_tiles);
-        EXPECT_EQ(tiles[ti].expert, e);
-        EXPECT_EQ(tiles[ti].slot0, off + s);
-        EXPECT_EQ(tiles[ti].n, std::min(kGemmTileTokens, counts[e] - s));
-      }
-      off += counts[e];
-    }
-    EXPECT_EQ(offsets[E], T * K);
-    EXPECT_EQ(ti, n_tiles);
-    if (n_tiles > 0) {  // one fewer slot of capacity than needed is reported, never overrun
-      std::vector<MoeTile> small(n_tiles - 1);
-      const std::vector<int32_t> full = offsets;
-      std::fill(offsets.begin(), offsets.end(), -7);
-      EXPECT_EQ(build_moe_tiles(counts.data(), E, offsets.data(), small.data(), n_tiles - 1), -1);
-      // The scatter kernel indexes slots with these offsets even then: all of them are written.
-      EXPECT_EQ(offsets, full) << "trial " << trial << ": offsets left unwritten after the overflow";
-    }
-  }
-}
-
 TEST(PrefillIndex, PiecesCoverTheChunkInOrder) {
   for (int chunk : {1, 7, 512, 2048})
     for (int n : {1, 6, 7, 8, 511, 512, 513, 2500, 4096}) {
@@ -155,19 +102,6 @@ TEST(PrefillIndex, PiecesCoverTheChunkInOrder) {
       }
       EXPECT_EQ(covered, n) << "chunk " << chunk << " n " << n;
     }
-}
-
-TEST(PrefillIndex, GemmTileCounts) {
-  EXPECT_EQ(gemm_row_tiles(5120), 40);
-  EXPECT_EQ(gemm_row_tiles(1), 1);
-  EXPECT_EQ(gemm_row_tiles(129), 2);
-  EXPECT_EQ(gemm_token_tiles(2048), 16);
-  EXPECT_EQ(gemm_token_tiles(2049), 17);
-  EXPECT_EQ(gemm_k_stages(768), 12);
-  EXPECT_EQ(gemm_k_stages(16), 1);
-  EXPECT_EQ(gemm_k_stages(80), 2);
-  // The SwiGLU epilogue writes 64 columns per 128-row tile: a fused matrix of 2I rows -> I columns.
-  EXPECT_EQ(gemm_row_tiles(2 * 768) * kGemmTileRows / 2, 768);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The prefill kernels one at a time (src/cuda/prefill/prefill_kernels.h) against plain host references,
 // on small awkward shapes, so a failure of the end-to-end test (test_prefill.cu) points at one
-// kernel: the tensor-core GEMM (dense with gather, residual and SwiGLU epilogues; partial row, token
-// and k tiles), the device-built MoE lists and the grouped expert GEMMs, causal paged attention
+// kernel: the device-built MoE lists (with padding rows) and the grouped expert GEMMs of the GEMM
+// engine over them (its own tests: test_gemm.cu), causal paged attention
 // (GQA 1..8, head_dim 32/64/128, odd block sizes, start_pos > 0, NaN-poisoned cache past the
 // written positions), q/k norm + RoPE + KV write, and the residual norms. Small enough for
 // compute-sanitizer (memcheck / racecheck / synccheck).
@@ -17,6 +17,7 @@
 #include "core/check.h"
 #include "cuda/common/kernels.h"
 #include "cuda/common/weight_pack.cuh"
+#include "cuda/gemm/gemm.h"
 #include "cuda/prefill/prefill_kernels.h"
 #include "gpu_test_util.h"
 
@@ -50,90 +51,6 @@ test::Bf16Data packed_weights(uint16_t* dst, int rows, int k, SplitMix64& rng, f
   return w;
 }
 
-TEST(PrefillGemm, DenseEpiloguesMatchHost) {
-  MD_REQUIRE_GPU();
-  SplitMix64 rng(test::seed_for("PrefillGemm dense"));
-  struct Case {
-    int rows, k, tokens;
-  };
-  for (const Case cs : {Case{1, 16, 1}, Case{37, 48, 130}, Case{200, 208, 257}, Case{144, 80, 128}}) {
-    SCOPED_TRACE(::testing::Message() << "rows " << cs.rows << " k " << cs.k << " tokens " << cs.tokens);
-    const int xs = cs.k + 8, ys = cs.rows + 3, n_x = cs.tokens + 5;
-    DeviceBuffer<uint16_t> w(packed_elements(cs.rows, cs.k));
-    const test::Bf16Data wh = packed_weights(w.get(), cs.rows, cs.k, rng, 1.0f);
-    const test::Bf16Data xh = test::random_bf16(static_cast<size_t>(n_x) * xs, rng, 1.0f);
-    std::vector<int32_t> gather(cs.tokens);
-    for (int t = 0; t < cs.tokens; ++t) gather[t] = static_cast<int32_t>(rng.below(n_x));
-    const test::Bf16Data res = test::random_bf16(static_cast<size_t>(cs.tokens) * ys, rng, 4.0f);
-    DeviceBuffer<uint16_t> x(xh.bits);
-    DeviceBuffer<int32_t> g(gather);
-    DeviceBuffer<float> y(static_cast<size_t>(cs.tokens) * ys), r(res.values);
-    for (GemmEpilogue epi : {GemmEpilogue::kStore, GemmEpilogue::kResidual, GemmEpilogue::kSwiGlu}) {
-      if (epi == GemmEpilogue::kSwiGlu && cs.rows % 16 != 0) continue;
-      const bool use_gather = epi != GemmEpilogue::kResidual;
-      const int out_cols = epi == GemmEpilogue::kSwiGlu ? cs.rows / 2 : cs.rows;
-      DeviceBuffer<uint16_t> yb(static_cast<size_t>(cs.tokens) * ys);
-      y.poison();
-      yb.poison();
-      GemmArgs a;
-      a.w = w.get();
-      a.n_rows = cs.rows;
-      a.k = cs.k;
-      a.x = x.get();
-      a.x_stride = xs;
-      a.gather = use_gather ? g.get() : nullptr;
-      a.n_tokens = cs.tokens;
-      a.y = epi == GemmEpilogue::kSwiGlu ? static_cast<void*>(yb.get()) : static_cast<void*>(y.get());
-      a.y_stride = ys;
-      a.residual = r.get();
-      a.residual_stride = ys;
-      gemm(a, epi, nullptr);
-      CUDA_CHECK(cudaDeviceSynchronize());
-      // Reference: fp64 dot products of the bf16 values.
-      auto dot = [&](int row, int t) {
-        const int xr = use_gather ? gather[t] : t;
-        double s = 0;
-        for (int kk = 0; kk < cs.k; ++kk)
-          s += double(wh.values[static_cast<size_t>(row) * cs.k + kk]) * xh.values[static_cast<size_t>(xr) * xs + kk];
-        return s;
-      };
-      std::vector<float> got;
-      std::vector<double> want;
-      int64_t stray = 0;
-      if (epi == GemmEpilogue::kSwiGlu) {
-        const std::vector<uint16_t> out = yb.download();
-        for (int t = 0; t < cs.tokens; ++t)
-          for (int col = 0; col < ys; ++col) {
-            const uint16_t v = out[static_cast<size_t>(t) * ys + col];
-            if (col >= out_cols) {
-              stray += v != 0xffff;
-              continue;
-            }
-            const int gate = (col / 8) * 16 + col % 8;  // DeviceWeights' interleave (swiglu_col)
-            got.push_back(bf16_bits_to_float(v));
-            want.push_back(silu_ref(dot(gate, t)) * dot(gate + 8, t));
-          }
-      } else {
-        const std::vector<float> out = y.download();
-        for (int t = 0; t < cs.tokens; ++t)
-          for (int col = 0; col < ys; ++col) {
-            const float v = out[static_cast<size_t>(t) * ys + col];
-            if (col >= out_cols) {
-              stray += !std::isnan(v);
-              continue;
-            }
-            got.push_back(v);
-            want.push_back(dot(col, t) +
-                           (epi == GemmEpilogue::kResidual ? res.values[static_cast<size_t>(t) * ys + col] : 0.0));
-          }
-      }
-      // fp32 accumulation of <= 208 products: far inside 2^-7 relative (bf16 output: one rounding).
-      EXPECT_LE(worst_ratio(got, want, 1e-4), 1.0) << "epilogue " << static_cast<int>(epi);
-      EXPECT_EQ(stray, 0) << "epilogue " << static_cast<int>(epi) << " wrote past its columns";
-    }
-  }
-}
-
 // Routing with one hot expert (> 1 tile of 128 slots) and a few empty ones; the device lists must
 // equal the host's (expert, token, k) slot order, then the grouped gate/up (SwiGLU) and down GEMMs
 // must match per slot.
@@ -141,6 +58,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   MD_REQUIRE_GPU();
   SplitMix64 rng(test::seed_for("PrefillMoe"));
   const int T = 300, K = 4, E = 20, H = 96, I = 48;
+  constexpr int kTileTokens = 128;
   std::vector<int32_t> ids(T * K);
   for (int t = 0; t < T; ++t) {
     std::set<int> chosen;
@@ -153,9 +71,9 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   // Host lists.
   std::vector<int32_t> counts(E, 0), offsets(E + 1), token_slot(T * K), slot_token(T * K);
   for (int32_t e : ids) ++counts[e];
-  const int cap = moe_tile_capacity(T * K, E);
-  std::vector<MoeTile> tiles(cap);
-  const int n_tiles = build_moe_tiles(counts.data(), E, offsets.data(), tiles.data(), cap);
+  const int cap = gemm::moe_tile_capacity(T * K, E, kTileTokens);
+  std::vector<gemm::MoeTile> tiles(cap);
+  const int n_tiles = gemm::build_moe_tiles(counts.data(), E, kTileTokens, offsets.data(), tiles.data(), cap);
   ASSERT_GT(n_tiles, 0);
   for (int e = 0, slot = 0; e < E; ++e)
     for (int i = 0; i < T * K; ++i)
@@ -166,7 +84,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
 
   DeviceBuffer<int32_t> d_ids(ids), rank(T * K), d_counts(E), d_offsets(E + 1), d_ts(T * K), d_st(T * K), n_t(1),
       err(1);
-  DeviceBuffer<MoeTile> d_tiles(cap);
+  DeviceBuffer<gemm::MoeTile> d_tiles(cap);
   for (auto* b : {&rank, &d_counts, &d_offsets, &d_ts, &d_st, &n_t}) b->poison();
   d_tiles.poison();  // the kernel writes n_tiles of the cap entries; the download reads them all
   err.fill_bytes(0);
@@ -182,6 +100,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   ml.slot_token = d_st.get();
   ml.tiles = d_tiles.get();
   ml.n_tiles = n_t.get();
+  ml.tile_tokens = kTileTokens;
   ml.tile_capacity = cap;
   ml.error = err.get();
   moe_lists(ml, nullptr);
@@ -191,7 +110,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   EXPECT_EQ(d_ts.download(), token_slot);
   EXPECT_EQ(d_st.download(), slot_token);
   ASSERT_EQ(n_t.download()[0], n_tiles);
-  const std::vector<MoeTile> got_tiles = d_tiles.download();
+  const std::vector<gemm::MoeTile> got_tiles = d_tiles.download();
   for (int i = 0; i < n_tiles; ++i) {
     EXPECT_EQ(got_tiles[i].expert, tiles[i].expert) << "tile " << i;
     EXPECT_EQ(got_tiles[i].slot0, tiles[i].slot0) << "tile " << i;
@@ -211,7 +130,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   DeviceBuffer<float> down(static_cast<size_t>(T) * K * H);
   hidden.poison();
   down.poison();
-  GemmArgs up;
+  gemm::GemmArgs up;
   up.w = w_up.get();
   up.w_expert_stride = up_stride;
   up.n_rows = 2 * I;
@@ -222,10 +141,11 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   up.tiles = d_tiles.get();
   up.n_tiles = n_t.get();
   up.tile_capacity = cap;
+  up.token_groups = kTileTokens / 8;
   up.y = hidden.get();
   up.y_stride = I;
-  gemm(up, GemmEpilogue::kSwiGlu, nullptr);
-  GemmArgs dn;
+  gemm::gemm(up, gemm::Epilogue::kSwiGlu, nullptr);
+  gemm::GemmArgs dn;
   dn.w = w_down.get();
   dn.w_expert_stride = down_stride;
   dn.n_rows = H;
@@ -235,9 +155,10 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   dn.tiles = d_tiles.get();
   dn.n_tiles = n_t.get();
   dn.tile_capacity = cap;
+  dn.token_groups = kTileTokens / 8;
   dn.y = down.get();
   dn.y_stride = H;
-  gemm(dn, GemmEpilogue::kStore, nullptr);
+  gemm::gemm(dn, gemm::Epilogue::kStore, nullptr);
   const std::vector<float> hid = test::bf16_to_float(hidden.download());
   const std::vector<float> dout = down.download();
   std::vector<double> want_h, want_d;
@@ -272,6 +193,40 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   moe_lists(ml, nullptr);
   EXPECT_EQ(err.download()[0], 1);
   for (int32_t s : d_ts.download()) EXPECT_TRUE(s >= 0 && s < T * K);
+
+  // Padding rows of a decode batch (position < 0) take no slot, not even with a bad id (row 1 holds
+  // entry 7), and small tiles (8 slots) split the hot expert into many.
+  std::vector<int32_t> pos(T);
+  for (int t = 0; t < T; ++t) pos[t] = (t % 3 == 1) ? -1 : t;
+  std::vector<int32_t> pcounts(E, 0), poffsets(E + 1), pslot(T * K, 0);
+  for (int i = 0; i < T * K; ++i)
+    if (pos[i / K] >= 0) ++pcounts[ids[i]];
+  const int pcap = gemm::moe_tile_capacity(T * K, E, 8);
+  std::vector<gemm::MoeTile> ptiles(pcap);
+  const int pn = gemm::build_moe_tiles(pcounts.data(), E, 8, poffsets.data(), ptiles.data(), pcap);
+  for (int e = 0, slot = 0; e < E; ++e)
+    for (int i = 0; i < T * K; ++i)
+      if (pos[i / K] >= 0 && ids[i] == e) pslot[i] = slot++;
+  DeviceBuffer<int32_t> d_pos(pos);
+  DeviceBuffer<gemm::MoeTile> d_ptiles(pcap);
+  err.fill_bytes(0);
+  d_ts.poison();
+  ml.positions = d_pos.get();
+  ml.tiles = d_ptiles.get();
+  ml.tile_tokens = 8;
+  ml.tile_capacity = pcap;
+  moe_lists(ml, nullptr);
+  EXPECT_EQ(err.download()[0], 0) << "a padding row's expert id was checked";
+  EXPECT_EQ(d_counts.download(), pcounts);
+  EXPECT_EQ(d_offsets.download(), poffsets);
+  EXPECT_EQ(d_ts.download(), pslot);
+  ASSERT_EQ(n_t.download()[0], pn);
+  const std::vector<gemm::MoeTile> got_p = d_ptiles.download();
+  for (int i = 0; i < pn; ++i) {
+    EXPECT_EQ(got_p[i].expert, ptiles[i].expert) << "tile " << i;
+    EXPECT_EQ(got_p[i].slot0, ptiles[i].slot0) << "tile " << i;
+    EXPECT_EQ(got_p[i].n, ptiles[i].n) << "tile " << i;
+  }
 }
 
 struct AttnCase {

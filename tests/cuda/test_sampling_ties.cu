@@ -11,7 +11,7 @@
 
 #include "cuda/backend/cuda_backend.h"
 #include "gpu_test_util.h"
-#include "kernels/kernels.h"
+#include "cuda/common/kernels.h"
 #include "model/loader.h"
 #include "model/presets.h"
 #include "sampling/host_sampler.h"

@@ -110,9 +110,11 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
   be.set_routing_capture(nullptr);
   be.decode(seqs, false, r);  // again without capture: cuda-ops replays the graph of its last decode
   out.step_ms = be.time_last_step(warmup, steps);
-  out.n_sms = be.last_plan().params.shape.n_sms;
+  out.n_sms = be.n_sms();
+  out.path = decode_path_name(be.last_path());
   out.distinct_experts = distinct_experts(routing, c.n_layers, c.n_experts);
   if (trace_capacity > 0) {
+    MD_REQUIRE(be.last_path() == DecodePath::kMegakernel, "bench decode: the trace is the megakernel's");
     be.enable_trace(trace_capacity);
     be.decode(seqs, false, r);      // re-plans and (cuda-ops) re-captures with the trace on
     (void)be.time_last_step(2, 1);  // the last replay's records stay in the buffer

@@ -1,8 +1,8 @@
 // `megadecode bench decode` (CUDA builds): the run. Flags and the memory plan come from
 // bench/decode_options.h; the device work from bench/decode_gpu.h; records, tables and the trace
 // export from bench/decode_report.h and bench/decode_trace.h. Order: read ceiling, weights,
-// cuda-mk then cuda-ops over every point (one backend and its KV cache at a time), the trace of
-// one cuda-mk step, the ablations, then the JSON.
+// each backend of --backends over every point it runs (one backend and its KV cache at a time; the
+// megakernel's at batches <= 64), the trace of one cuda-mk step, the ablations, then the JSON.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -95,6 +95,7 @@ int bench_decode(int argc, char** argv) {
     DecodePointResult res = dev.run(b, ctx, o.warmup, o.steps, trace_capacity);
     DecodePoint p;
     p.options = v.options;
+    p.path = res.path;
     p.batch = b;
     p.context = ctx;
     p.n_sms = res.n_sms;
@@ -107,15 +108,23 @@ int bench_decode(int argc, char** argv) {
   };
 
   nlohmann::json records = nlohmann::json::array(), ablations = nlohmann::json::array(), trace_summary;
+  int max_batch = 1;
+  for (const auto& [ctx, b] : o.points) max_batch = std::max(max_batch, b);
   std::vector<Variant> mains;
-  if (o.run_mk) mains.push_back(variant("cuda-mk", o.backend, "cuda-mk", o.backend.policy, 0));
-  if (o.run_ops) mains.push_back(variant("cuda-ops", o.backend, "cuda-ops", o.backend.policy, 0));
+  for (const std::string& name : o.backends) {
+    Variant v = variant(name, o.backend, name, o.backend.policy, 0);
+    v.options.max_batch = max_batch;
+    mains.push_back(v);
+  }
   for (const Variant& v : mains) {
+    const bool megakernel_only = v.options.backend == "cuda-mk" || v.options.backend == "cuda-ops";
     dev.open(with_blocks(v.options, o.main_blocks()));
     for (const auto& [ctx, b] : o.points) {
+      if (megakernel_only && b > kDecodeBenchMegakernelMaxBatch) continue;
       nlohmann::json r = decode_record(measure(v, ctx, b, 0, nullptr));
-      std::printf("  %-8s batch %2d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n", v.name.c_str(), b, ctx,
-                  r["step_ms"].get<double>(), r["tok_s"].get<double>(), r["pct_of_floor"].get<double>());
+      std::printf("  %-12s %-10s batch %3d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n", v.name.c_str(),
+                  r["path"].get<std::string>().c_str(), b, ctx, r["step_ms"].get<double>(), r["tok_s"].get<double>(),
+                  r["pct_of_floor"].get<double>());
       std::fflush(stdout);
       records.push_back(std::move(r));
     }

@@ -14,7 +14,8 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_info.h"
 #include "cuda/common/ptx.cuh"
-#include "cuda/common/skinny_gemm.cuh"
+#include "cuda/common/packed_mma.cuh"
+#include "cuda/common/weight_pack.cuh"
 
 namespace megadecode::cuda {
 namespace {
@@ -22,7 +23,29 @@ namespace {
 constexpr int kMaxSlots = 8;
 constexpr int kConsumerWarps = 8;
 constexpr int kThreads = (kConsumerWarps + 1) * 32;  // warp 8 lane 0 loads
-using Tile = GemmTile<1>;                            // batch <= 8: one 16-row block x 512 k per page
+// The megakernel's batch <= 8 page: one 16-row block x 512 k of weights, then one token group's
+// activation row (pitch + 16 bytes), and the warp-partial reduction buffer of one row block.
+struct Tile {
+  static constexpr int kMT = 1, kStageK = 512, kStageKB = kStageK / kPackK;
+  static constexpr int kWBytes = kMT * kStageKB * kPackTileBytes;
+  static constexpr int kXPitch = kStageK * 2 + 16;
+  static constexpr int kPageBytes = (kWBytes + 8 * kXPitch + 127) / 128 * 128;
+  static constexpr int kRedPitch = 16 + 1;
+  static constexpr int kRedBytes = kConsumerWarps * 8 * kRedPitch * 4;
+};
+
+// One page of k blocks dealt to the warps (kb on warp kb % 8), one token group: the megakernel's
+// page loop at batch <= 8.
+__device__ __forceinline__ void consume_page(float (&acc)[1][1][4], const uint8_t* page, int warp) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint8_t* xrow = page + Tile::kWBytes + g * Tile::kXPitch + t * 4;
+#pragma unroll 1
+  for (int kb = warp; kb < Tile::kStageKB; kb += kConsumerWarps) {
+    const uint32_t b0[1] = {*reinterpret_cast<const uint32_t*>(xrow + kb * 32)};
+    const uint32_t b1[1] = {*reinterpret_cast<const uint32_t*>(xrow + kb * 32 + 16)};
+    packed_mma_k16<1, 1>(acc, [&](int) { return page + kb * kPackTileBytes; }, b0, b1);
+  }
+}
 
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
@@ -89,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (consumer == kStreamTouch || consumer == kStreamRelease) {
       touch += reinterpret_cast<const float*>(page)[lane];
     } else {
-      gemm_consume_stage<1>(acc, page, Tile::kStageKB, warp);
+      consume_page(acc, page, warp);
     }
     if (gemm) ptx::fence_proxy_async_shared();  // the megakernel's release of a page
     __syncwarp();

@@ -1,6 +1,8 @@
-// CudaBackend: per step, plan (src/plan) → upload inputs and task lists → zero counters and the
+// CudaBackend: per step, the path (engine/decode_path.h for `cuda`; fixed for the others), then
+// either the megakernel — plan (src/plan) → upload inputs and task lists → zero counters and the
 // error word → one megakernel launch (cuda-mk) or one launch per wave in a CUDA graph (cuda-ops)
-// → check the device error word (naming the counter on a timeout) → read tokens and logits.
+// → check the device error word (naming the counter on a timeout) → read tokens and logits — or
+// the batched step (cuda/batched/batched_step.h: one upload, one graph launch, tokens back).
 #include "cuda/backend/cuda_backend.h"
 
 #include <algorithm>
@@ -19,7 +21,7 @@ namespace megadecode::cuda {
 namespace {
 
 constexpr size_t kActivationReserve = size_t(512) << 20;  // arena, plan and staging headroom
-constexpr int kMaxBatch = 64;  // sequences per decode step (the megakernel's token groups)
+constexpr int kMkMaxBatch = 64;  // sequences per megakernel step (its token groups)
 
 template <typename T>
 void grow(T*& ptr, size_t& capacity, size_t need) {
@@ -35,16 +37,22 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
     : weights_(std::move(weights)),
       options_(options),
       per_op_(options.backend == "cuda-ops"),
+      has_megakernel_(options.backend != "cuda-batched"),
+      has_batched_(options.backend == "cuda" || options.backend == "cuda-batched"),
       policy_(policy_by_name(options.policy)) {
   MD_REQUIRE(weights_ != nullptr, "CudaBackend needs weights");
-  MD_REQUIRE(options_.backend == "cuda-mk" || per_op_, "CudaBackend runs cuda-mk or cuda-ops, not \"", options_.backend,
-             "\"");
+  MD_REQUIRE(options_.backend == "cuda" || options_.backend == "cuda-mk" || per_op_ || options_.backend == "cuda-batched",
+             "CudaBackend runs cuda, cuda-mk, cuda-ops or cuda-batched, not \"", options_.backend, "\"");
   check_backend_options(options_);
-  // Before the KV cache is sized, so the prefill workspace counts as used memory.
+  last_path_ = has_megakernel_ ? DecodePath::kMegakernel : DecodePath::kBatched;
+  // Before the KV cache is sized, so the prefill and batched workspaces count as used memory.
   if (options_.prefill_chunk > 0) {
     prefill_ = std::make_unique<prefill::PrefillRunner>(weights_->config(), weights_->view(), weights_->layers(),
                                                         options_.prefill_chunk);
   }
+  if (has_batched_)
+    batched_ = std::make_unique<batched::BatchedStep>(weights_->config(), weights_->view(), weights_->layers(),
+                                                      options_.max_batch);
   const ModelConfig& c = config();
   const int sms = sm_count();
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
@@ -57,8 +65,15 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const double budget = options_.gpu_memory_utilization * static_cast<double>(total_b) -
                           static_cast<double>(total_b - free_b) - static_cast<double>(kActivationReserve);
-    MD_REQUIRE(budget >= static_cast<double>(block_bytes), "no GPU memory left for the KV cache: ", free_b >> 20,
-               " MiB free of ", total_b >> 20, " MiB at --gpu-memory-utilization ", options_.gpu_memory_utilization);
+    // The smallest useful pool: one block for each sequence of the largest batch.
+    const double minimal = static_cast<double>(block_bytes) * max_decode_batch();
+    MD_REQUIRE(budget >= minimal, "the KV cache does not fit: the model and workspaces leave ",
+               static_cast<int64_t>(std::max(budget, 0.0)) >> 20, " MiB of the ",
+               static_cast<int64_t>(options_.gpu_memory_utilization * static_cast<double>(total_b)) >> 20,
+               " MiB --gpu-memory-utilization ", options_.gpu_memory_utilization, " allows (", free_b >> 20,
+               " MiB free of ", total_b >> 20, "); a minimal pool (one block per sequence of ", max_decode_batch(),
+               ") needs ", static_cast<int64_t>(minimal) >> 20, " MiB: raise --gpu-memory-utilization or lower "
+               "--max-num-seqs or --block-size");
     n_kv_blocks_ = static_cast<int>(std::min<double>(budget / static_cast<double>(block_bytes), 1 << 30));
   }
   CUDA_CHECK(cudaMalloc(&kv_, block_bytes * n_kv_blocks_));
@@ -94,8 +109,9 @@ void CudaBackend::set_routing_capture(RoutingLog* log) {
              " experts for a model of ", c.n_layers, " x ", c.n_experts_per_tok);
   routing_log_ = log;
   if (prefill_) prefill_->set_routing_capture(log != nullptr);
+  if (batched_) batched_->set_routing_capture(log != nullptr);
   if (log != nullptr && route_ids_ == nullptr) {
-    const size_t n = static_cast<size_t>(kMaxBatch) * c.n_layers * c.n_experts_per_tok;
+    const size_t n = static_cast<size_t>(kMkMaxBatch) * c.n_layers * c.n_experts_per_tok;
     CUDA_CHECK(cudaMalloc(&route_ids_, n * sizeof(int32_t)));
     CUDA_CHECK(cudaMalloc(&route_w_, n * sizeof(float)));
   }
@@ -150,10 +166,60 @@ void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
   }
 }
 
+int CudaBackend::max_decode_batch() const { return has_batched_ ? options_.max_batch : std::min(kMkMaxBatch, options_.max_batch); }
+
 void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
+  MD_REQUIRE(!seqs.empty() && static_cast<int>(seqs.size()) <= max_decode_batch(), "decode: batch of ", seqs.size(),
+             " sequences; ", name(), " runs 1..", max_decode_batch());
+  const int B = static_cast<int>(seqs.size());
+  const DecodePath path = !has_batched_    ? DecodePath::kMegakernel
+                          : !has_megakernel_ ? DecodePath::kBatched
+                                             : path_policy_.choose(B);
+  last_path_ = path;
+  if (path == DecodePath::kBatched) {
+    decode_batched(seqs, want_logits, result);
+  } else {
+    decode_megakernel(seqs, want_logits, result);
+  }
+}
+
+void CudaBackend::decode_batched(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
   const ModelConfig& c = config();
-  MD_REQUIRE(!seqs.empty() && seqs.size() <= static_cast<size_t>(kMaxBatch), "decode: batch of ", seqs.size(), " sequences; the CUDA backends run 1..",
-             kMaxBatch);
+  const int B = static_cast<int>(seqs.size());
+  std::vector<batched::StepRow> rows(B);
+  for (int i = 0; i < B; ++i) {
+    const DecodeSeq& s = seqs[i];
+    MD_REQUIRE(s.chunk.tokens.size() == 1, "decode: sequence ", i, " has ", s.chunk.tokens.size(), " tokens, expected 1");
+    rows[i] = batched::StepRow{s.chunk.tokens[0], s.chunk.start_pos, s.chunk.block_table, s.sampling};
+  }
+  result.tokens.assign(B, 0);
+  if (want_logits) {
+    result.logits.assign(static_cast<size_t>(B) * c.vocab_size, 0.0f);
+  } else {
+    result.logits.clear();
+  }
+  const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size};
+  batched_->run(rows, kv, result.tokens, result.logits, stream_);
+  if (routing_log_) {
+    std::vector<int32_t> ids;
+    std::vector<float> w;
+    batched_->read_routing(B, ids, w);
+    const size_t per = static_cast<size_t>(c.n_layers) * c.n_experts_per_tok;
+    for (int i = 0; i < B; ++i)
+      record_routing(seqs[i].chunk.seq_id, seqs[i].chunk.start_pos, 1, ids.data() + i * per, w.data() + i * per);
+  }
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  resample_penalised(seqs, result, [&](size_t i, std::vector<float>& row) {
+    row.resize(V);
+    CUDA_CHECK(cudaMemcpy(row.data(), batched_->logits_row(static_cast<int>(i)), V * sizeof(float),
+                          cudaMemcpyDeviceToHost));
+  });
+}
+
+void CudaBackend::decode_megakernel(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
+  const ModelConfig& c = config();
+  MD_REQUIRE(seqs.size() <= static_cast<size_t>(kMkMaxBatch), "decode: batch of ", seqs.size(),
+             " sequences; the megakernel runs 1..", kMkMaxBatch);
   BatchState batch;
   batch.kv_block_size = options_.kv_block_size;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -194,14 +260,20 @@ void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Deco
   } else {
     result.logits.clear();
   }
-  resample_penalised(seqs, result);
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  resample_penalised(seqs, result, [&](size_t i, std::vector<float>& row) {
+    row.resize(V);
+    CUDA_CHECK(cudaMemcpy(row.data(), arena_ + plan_.params.buffers.logits.offset + i * V * sizeof(float),
+                          V * sizeof(float), cudaMemcpyDeviceToHost));
+  });
 }
 
 // Presence/frequency/repetition penalties need each sequence's token history, which the device
 // sampler does not have: such sequences (rare in serving) read their logits row back and are
 // sampled by the host sampler (sampling/host_sampler.h, the cpu backends' own, vLLM's order), replacing
 // the device's token. Costs one 4*vocab-byte copy per penalised sequence.
-void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result) {
+void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result,
+                                     const std::function<void(size_t, std::vector<float>&)>& read_row) {
   const size_t V = static_cast<size_t>(config().vocab_size);
   std::vector<float> row;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -210,9 +282,7 @@ void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResu
     if (!result.logits.empty()) {
       row.assign(result.logits.begin() + i * V, result.logits.begin() + (i + 1) * V);
     } else {
-      row.resize(V);
-      CUDA_CHECK(cudaMemcpy(row.data(), arena_ + plan_.params.buffers.logits.offset + i * V * sizeof(float),
-                            V * sizeof(float), cudaMemcpyDeviceToHost));
+      read_row(i, row);
     }
     MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", i, ": history_prompt_len ",
                s.history_prompt_len, " beyond its history of ", s.history.size());
@@ -420,6 +490,7 @@ std::string CudaBackend::check_counter_totals() const {
 // ---- benchmark hooks ----
 
 std::vector<float> CudaBackend::time_last_step(int warmup, int reps) {
+  if (last_path_ == DecodePath::kBatched) return batched_->time_last_step(warmup, reps, stream_);
   MD_REQUIRE(!plan_.tasks.empty(), name(), ": time_last_step needs a decode step first");
   MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
   cudaGraphExec_t exec = graph_exec_;

@@ -1,7 +1,11 @@
-// The CUDA backends: `cuda-mk` runs a decode step as ONE launch of the persistent megakernel;
-// `cuda-ops` runs the same device tile code one launch per operation wave (per op, per layer),
-// captured in a CUDA graph — the baseline the megakernel is measured against. Both execute the
-// Plan from src/plan (the same tasks and counters cpu-mk runs).
+// The CUDA backends, over one set of device weights and one paged KV cache:
+//   cuda          each step on the path the engine's policy picks (engine/decode_path.h): the
+//                 megakernel for small batches, the batched step above the measured crossover;
+//   cuda-mk       every step as ONE launch of the persistent megakernel (batches of 1..64);
+//   cuda-ops      the megakernel's tile code one launch per operation wave, in a CUDA graph (the
+//                 baseline the megakernel is measured against); both run the Plan from src/plan;
+//   cuda-batched  every step as the batched step (cuda/batched: the many-row GEMM engine, split-K
+//                 paged attention; batches of 1..max_batch).
 // Options: BackendOptions (engine/backend.h), as the factory got them.
 // Prefill: with prefill_chunk > 0, ordinary kernels over pieces of at most prefill_chunk tokens
 // (src/cuda/prefill); with 0, the decode path one token at a time (the comparison baseline).
@@ -12,13 +16,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cuda/backend/device_weights.h"
+#include "cuda/batched/batched_step.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "engine/backend.h"
+#include "engine/decode_path.h"
 #include "model/routing.h"
 #include "plan/plan.h"
 #include "plan/policy.h"
@@ -27,7 +34,7 @@ namespace megadecode::cuda {
 
 class CudaBackend : public Backend {
  public:
-  // options.backend: cuda-mk or cuda-ops; the CUDA fields of BackendOptions apply.
+  // options.backend: cuda, cuda-mk, cuda-ops or cuda-batched; the CUDA fields of BackendOptions apply.
   CudaBackend(std::shared_ptr<const DeviceWeights> weights, const BackendOptions& options);
   ~CudaBackend() override;
 
@@ -35,15 +42,21 @@ class CudaBackend : public Backend {
   const ModelConfig& config() const override { return weights_->config(); }
   int kv_block_size() const override { return options_.kv_block_size; }
   int n_kv_blocks() const override { return n_kv_blocks_; }
+  int max_decode_batch() const override;
 
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
   void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;
+
+  // The path of the last decode step, and the policy the `cuda` backend asks.
+  DecodePath last_path() const { return last_path_; }
+  const DecodePathPolicy& path_policy() const { return path_policy_; }
+  int n_sms() const { return n_sms_; }
 
   // ---- test hooks ----
   // The paged KV cache: [n_layers][2 (K, V)][n_kv_blocks][n_kv_heads][block_size][head_dim] bf16.
   uint16_t* kv_cache() const { return kv_; }
   size_t kv_cache_elements() const;
-  // The plan of the last step and its counters after the step.
+  // The plan of the last megakernel step and its counters after the step.
   const Plan& last_plan() const { return plan_; }
   std::vector<int32_t> read_counters() const;
   // Counters that differ from the plan's exact totals after the last step ("" when none).
@@ -51,8 +64,11 @@ class CudaBackend : public Backend {
   // Test only: adds 1 to the first wait target of plan task `task` in the next steps (-1: off),
   // so that wait can never be satisfied.
   void set_stuck_task(int task) { stuck_task_ = task; }
-  // Test only: fills every activation buffer of the step with NaN before the launch.
-  void set_poison_activations(bool on) { poison_ = on; }
+  // Test only: fills every activation buffer of the step with NaN before the launch (both paths).
+  void set_poison_activations(bool on) {
+    poison_ = on;
+    if (batched_) batched_->set_poison(on);
+  }
   // Test only: records into `log` the experts and weights every processed token (decode steps and
   // prefill pieces, keyed by sequence id and position) chose in every layer; nullptr turns it off.
   // The log must outlive its use.
@@ -60,7 +76,8 @@ class CudaBackend : public Backend {
 
   // ---- benchmark hooks (bench decode) ----
   // Replays the last decode step `warmup` + `reps` times as a CUDA graph (cuda-ops: its per-wave
-  // graph; cuda-mk: the counter/error memsets and the one launch, captured once) and returns the
+  // graph; cuda-mk: the counter/error memsets and the one launch, captured once; the batched
+  // path: its step graph) and returns the
   // milliseconds of each timed replay (CUDA events around the graph launch). The step is
   // idempotent (same inputs, same KV slot written), so replays do the same work; the device
   // error word is checked after every replay.
@@ -75,8 +92,13 @@ class CudaBackend : public Backend {
   std::vector<TraceRecord> read_trace(int64_t* dropped = nullptr) const;
 
  private:
+  void decode_megakernel(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result);
+  void decode_batched(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result);
   void run_step(const BatchState& batch, std::span<const DecodeSeq> seqs);
-  void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result);
+  // Resamples the sequences with penalties on the host from their logits rows (row(i, dst) copies
+  // sequence i's row).
+  void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result,
+                          const std::function<void(size_t, std::vector<float>&)>& row);
   void ensure_capacity(const Plan& plan);
   void upload_inputs(std::span<const DecodeSeq> seqs);
   void launch(cudaStream_t stream);
@@ -86,6 +108,9 @@ class CudaBackend : public Backend {
   std::shared_ptr<const DeviceWeights> weights_;
   BackendOptions options_;
   bool per_op_ = false;  // cuda-ops: one launch per wave
+  bool has_megakernel_ = false, has_batched_ = false;
+  DecodePathPolicy path_policy_;
+  DecodePath last_path_ = DecodePath::kMegakernel;
   Policy policy_;
   int n_sms_ = 0;
   int n_kv_blocks_ = 0;
@@ -118,6 +143,7 @@ class CudaBackend : public Backend {
   int32_t* trace_counts_ = nullptr;
   int trace_capacity_ = 0;
   std::unique_ptr<prefill::PrefillRunner> prefill_;  // prefill_chunk > 0
+  std::unique_ptr<batched::BatchedStep> batched_;    // cuda, cuda-batched
 };
 
 }  // namespace megadecode::cuda

@@ -12,7 +12,8 @@ namespace megadecode {
 std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const ModelWeights* weights, uint64_t seed,
                                            const BackendOptions& options) {
   const std::string& name = options.backend;
-  MD_REQUIRE(name == "cuda-mk" || name == "cuda-ops", "unknown CUDA backend \"", name, "\" (known: cuda-mk, cuda-ops)");
+  MD_REQUIRE(name == "cuda" || name == "cuda-mk" || name == "cuda-ops" || name == "cuda-batched", "unknown CUDA backend \"",
+             name, "\" (known: cuda, cuda-mk, cuda-ops, cuda-batched)");
   MD_REQUIRE(cuda::gpu_available(), name, " needs a CUDA GPU and none is usable");
   cuda::check_supported(config);
   const Stopwatch t0;

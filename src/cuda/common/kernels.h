@@ -1,5 +1,5 @@
 // Host entry points of the standalone kernels: one launch each, asynchronous on `stream`,
-// graph-capturable. The prefill path (rms_norm, router_topk, skinny_gemm), the device weights
+// graph-capturable. The prefill path and the batched step (rms_norm, router_topk, sample_tokens), the device weights
 // (pack_weight) and the GEMM benchmark call them; their device code is the cuda/common/*.cuh
 // routine each names, which the megakernel runs per tile.
 // Invalid shapes or arguments are a megadecode::Error naming the argument.
@@ -10,17 +10,13 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/common/gemm_args.h"
+#include "sampling/params.h"
 
 namespace megadecode::cuda {
 
 // ---- weights (weight_pack.cuh) ----
 // packed[packed_elements(n_rows, k)] bf16 <- w[n_rows][k] bf16 row-major; padding zero-filled.
 void pack_weight(const uint16_t* w, uint16_t* packed, int n_rows, int k, cudaStream_t stream);
-
-// ---- skinny GEMM (skinny_gemm.cuh) ----
-// Y[n_tokens][n_rows] fp32 = X[n_tokens][k] bf16 * W^T; grid-strides over tiles, one CTA per SM.
-void skinny_gemm(const SkinnyGemmArgs& args, cudaStream_t stream);
 
 // ---- normalisation (rms_norm.cuh) ----
 // out[r][:] = bf16( bf16(x[r][:] * rsqrt(mean(x[r]^2) + eps)) * weight ), fp32 statistics.
@@ -35,6 +31,14 @@ void rms_norm(const float* x, int x_stride, const uint16_t* weight, uint16_t* ou
 // in descending order; weights p (divided by their sum, summed in top-k order, when renormalize).
 void router_topk(const float* logits, int logits_stride, int n_tokens, int n_experts, int top_k, bool renormalize,
                  int32_t* expert_ids, float* expert_weights, cudaStream_t stream);
+
+// ---- sampling (sampling.cuh) ----
+// tokens[r] = sample_row's token for logits[r][0..vocab) under params[r] (device memory; the
+// penalties are the host's, not read here) at positions[r] (the position the sampled token takes;
+// < 0: a padding row, token -1), one CTA of `threads` threads per row: 256 is the megakernel's
+// consumer count (what its SAMPLE op runs), 1024 a standalone CTA.
+void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab, const SamplingParams* params,
+                   const int64_t* positions, int32_t* tokens, int threads, cudaStream_t stream);
 
 }  // namespace megadecode::cuda
 

@@ -1,8 +1,8 @@
 // Index math of the GPU prefill path (src/cuda/prefill), shared by the kernels and the host so the
-// CPU tests (tests/cuda/test_prefill_index.cpp) check what the device computes: tile shapes
-// and counts, the paged KV address of a position, the fused QKV and gate/up row orders of
-// DeviceWeights, the attention tile's (token, head) rows, the per-expert tile list of the grouped
-// expert GEMMs and how a long chunk is cut. Plain C++ (MD_HOST_DEVICE), no CUDA types.
+// CPU tests (tests/cuda/test_prefill_index.cpp) check what the device computes: the paged KV
+// address of a position, the fused QKV and gate/up row orders of DeviceWeights, the attention
+// tile's (token, head) rows and how a long chunk is cut. (The GEMM tiles and the per-expert tile
+// list are the GEMM engine's: cuda/gemm/gemm_plan.h.) Plain C++ (MD_HOST_DEVICE), no CUDA types.
 #pragma once
 
 #include <cstdint>
@@ -11,17 +11,7 @@
 
 namespace megadecode::cuda::prefill {
 
-// ---- GEMM tiles (prefill_gemm.cu) ----
-constexpr int kGemmTileRows = 128;    // weight rows per CTA tile (8 packed row blocks, the MMA M side)
-constexpr int kGemmTileTokens = 128;  // tokens per CTA tile (the MMA N side)
-constexpr int kGemmStageK = 64;       // k per pipeline stage (4 packed k blocks)
-constexpr int kGemmStages = 3;        // cp.async ring depth
-constexpr int kGemmThreads = 256;     // 8 warps: 2 (rows) x 4 (tokens), each 64 rows x 32 tokens
-
 MD_HOST_DEVICE constexpr int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
-MD_HOST_DEVICE constexpr int gemm_row_tiles(int n_rows) { return ceil_div(n_rows, kGemmTileRows); }
-MD_HOST_DEVICE constexpr int gemm_token_tiles(int n_tokens) { return ceil_div(n_tokens, kGemmTileTokens); }
-MD_HOST_DEVICE constexpr int gemm_k_stages(int k) { return ceil_div(k, kGemmStageK); }
 
 // Fused gate/up matrix of one expert (DeviceWeights): packed row block j holds gate rows 8j..8j+7
 // (block rows 0..7) then up rows 8j..8j+7 (block rows 8..15). Fused row -> intermediate column.
@@ -59,47 +49,6 @@ MD_HOST_DEVICE constexpr int attn_row_head(int row, int group_size) { return row
 MD_HOST_DEVICE constexpr int attn_key_end(int start_pos, int n_tokens, int tile, int group_size) {
   const int t_end = (tile + 1) * attn_tile_tokens(group_size);
   return start_pos + (t_end < n_tokens ? t_end : n_tokens);
-}
-
-// ---- MoE tile list (prefill_moe.cu) ----
-// One tile of a grouped expert GEMM: expert `expert`'s slots [slot0, slot0 + n), n <= tile tokens.
-struct MoeTile {
-  int32_t expert;
-  int32_t slot0;
-  int32_t n;
-  int32_t pad;
-};
-static_assert(sizeof(MoeTile) == 16);
-
-// Tiles the grouped GEMMs can need for n_entries = tokens x top_k routed rows over n_experts:
-// sum_e ceil(c_e / T) <= sum_e floor(c_e / T) + #nonzero <= n / T + min(E, n).
-MD_HOST_DEVICE constexpr int moe_tile_capacity(int n_entries, int n_experts) {
-  return n_entries / kGemmTileTokens + (n_experts < n_entries ? n_experts : n_entries);
-}
-
-// From per-expert counts: offsets[0..E] (exclusive prefix, offsets[E] = total) and the tile list in
-// expert order; returns the number of tiles, or -1 if it would exceed `capacity` (an invariant
-// violation the caller reports). The offsets are complete either way: the scatter that follows
-// indexes with them, so they must never be left partly unwritten. One thread runs this (the device
-// scan kernel, or the host test).
-MD_HOST_DEVICE inline int build_moe_tiles(const int32_t* counts, int n_experts, int32_t* offsets, MoeTile* tiles,
-                                          int capacity) {
-  int off = 0, n_tiles = 0;
-  bool over = false;
-  for (int e = 0; e < n_experts; ++e) {
-    offsets[e] = off;
-    for (int s = 0; s < counts[e] && !over; s += kGemmTileTokens) {
-      if (n_tiles >= capacity) {
-        over = true;
-        break;
-      }
-      const int left = counts[e] - s;
-      tiles[n_tiles++] = MoeTile{e, off + s, left < kGemmTileTokens ? left : kGemmTileTokens, 0};
-    }
-    off += counts[e];
-  }
-  offsets[n_experts] = off;
-  return over ? -1 : n_tiles;
 }
 
 // ---- chunking (CudaBackend::prefill) ----

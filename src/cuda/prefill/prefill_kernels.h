@@ -1,7 +1,8 @@
-// Host entry points of the prefill kernels (one launch each, asynchronous on `stream`): the
-// tensor-core GEMM over packed weights (dense and grouped per expert), the norms with their fused
-// prologues, q/k norm + RoPE + the paged KV write, causal flash attention over the paged cache,
-// and the device-built MoE token lists. PrefillRunner (prefill_runner.h) chains them per layer.
+// Host entry points of the kernels over token rows (one launch each, asynchronous on `stream`):
+// the norms with their fused prologues, q/k norm + RoPE + the paged KV write, causal flash
+// attention over the paged cache, and the device-built MoE token lists. PrefillRunner
+// (prefill_runner.h) chains them per layer with the GEMM engine (cuda/gemm/gemm.h); the batched
+// decode step (cuda/batched) runs the same kernels over one row per sequence.
 // Rounding points follow the decode megakernel (src/cuda/megakernel): residual stream fp32, norm
 // outputs bf16, q/k norms and RoPE fp32 with K and V stored bf16, attention output bf16,
 // SiLU(gate)*up bf16, expert outputs fp32. No float atomics: every sum has a fixed order.
@@ -11,37 +12,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/gemm/gemm_plan.h"
 #include "cuda/prefill/prefill_index.h"
 
 namespace megadecode::cuda::prefill {
-
-// ---- GEMM (prefill_gemm.cu): Y[token][row] = sum_k W[row][k] X[token][k] ----
-enum class GemmEpilogue {
-  kStore,     // y fp32 [tokens][y_stride]
-  kResidual,  // y fp32 = residual fp32 + W x (y and residual may not alias)
-  kSwiGlu,    // W is a fused gate/up matrix (swiglu_col): y bf16 [tokens][y_stride], n_rows / 2 columns
-};
-
-struct GemmArgs {
-  const uint16_t* w;           // packed [ceil(n_rows/16)][ceil(k/16)][16x16] bf16 (weight_pack.cuh); grouped: expert 0
-  int64_t w_expert_stride = 0; // grouped: packed elements between consecutive experts' matrices
-  int n_rows = 0;              // weight rows (output features)
-  int k = 0;                   // a multiple of 16
-  const uint16_t* x = nullptr; // bf16 activation rows [*][x_stride], 16-byte aligned
-  int x_stride = 0;            // elements, a multiple of 8
-  const int32_t* gather = nullptr;  // nullptr: output row i reads X row i; else X row gather[i]
-  int n_tokens = 0;            // dense: output rows [0, n_tokens)
-  // Grouped mode (tiles != nullptr): CTA row y runs tiles[y] (expert, slots) when y < *n_tiles;
-  // output row i of a tile is slot slot0 + i; the weight matrix is w + expert * w_expert_stride.
-  const MoeTile* tiles = nullptr;
-  const int32_t* n_tiles = nullptr;  // device scalar
-  int tile_capacity = 0;       // grid rows launched (moe_tile_capacity)
-  void* y = nullptr;
-  int y_stride = 0;            // elements
-  const float* residual = nullptr;  // kResidual: [rows][residual_stride]
-  int residual_stride = 0;
-};
-void gemm(const GemmArgs& args, GemmEpilogue epilogue, cudaStream_t stream);
 
 // ---- norms (prefill_norm.cu) ----
 // Per token t (one CTA each): v = embed[tokens[t]] (embed_tokens != nullptr: layer 0), or the MoE
@@ -68,6 +42,9 @@ struct ResidualNormArgs {
 void residual_norm(const ResidualNormArgs& args, cudaStream_t stream);
 
 // ---- q/k norm + RoPE + KV write (prefill_rope.cu) ----
+// Row t's position is start_pos + t (a prompt piece: one block table for every row), or, with
+// `positions`, positions[t] with its own table at block_table + t * table_stride (a decode batch:
+// a row per sequence; rows whose position is < 0 are padding and are skipped).
 struct QkRopeArgs {
   const float* qkv = nullptr;        // [n_tokens][G * (gs + 2) * D] fp32, fused group-major (qkv_col)
   const uint16_t* q_norm = nullptr;  // [D]
@@ -76,6 +53,8 @@ struct QkRopeArgs {
   int rope_positions = 0;
   const int32_t* block_table = nullptr;  // [>= ceil((start_pos + n_tokens) / block_size)]
   int start_pos = 0, n_tokens = 0;
+  const int32_t* positions = nullptr;    // [n_tokens] or nullptr (every position < rope_positions)
+  int table_stride = 0;                  // with positions: entries per row of block_table
   int n_kv_heads = 0, group_size = 0, head_dim = 0, block_size = 0;
   float eps = 0.0f;
   uint16_t* q = nullptr;             // [n_tokens][G * gs][D] bf16 (rounded once after RoPE)
@@ -102,17 +81,20 @@ void attention(const AttnArgs& args, cudaStream_t stream);
 // ---- MoE token lists (prefill_moe.cu) ----
 // From topk_ids [n_tokens][top_k]: counts per expert, slots in (expert, token, k) order (the
 // decode DISPATCH order), token_slot[t][k], slot_token[slot], offsets[E + 1] and the tile list of
-// the grouped GEMMs. Never syncs with the host. error: set to 1 on an expert id out of range or
-// a tile list over capacity.
+// the grouped GEMMs (tiles of at most tile_tokens slots, gemm_plan.h). Never syncs with the host.
+// Rows whose positions[t] < 0 (padding of a decode batch) take no slot (token_slot 0). error: set
+// to 1 on an expert id out of range or 2 on a tile list over capacity.
 struct MoeListArgs {
   const int32_t* topk_ids = nullptr;  // [n_tokens][top_k]
+  const int32_t* positions = nullptr; // [n_tokens] or nullptr (every row routed)
   int n_tokens = 0, top_k = 0, n_experts = 0;
+  int tile_tokens = 128;              // 8 * the grouped GEMMs' token_groups
   int32_t* rank = nullptr;            // [n_tokens * top_k] scratch: rank of the entry within its expert
   int32_t* counts = nullptr;          // [n_experts]
   int32_t* offsets = nullptr;         // [n_experts + 1]
   int32_t* token_slot = nullptr;      // [n_tokens * top_k]
   int32_t* slot_token = nullptr;      // [n_tokens * top_k]
-  MoeTile* tiles = nullptr;           // [tile_capacity]
+  gemm::MoeTile* tiles = nullptr;     // [tile_capacity]
   int32_t* n_tiles = nullptr;         // device scalar
   int tile_capacity = 0;
   int32_t* error = nullptr;

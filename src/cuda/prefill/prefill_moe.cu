@@ -1,7 +1,7 @@
 // Per-expert token lists of a prefill chunk, built on the device (no host sync): (1) one CTA per
 // expert ranks the routed entries (token, k) that chose it, in entry order, by warp ballots and a
 // fixed-order CTA prefix; (2) one CTA turns the counts into offsets and the grouped GEMMs' tile list
-// (build_moe_tiles, prefill_index.h) and scatters every entry to its slot. Slots are in (expert,
+// (gemm_plan.h build_moe_tiles) and scatters every entry to its slot. Slots are in (expert,
 // token, k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same
 // rows in the same order. Integer work only; the result does not depend on scheduling.
 #include "core/check.h"
@@ -15,6 +15,11 @@ namespace {
 constexpr int kRankThreads = 256;
 constexpr int kScatterThreads = 1024;
 
+// Entry i = (token, k) takes a slot unless its row is padding.
+__device__ __forceinline__ bool routed(const MoeListArgs& a, int i) {
+  return a.positions == nullptr || a.positions[i / a.top_k] >= 0;
+}
+
 __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a) {
   __shared__ int32_t warp_total[kRankThreads / 32];
   const int e = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -22,8 +27,8 @@ __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a)
   int running = 0;
   for (int base = 0; base < n; base += kRankThreads) {
     const int i = base + tid;
-    const int32_t id = i < n ? a.topk_ids[i] : -1;
-    if (e == 0 && i < n && (id < 0 || id >= a.n_experts)) atomicCAS(a.error, 0, 1);
+    const int32_t id = i < n && routed(a, i) ? a.topk_ids[i] : -1;
+    if (e == 0 && i < n && routed(a, i) && (id < 0 || id >= a.n_experts)) atomicCAS(a.error, 0, 1);
     const bool match = id == e;
     const uint32_t ballot = __ballot_sync(0xffffffffu, match);
     if (lane == 0) warp_total[warp] = __popc(ballot);
@@ -40,7 +45,7 @@ __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a)
 __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const MoeListArgs a) {
   __shared__ int32_t offsets[kRouterMaxExperts + 1];
   if (threadIdx.x == 0) {
-    const int n_tiles = build_moe_tiles(a.counts, a.n_experts, offsets, a.tiles, a.tile_capacity);
+    const int n_tiles = gemm::build_moe_tiles(a.counts, a.n_experts, a.tile_tokens, offsets, a.tiles, a.tile_capacity);
     if (n_tiles < 0) atomicCAS(a.error, 0, 2);
     *a.n_tiles = n_tiles < 0 ? 0 : n_tiles;
   }
@@ -48,8 +53,8 @@ __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const MoeListA
   for (int e = threadIdx.x; e <= a.n_experts; e += kScatterThreads) a.offsets[e] = offsets[e];
   const int n = a.n_tokens * a.top_k;
   for (int i = threadIdx.x; i < n; i += kScatterThreads) {
-    const int32_t id = a.topk_ids[i];
-    if (id < 0 || id >= a.n_experts) {  // reported by rank_kernel; keep the combine's reads in bounds
+    const int32_t id = routed(a, i) ? a.topk_ids[i] : -1;
+    if (id < 0 || id >= a.n_experts) {  // padding, or reported by rank_kernel: keep the combine's reads in bounds
       a.token_slot[i] = 0;
       continue;
     }
@@ -68,7 +73,9 @@ void moe_lists(const MoeListArgs& a, cudaStream_t stream) {
   MD_REQUIRE(a.topk_ids && a.rank && a.counts && a.offsets && a.token_slot && a.slot_token && a.tiles && a.n_tiles &&
                  a.error,
              "prefill moe: null pointer");
-  MD_REQUIRE(a.tile_capacity >= moe_tile_capacity(a.n_tokens * a.top_k, a.n_experts),
+  MD_REQUIRE(a.tile_tokens >= 8 && a.tile_tokens <= 128 && a.tile_tokens % 8 == 0, "prefill moe: tile_tokens ",
+             a.tile_tokens, " outside 8..128 or not a multiple of 8");
+  MD_REQUIRE(a.tile_capacity >= gemm::moe_tile_capacity(a.n_tokens * a.top_k, a.n_experts, a.tile_tokens),
              "prefill moe: tile capacity ", a.tile_capacity, " below the bound");
   if (a.n_tokens <= 0) return;
   rank_kernel<<<a.n_experts, kRankThreads, 0, stream>>>(a);

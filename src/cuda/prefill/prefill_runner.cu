@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kernels.h"
+#include "cuda/gemm/gemm.h"
 #include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
@@ -39,6 +40,12 @@ struct Shape {
         nq(c.q_size()), E(c.n_experts), K(c.n_experts_per_tok), I(c.moe_intermediate_size), V(c.vocab_size) {}
 };
 
+// Prompt pieces take the engine's largest tiles (128 slots): at 2K tokens an expert has ~128 rows.
+constexpr int kExpertTokenGroups = gemm::kMaxTokenGroups;
+int tile_capacity(const Shape& s) {
+  return gemm::moe_tile_capacity(static_cast<int>(s.C * s.K), static_cast<int>(s.E), 8 * kExpertTokenGroups);
+}
+
 }  // namespace
 
 size_t PrefillRunner::workspace_bytes(const ModelConfig& config, int max_chunk) {
@@ -61,7 +68,7 @@ size_t PrefillRunner::workspace_bytes(const ModelConfig& config, int max_chunk) 
   c.take<int32_t>(s.E);
   c.take<int32_t>(s.E + 1);
   c.take<int32_t>(1);
-  c.take<MoeTile>(moe_tile_capacity(static_cast<int>(s.C * s.K), static_cast<int>(s.E)));
+  c.take<gemm::MoeTile>(tile_capacity(s));
   c.take<uint16_t>(s.C * s.K * s.I);
   c.take<float>(s.C * s.K * s.H);
   c.take<uint16_t>(s.H);
@@ -80,7 +87,7 @@ PrefillRunner::PrefillRunner(const ModelConfig& config, const MkModelWeights& vi
              "prefill chunk size ", max_chunk, " x top-k is too large");
   MD_REQUIRE(cfg.hidden_size % 16 == 0 && cfg.q_size() % 16 == 0, "prefill: hidden and q widths must be multiples of 16");
   const Shape s(cfg, max_chunk);
-  tile_capacity_ = moe_tile_capacity(static_cast<int>(s.C * s.K), static_cast<int>(s.E));
+  tile_capacity_ = tile_capacity(s);
   arena_bytes_ = workspace_bytes(cfg, max_chunk);
   CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
   Carver c(arena_);
@@ -101,7 +108,7 @@ PrefillRunner::PrefillRunner(const ModelConfig& config, const MkModelWeights& vi
   counts_ = c.take<int32_t>(s.E);
   offsets_ = c.take<int32_t>(s.E + 1);
   n_tiles_ = c.take<int32_t>(1);
-  tiles_ = c.take<MoeTile>(tile_capacity_);
+  tiles_ = c.take<gemm::MoeTile>(tile_capacity_);
   hidden_ = c.take<uint16_t>(s.C * s.K * s.I);
   down_ = c.take<float>(s.C * s.K * s.H);
   xf_ = c.take<uint16_t>(s.H);
@@ -189,8 +196,8 @@ void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::spa
   fn.out = xf_;
   residual_norm(fn, stream);
   if (!last_logits.empty()) {
-    SkinnyGemmArgs g{};
-    g.w_packed = w.lm_head;
+    gemm::GemmArgs g;
+    g.w = w.lm_head;
     g.x = xf_;
     g.y = logits_;
     g.n_rows = c.vocab_size;
@@ -198,7 +205,7 @@ void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::spa
     g.n_tokens = 1;
     g.x_stride = c.hidden_size;
     g.y_stride = c.vocab_size;
-    skinny_gemm(g, stream);
+    gemm::gemm(g, gemm::Epilogue::kStore, stream);
   }
   CUDA_CHECK(cudaMemcpyAsync(error_host_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   if (!last_logits.empty())
@@ -265,7 +272,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   rn.error = error_;
   residual_norm(rn, stream);
 
-  GemmArgs qkv;
+  gemm::GemmArgs qkv;
   qkv.w = lw.qkv;
   qkv.n_rows = qkv_rows;
   qkv.k = H;
@@ -274,7 +281,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   qkv.n_tokens = T;
   qkv.y = qkv_;
   qkv.y_stride = qkv_rows;
-  gemm(qkv, GemmEpilogue::kStore, stream);
+  gemm::gemm(qkv, gemm::Epilogue::kStore, stream);
 
   QkRopeArgs qr;
   qr.qkv = qkv_;
@@ -310,7 +317,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   at.out = attn_;
   attention(at, stream);
 
-  GemmArgs o;  // h = x + O-proj(attn)
+  gemm::GemmArgs o;  // h = x + O-proj(attn)
   o.w = lw.o_proj;
   o.n_rows = H;
   o.k = nq;
@@ -321,11 +328,11 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   o.y_stride = H;
   o.residual = x_;
   o.residual_stride = H;
-  gemm(o, GemmEpilogue::kResidual, stream);
+  gemm::gemm(o, gemm::Epilogue::kResidual, stream);
 
   rms_norm(h_, H, lw.post_norm, xn_, H, T, H, w.rms_eps, stream);
 
-  GemmArgs router;
+  gemm::GemmArgs router;
   router.w = lw.router;
   router.n_rows = E;
   router.k = H;
@@ -334,7 +341,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   router.n_tokens = T;
   router.y = router_;
   router.y_stride = E;
-  gemm(router, GemmEpilogue::kStore, stream);
+  gemm::gemm(router, gemm::Epilogue::kStore, stream);
   router_topk(router_, E, T, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
   if (route_ids_) {  // routing capture: token t's K choices of layer l at [t][l][*]
     const size_t row = static_cast<size_t>(c.n_layers) * K;
@@ -356,11 +363,12 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   ml.slot_token = slot_token_;
   ml.tiles = tiles_;
   ml.n_tiles = n_tiles_;
+  ml.tile_tokens = 8 * kExpertTokenGroups;
   ml.tile_capacity = tile_capacity_;
   ml.error = error_;
   moe_lists(ml, stream);
 
-  GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's token, per expert tile
+  gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's token, per expert tile
   up.w = lw.experts_up;
   up.w_expert_stride = lw.expert_up_elems;
   up.n_rows = 2 * I;
@@ -371,11 +379,12 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   up.tiles = tiles_;
   up.n_tiles = n_tiles_;
   up.tile_capacity = tile_capacity_;
+  up.token_groups = kExpertTokenGroups;
   up.y = hidden_;
   up.y_stride = I;
-  gemm(up, GemmEpilogue::kSwiGlu, stream);
+  gemm::gemm(up, gemm::Epilogue::kSwiGlu, stream);
 
-  GemmArgs down;  // down[slot] = W_down(expert) hidden[slot]
+  gemm::GemmArgs down;  // down[slot] = W_down(expert) hidden[slot]
   down.w = lw.experts_down;
   down.w_expert_stride = lw.expert_down_elems;
   down.n_rows = H;
@@ -385,9 +394,10 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   down.tiles = tiles_;
   down.n_tiles = n_tiles_;
   down.tile_capacity = tile_capacity_;
+  down.token_groups = kExpertTokenGroups;
   down.y = down_;
   down.y_stride = H;
-  gemm(down, GemmEpilogue::kStore, stream);
+  gemm::gemm(down, gemm::Epilogue::kStore, stream);
 }
 
 }  // namespace megadecode::cuda::prefill

@@ -16,6 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/gemm/gemm_plan.h"
 #include "cuda/megakernel/types.h"
 #include "cuda/prefill/prefill_index.h"
 #include "model/config.h"
@@ -94,7 +95,7 @@ class PrefillRunner {
   int32_t* counts_ = nullptr;       // [E]
   int32_t* offsets_ = nullptr;      // [E+1]
   int32_t* n_tiles_ = nullptr;      // [1]
-  MoeTile* tiles_ = nullptr;        // [tile_capacity]
+  gemm::MoeTile* tiles_ = nullptr;  // [tile_capacity]
   uint16_t* hidden_ = nullptr;      // [C*K][I] bf16 SiLU(gate)*up per slot
   float* down_ = nullptr;           // [C*K][H] fp32 expert outputs per slot
   uint16_t* xf_ = nullptr;          // [H] bf16 final-normed last token

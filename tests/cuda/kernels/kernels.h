@@ -1,6 +1,6 @@
 // Host entry points of the kernels only the GPU tests launch: standalone launchers of device
-// routines production runs inside larger kernels (SiLU*up, the MoE combine, the row sampler, the
-// packed synthetic fill), each checked against a CPU reference.
+// routines production runs inside larger kernels (SiLU*up, the MoE combine, the packed synthetic
+// fill), each checked against a CPU reference.
 // One launch each, asynchronous on `stream`. Invalid shapes or arguments
 // are a megadecode::Error naming the argument.
 #pragma once
@@ -10,7 +10,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "sampling/params.h"
 
 namespace megadecode::cuda {
 
@@ -28,13 +27,5 @@ void silu_mul(const float* gate_up, int gate_up_stride, uint16_t* out, int out_s
 // (w == nullptr: weight 1). parts [n_tokens*top_k][n] fp32; residual/out [n_tokens][n] fp32 (may alias).
 void moe_combine(const float* parts, const float* weights, const float* residual, float* out, int n_tokens, int top_k,
                  int n, cudaStream_t stream);
-
-// ---- sampling (cuda/common/sampling.cuh) ----
-// tokens[r] = sample_row's token for logits[r][0..vocab) under params[r] (device memory; the
-// penalties are the host's, not read here) at positions[r] (the position the sampled token takes),
-// one CTA of `threads` threads per row: 256 is the megakernel's consumer count (what its SAMPLE op
-// runs), 1024 a standalone CTA.
-void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab, const SamplingParams* params,
-                   const int64_t* positions, int32_t* tokens, int threads, cudaStream_t stream);
 
 }  // namespace megadecode::cuda

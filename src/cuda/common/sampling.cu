@@ -1,9 +1,10 @@
-// Test-only launcher of the device row sampler (cuda/common/sampling.cuh): one CTA per row, at the
-// megakernel's 256 threads or at 1024.
+// The standalone launcher of the device row sampler (cuda/common/sampling.cuh): one CTA per row, at
+// the megakernel's 256 threads or at 1024. The batched decode step samples its rows with it; the
+// GPU tests check the row sampler through it.
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/sampling.cuh"
-#include "kernels.h"
+#include "cuda/common/kernels.h"
 
 namespace megadecode::cuda {
 namespace {
@@ -14,6 +15,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
                                                           int32_t* tokens) {
   __shared__ RowSampleScratch<kThreads> sc;
   const int row = blockIdx.x;
+  if (positions[row] < 0) {  // a padding row (uniform per CTA)
+    if (threadIdx.x == 0) tokens[row] = -1;
+    return;
+  }
   const float* l = logits + static_cast<int64_t>(row) * stride;
   const SamplingParams sp = params[row];
   const int32_t token =

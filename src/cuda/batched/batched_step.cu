@@ -1,0 +1,621 @@
+// BatchedStep: workspace, host checks of a step's rows, the inputs upload and the per-layer launch
+// sequence, captured once per (row bucket, table stride) as a CUDA graph.
+#include "cuda/batched/batched_step.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "cuda/batched/batched_plan.h"
+#include "cuda/batched/decode_attention.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
+#include "cuda/common/kernels.h"
+#include "cuda/common/moe.cuh"
+#include "cuda/gemm/gemm.h"
+#include "cuda/prefill/prefill_kernels.h"
+
+namespace megadecode::cuda::batched {
+
+// Byte offsets of one step's inputs (host staging and device copy alike) for `rows` rows.
+struct BatchedStep::Inputs {
+  size_t tokens = 0, positions = 0, seq_lens = 0, split_begin = 0, sample_pos = 0, sampling = 0, tables = 0,
+         bytes = 0;
+  Inputs(int rows, int stride) {
+    size_t off = 0;
+    auto take = [&](size_t n) {
+      const size_t at = off;
+      off += (n + 255) / 256 * 256;
+      return at;
+    };
+    tokens = take(rows * sizeof(int32_t));
+    positions = take(rows * sizeof(int32_t));
+    seq_lens = take(rows * sizeof(int32_t));
+    split_begin = take((rows + 1) * sizeof(int32_t));
+    sample_pos = take(rows * sizeof(int64_t));
+    sampling = take(rows * sizeof(SamplingParams));
+    tables = take(static_cast<size_t>(rows) * stride * sizeof(int32_t));
+    bytes = off;
+  }
+};
+
+namespace {
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Walks the workspace layout; with base == nullptr it only measures.
+class Carver {
+ public:
+  explicit Carver(uint8_t* base) : base_(base) {}
+  template <typename T>
+  T* take(int64_t n) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + off_) : nullptr;
+    off_ += align256(static_cast<size_t>(n) * sizeof(T));
+    return p;
+  }
+  size_t bytes() const { return off_; }
+
+ private:
+  uint8_t* base_;
+  size_t off_ = 0;
+};
+
+struct Dims {
+  int64_t R, H, qkv_rows, nq, E, K, I, V;
+  Dims(const ModelConfig& c, int rows)
+      : R(rows), H(c.hidden_size), qkv_rows(int64_t{c.n_kv_heads} * (c.group_size() + 2) * c.head_dim),
+        nq(c.q_size()), E(c.n_experts), K(c.n_experts_per_tok), I(c.moe_intermediate_size), V(c.vocab_size) {}
+};
+
+// Token groups of the step's expert tiles: about twice the mean rows per expert of the bucket.
+int expert_token_groups(const ModelConfig& c, int bucket) {
+  return gemm::grouped_token_groups(bucket * c.n_experts_per_tok, c.n_experts);
+}
+int expert_tile_capacity(const ModelConfig& c, int rows) {
+  int cap = 0;  // the largest over the buckets up to `rows` (smaller tiles need more of them)
+  for (int b = 8; b <= rows; b = row_bucket(b + 1))
+    cap = std::max(cap, gemm::moe_tile_capacity(b * c.n_experts_per_tok, c.n_experts, 8 * expert_token_groups(c, b)));
+  return cap;
+}
+
+// The dense GEMMs that split K (their splits: the weight shape and the SM count only).
+struct DenseSplits {
+  int qkv, o, router;
+  explicit DenseSplits(const ModelConfig& c) {
+    const Dims d(c, 1);
+    const int sms = sm_count();
+    qkv = gemm::dense_k_splits(static_cast<int>(d.qkv_rows), c.hidden_size, sms);
+    o = gemm::dense_k_splits(c.hidden_size, c.q_size(), sms);
+    router = gemm::dense_k_splits(c.n_experts, c.hidden_size, sms);
+  }
+};
+size_t split_workspace_floats(const ModelConfig& c, int rows, size_t* semaphores) {
+  const Dims d(c, 1);
+  const DenseSplits s(c);
+  size_t ws = 0, sem = 0;
+  for (int b = 8; b <= rows; b = row_bucket(b + 1)) {
+    const int tg = gemm::dense_token_groups(b);
+    for (auto [n, splits] : {std::pair<int, int>{static_cast<int>(d.qkv_rows), s.qkv}, {c.hidden_size, s.o},
+                             {c.n_experts, s.router}}) {
+      ws = std::max(ws, gemm::workspace_floats(b, n, tg, splits));
+      sem = std::max(sem, gemm::semaphore_count(b, n, tg));
+    }
+  }
+  *semaphores = sem;
+  return ws;
+}
+
+}  // namespace
+
+size_t BatchedStep::workspace_bytes(const ModelConfig& config, int max_rows) {
+  const int R = row_bucket(max_rows);
+  const Dims s(config, R);
+  size_t n_sem = 0;
+  const size_t n_ws = split_workspace_floats(config, R, &n_sem);
+  Carver c(nullptr);
+  c.take<int32_t>(4);
+  c.take<float>(s.R * s.H);
+  c.take<float>(s.R * s.H);
+  c.take<uint16_t>(s.R * s.H);
+  c.take<float>(s.R * s.qkv_rows);
+  c.take<uint16_t>(s.R * s.nq);
+  c.take<uint16_t>(s.R * s.nq);
+  c.take<float>(s.R * s.E);
+  c.take<int32_t>(s.R * s.K);
+  c.take<float>(s.R * s.K);
+  c.take<int32_t>(s.R * s.K);
+  c.take<int32_t>(s.R * s.K);
+  c.take<int32_t>(s.R * s.K);
+  c.take<int32_t>(s.E);
+  c.take<int32_t>(s.E + 1);
+  c.take<int32_t>(1);
+  c.take<gemm::MoeTile>(expert_tile_capacity(config, R));
+  c.take<uint16_t>(s.R * s.K * s.I);
+  c.take<float>(s.R * s.K * s.H);
+  c.take<uint16_t>(s.R * s.H);
+  c.take<float>(s.R * s.V);
+  c.take<int32_t>(s.R);
+  c.take<float>(static_cast<int64_t>(n_ws));
+  c.take<int32_t>(static_cast<int64_t>(n_sem));
+  return c.bytes();
+}
+
+BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, std::span<const MkLayerWeights> layers,
+                         int max_rows)
+    : config_(config), view_(view), layers_(layers.begin(), layers.end()) {
+  const ModelConfig& c = config_;
+  MD_REQUIRE(max_rows >= 1 && max_rows <= kMaxRows, "batched step: max rows ", max_rows, " outside 1..", kMaxRows);
+  MD_REQUIRE(layers_.size() == static_cast<size_t>(c.n_layers), "batched step: ", layers_.size(),
+             " layers of weights for a model of ", c.n_layers);
+  MD_REQUIRE(c.hidden_size % 16 == 0 && c.q_size() % 16 == 0 && c.moe_intermediate_size % 16 == 0,
+             "batched step: the hidden, q and expert widths must be multiples of 16");
+  MD_REQUIRE((c.head_dim == 32 || c.head_dim == 64 || c.head_dim == 128) && c.group_size() >= 1 &&
+                 c.group_size() <= 8,
+             "batched step: attention needs a head dim of 32, 64 or 128 and <= 8 q heads per KV head; the model has ",
+             c.head_dim, " and ", c.group_size());
+  MD_REQUIRE(c.n_experts <= kRouterMaxExperts && c.n_experts_per_tok <= kRouterMaxTopK,
+             "batched step: routing needs <= ", kRouterMaxExperts, " experts and top-k <= ", kRouterMaxTopK,
+             "; the model has ", c.n_experts, " and ", c.n_experts_per_tok);
+  max_rows_ = row_bucket(max_rows);
+  const DenseSplits splits(c);
+  qkv_splits_ = splits.qkv;
+  o_splits_ = splits.o;
+  router_splits_ = splits.router;
+  tile_capacity_ = expert_tile_capacity(c, max_rows_);
+  const Dims s(c, max_rows_);
+  size_t n_sem = 0;
+  const size_t n_ws = split_workspace_floats(c, max_rows_, &n_sem);
+  arena_bytes_ = workspace_bytes(c, max_rows_);
+  CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
+  Carver v(arena_);
+  error_ = v.take<int32_t>(4);
+  x_ = v.take<float>(s.R * s.H);
+  h_ = v.take<float>(s.R * s.H);
+  xn_ = v.take<uint16_t>(s.R * s.H);
+  qkv_ = v.take<float>(s.R * s.qkv_rows);
+  q_ = v.take<uint16_t>(s.R * s.nq);
+  attn_ = v.take<uint16_t>(s.R * s.nq);
+  router_ = v.take<float>(s.R * s.E);
+  topk_ids_ = v.take<int32_t>(s.R * s.K);
+  topk_w_ = v.take<float>(s.R * s.K);
+  rank_ = v.take<int32_t>(s.R * s.K);
+  token_slot_ = v.take<int32_t>(s.R * s.K);
+  slot_token_ = v.take<int32_t>(s.R * s.K);
+  counts_ = v.take<int32_t>(s.E);
+  offsets_ = v.take<int32_t>(s.E + 1);
+  n_tiles_ = v.take<int32_t>(1);
+  tiles_ = v.take<gemm::MoeTile>(tile_capacity_);
+  hidden_ = v.take<uint16_t>(s.R * s.K * s.I);
+  down_ = v.take<float>(s.R * s.K * s.H);
+  xf_ = v.take<uint16_t>(s.R * s.H);
+  logits_ = v.take<float>(s.R * s.V);
+  out_tokens_ = v.take<int32_t>(s.R);
+  split_ws_ = v.take<float>(static_cast<int64_t>(n_ws));
+  split_sem_ = v.take<int32_t>(static_cast<int64_t>(n_sem));
+  MD_CHECK(v.bytes() == arena_bytes_, "batched step workspace layout drifted from workspace_bytes");
+  CUDA_CHECK(cudaMemset(split_sem_, 0, std::max<size_t>(n_sem, 1) * sizeof(int32_t)));
+  CUDA_CHECK(cudaMallocHost(&tokens_host_, (max_rows_ + 1) * sizeof(int32_t)));
+}
+
+BatchedStep::~BatchedStep() {
+  drop_graphs();
+  cudaFree(arena_);
+  cudaFree(inputs_);
+  cudaFreeHost(staging_);
+  cudaFreeHost(tokens_host_);
+  cudaFree(part_o_);
+  cudaFree(part_ml_);
+  cudaFree(route_ids_);
+  cudaFree(route_w_);
+}
+
+void BatchedStep::drop_graphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  seen_.clear();
+}
+
+void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCacheView& kv) const {
+  const ModelConfig& c = config_;
+  MD_REQUIRE(!rows.empty() && static_cast<int>(rows.size()) <= max_rows_, "batched step: ", rows.size(),
+             " rows outside 1..", max_rows_);
+  MD_REQUIRE(kv.data != nullptr && kv.block_size >= 1 && kv.n_blocks >= 1, "batched step: no KV cache");
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const StepRow& row = rows[r];
+    MD_REQUIRE(row.token >= 0 && row.token < c.vocab_size, "batched step: row ", r, ": token ", row.token,
+               " outside the vocabulary [0, ", c.vocab_size, ")");
+    MD_REQUIRE(row.position >= 0 && row.position < view_.rope_positions, "batched step: row ", r, ": position ",
+               row.position, " outside [0, ", view_.rope_positions, ")");
+    const size_t need = static_cast<size_t>(row.position / kv.block_size) + 1;
+    MD_REQUIRE(row.block_table.size() >= need, "batched step: row ", r, ": block table covers ",
+               row.block_table.size(), " blocks, position ", row.position, " needs ", need);
+    for (size_t b = 0; b < need; ++b)
+      MD_REQUIRE(row.block_table[b] >= 0 && row.block_table[b] < kv.n_blocks, "batched step: row ", r, ": block ",
+                 row.block_table[b], " outside the cache's ", kv.n_blocks, " blocks");
+    sampling::validate(row.sampling);
+  }
+}
+
+void BatchedStep::ensure_capacity(int bucket, int stride, int total_splits) {
+  const Inputs in(bucket, stride);
+  if (in.bytes > inputs_capacity_) {  // graphs hold the old pointers
+    drop_graphs();
+    CUDA_CHECK(cudaFree(inputs_));
+    CUDA_CHECK(cudaFreeHost(staging_));
+    inputs_ = nullptr;
+    staging_ = nullptr;
+    const size_t cap = std::max(in.bytes, inputs_capacity_ * 3 / 2);
+    CUDA_CHECK(cudaMalloc(&inputs_, cap));
+    CUDA_CHECK(cudaMallocHost(&staging_, cap));
+    inputs_capacity_ = cap;
+  }
+  if (total_splits > split_capacity_) {
+    drop_graphs();
+    CUDA_CHECK(cudaFree(part_o_));
+    CUDA_CHECK(cudaFree(part_ml_));
+    part_o_ = nullptr;
+    part_ml_ = nullptr;
+    const int cap = std::max(total_splits, split_capacity_ * 3 / 2);
+    const size_t heads = static_cast<size_t>(config_.n_heads);
+    CUDA_CHECK(cudaMalloc(&part_o_, static_cast<size_t>(cap) * heads * config_.head_dim * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&part_ml_, static_cast<size_t>(cap) * heads * 2 * sizeof(float)));
+    split_capacity_ = cap;
+  }
+}
+
+void BatchedStep::run(std::span<const StepRow> rows, const prefill::KvCacheView& kv, std::span<int32_t> tokens_out,
+                      std::span<float> logits_out, cudaStream_t stream) {
+  const ModelConfig& c = config_;
+  check_rows(rows, kv);
+  const int n = static_cast<int>(rows.size());
+  MD_REQUIRE(tokens_out.size() == rows.size(), "batched step: ", tokens_out.size(), " token outputs for ", n, " rows");
+  MD_REQUIRE(logits_out.empty() || logits_out.size() == static_cast<size_t>(n) * c.vocab_size,
+             "batched step: logits_out has ", logits_out.size(), " floats, rows x vocab is ",
+             static_cast<size_t>(n) * c.vocab_size);
+  const int bucket = row_bucket(n);
+  int max_blocks = 1, total_splits = 0;
+  for (const StepRow& r : rows) {
+    max_blocks = std::max(max_blocks, r.position / kv.block_size + 1);
+    total_splits += decode_splits(r.position + 1).n;
+  }
+  const int stride = table_stride(max_blocks);
+  ensure_capacity(bucket, stride, total_splits);
+
+  // The inputs, padding rows included, through one pinned buffer and one copy.
+  const Inputs in(bucket, stride);
+  std::memset(staging_, 0, in.bytes);
+  auto* tok = reinterpret_cast<int32_t*>(staging_ + in.tokens);
+  auto* pos = reinterpret_cast<int32_t*>(staging_ + in.positions);
+  auto* len = reinterpret_cast<int32_t*>(staging_ + in.seq_lens);
+  auto* sb = reinterpret_cast<int32_t*>(staging_ + in.split_begin);
+  auto* spos = reinterpret_cast<int64_t*>(staging_ + in.sample_pos);
+  auto* sp = reinterpret_cast<SamplingParams*>(staging_ + in.sampling);
+  auto* bt = reinterpret_cast<int32_t*>(staging_ + in.tables);
+  int splits = 0;
+  for (int r = 0; r < bucket; ++r) {
+    sb[r] = splits;
+    if (r >= n) {  // padding
+      pos[r] = -1;
+      spos[r] = -1;
+      sp[r] = SamplingParams{};
+      continue;
+    }
+    const StepRow& row = rows[r];
+    tok[r] = row.token;
+    pos[r] = row.position;
+    len[r] = row.position + 1;
+    spos[r] = row.position + 1;  // the position the sampled token takes (the megakernel's seq_len)
+    sp[r] = row.sampling;
+    const size_t used = static_cast<size_t>(row.position / kv.block_size) + 1;
+    std::memcpy(bt + static_cast<size_t>(r) * stride, row.block_table.data(), used * sizeof(int32_t));
+    splits += decode_splits(row.position + 1).n;
+  }
+  sb[bucket] = splits;
+  CUDA_CHECK(cudaMemcpyAsync(inputs_, staging_, in.bytes, cudaMemcpyHostToDevice, stream));
+  if (poison_) {  // NaN everywhere but the semaphores (the last buffer of the arena)
+    const size_t upto = reinterpret_cast<uint8_t*>(split_sem_) - arena_;
+    CUDA_CHECK(cudaMemsetAsync(arena_, 0xff, upto, stream));
+    CUDA_CHECK(cudaMemsetAsync(part_o_, 0xff, static_cast<size_t>(split_capacity_) * config_.n_heads * config_.head_dim * 4, stream));
+    CUDA_CHECK(cudaMemsetAsync(part_ml_, 0xff, static_cast<size_t>(split_capacity_) * config_.n_heads * 2 * 4, stream));
+  }
+
+  // The first step of a shape runs eagerly (it also configures every kernel, outside any capture);
+  // the second captures the step's graph, which later steps of the shape replay.
+  const std::pair<int, int> key{bucket, stride};
+  if (graphs_.count(key) != 0 || !seen_.insert(key).second) {
+    CUDA_CHECK(cudaGraphLaunch(graph_for(key, kv, stream), stream));
+  } else {
+    enqueue_step(bucket, stride, kv, stream);
+  }
+  if (!logits_out.empty())
+    CUDA_CHECK(cudaMemcpyAsync(logits_out.data(), logits_, logits_out.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                               stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  last_rows_ = n;
+  last_bucket_ = bucket;
+  last_stride_ = stride;
+  last_kv_ = kv;
+  MD_REQUIRE(tokens_host_[max_rows_] == 0, "batched step: the device reported error ", tokens_host_[max_rows_],
+             " (a token outside the vocabulary, an expert id out of range, e.g. NaN router logits, or an "
+             "expert tile list over capacity)");
+  std::copy(tokens_host_, tokens_host_ + n, tokens_out.begin());
+}
+
+cudaGraphExec_t BatchedStep::graph_for(std::pair<int, int> key, const prefill::KvCacheView& kv, cudaStream_t stream) {
+  auto found = graphs_.find(key);
+  if (found != graphs_.end()) return found->second;
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue_step(key.first, key.second, kv, stream);
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  graphs_.emplace(key, exec);
+  last_kv_ = kv;
+  return exec;
+}
+
+const float* BatchedStep::logits_row(int r) const {
+  MD_REQUIRE(r >= 0 && r < last_rows_, "batched step: logits of row ", r, " of a step of ", last_rows_);
+  return logits_ + static_cast<int64_t>(r) * config_.vocab_size;
+}
+
+void BatchedStep::enqueue_step(int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream) {
+  const ModelConfig& c = config_;
+  const Inputs in(bucket, stride);
+  CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(int32_t), stream));
+  for (int l = 0; l < c.n_layers; ++l) enqueue_layer(l, bucket, stride, kv, stream);
+
+  // The last layer's MoE residual, the final norm, the LM head and the sampler.
+  prefill::ResidualNormArgs fn;
+  fn.h = h_;
+  fn.down = down_;
+  fn.token_slot = token_slot_;
+  fn.topk_w = topk_w_;
+  fn.top_k = c.n_experts_per_tok;
+  fn.n_tokens = bucket;
+  fn.hidden = c.hidden_size;
+  fn.norm_w = view_.final_norm;
+  fn.eps = view_.rms_eps;
+  fn.out = xf_;
+  prefill::residual_norm(fn, stream);
+  gemm::GemmArgs head;
+  head.w = view_.lm_head;
+  head.n_rows = c.vocab_size;
+  head.k = c.hidden_size;
+  head.x = xf_;
+  head.x_stride = c.hidden_size;
+  head.n_tokens = bucket;
+  head.y = logits_;
+  head.y_stride = c.vocab_size;
+  gemm::gemm(head, gemm::Epilogue::kStore, stream);
+  sample_tokens(logits_, c.vocab_size, bucket, c.vocab_size,
+                reinterpret_cast<const SamplingParams*>(inputs_ + in.sampling),
+                reinterpret_cast<const int64_t*>(inputs_ + in.sample_pos), out_tokens_, 1024, stream);
+  CUDA_CHECK(cudaMemcpyAsync(tokens_host_, out_tokens_, bucket * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(tokens_host_ + max_rows_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+}
+
+void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream) {
+  const ModelConfig& c = config_;
+  const MkModelWeights& w = view_;
+  const MkLayerWeights& lw = layers_[l];
+  const Inputs in(bucket, stride);
+  const auto* positions = reinterpret_cast<const int32_t*>(inputs_ + in.positions);
+  const auto* tables = reinterpret_cast<const int32_t*>(inputs_ + in.tables);
+  const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, E = c.n_experts,
+            K = c.n_experts_per_tok, I = c.moe_intermediate_size, nq = c.q_size(), qkv_rows = G * (gs + 2) * D;
+  const int64_t layer_elems = int64_t{2} * kv.n_blocks * G * kv.block_size * D;
+  uint16_t* k_cache = kv.data + l * layer_elems;
+  uint16_t* v_cache = k_cache + layer_elems / 2;
+
+  // x = embedding (layer 0) or the previous layer's MoE residual; xn = input norm.
+  prefill::ResidualNormArgs rn;
+  if (l == 0) {
+    rn.tokens = reinterpret_cast<const int32_t*>(inputs_ + in.tokens);
+    rn.embed = w.embed;
+    rn.vocab = c.vocab_size;
+  } else {
+    rn.h = h_;
+    rn.down = down_;
+    rn.token_slot = token_slot_;
+    rn.topk_w = topk_w_;
+    rn.top_k = K;
+  }
+  rn.n_tokens = bucket;
+  rn.hidden = H;
+  rn.norm_w = lw.input_norm;
+  rn.eps = w.rms_eps;
+  rn.x = x_;
+  rn.out = xn_;
+  rn.error = error_;
+  prefill::residual_norm(rn, stream);
+
+  gemm::GemmArgs dense;  // the fields every dense GEMM of the step shares
+  dense.n_tokens = bucket;
+  dense.workspace = split_ws_;
+  dense.semaphores = split_sem_;
+
+  gemm::GemmArgs qkv = dense;
+  qkv.w = lw.qkv;
+  qkv.n_rows = qkv_rows;
+  qkv.k = H;
+  qkv.x = xn_;
+  qkv.x_stride = H;
+  qkv.y = qkv_;
+  qkv.y_stride = qkv_rows;
+  qkv.k_splits = qkv_splits_;
+  gemm::gemm(qkv, gemm::Epilogue::kStore, stream);
+
+  prefill::QkRopeArgs qr;
+  qr.qkv = qkv_;
+  qr.q_norm = lw.q_norm;
+  qr.k_norm = lw.k_norm;
+  qr.rope = w.rope;
+  qr.rope_positions = w.rope_positions;
+  qr.block_table = tables;
+  qr.positions = positions;
+  qr.table_stride = stride;
+  qr.n_tokens = bucket;
+  qr.n_kv_heads = G;
+  qr.group_size = gs;
+  qr.head_dim = D;
+  qr.block_size = kv.block_size;
+  qr.eps = w.rms_eps;
+  qr.q = q_;
+  qr.k_cache = k_cache;
+  qr.v_cache = v_cache;
+  prefill::qk_norm_rope_store(qr, stream);
+
+  DecodeAttnArgs at;
+  at.q = q_;
+  at.k_cache = k_cache;
+  at.v_cache = v_cache;
+  at.block_tables = tables;
+  at.table_stride = stride;
+  at.seq_lens = reinterpret_cast<const int32_t*>(inputs_ + in.seq_lens);
+  at.split_begin = reinterpret_cast<const int32_t*>(inputs_ + in.split_begin);
+  at.n_rows = bucket;
+  at.n_kv_heads = G;
+  at.group_size = gs;
+  at.head_dim = D;
+  at.block_size = kv.block_size;
+  at.scale = w.attn_scale;
+  at.part_o = part_o_;
+  at.part_ml = part_ml_;
+  at.split_capacity = split_capacity_;
+  at.out = attn_;
+  decode_attention(at, stream);
+
+  gemm::GemmArgs o = dense;  // h = x + O-proj(attn)
+  o.w = lw.o_proj;
+  o.n_rows = H;
+  o.k = nq;
+  o.x = attn_;
+  o.x_stride = nq;
+  o.y = h_;
+  o.y_stride = H;
+  o.residual = x_;
+  o.residual_stride = H;
+  o.k_splits = o_splits_;
+  gemm::gemm(o, gemm::Epilogue::kResidual, stream);
+
+  rms_norm(h_, H, lw.post_norm, xn_, H, bucket, H, w.rms_eps, stream);
+
+  gemm::GemmArgs router = dense;
+  router.w = lw.router;
+  router.n_rows = E;
+  router.k = H;
+  router.x = xn_;
+  router.x_stride = H;
+  router.y = router_;
+  router.y_stride = E;
+  router.k_splits = router_splits_;
+  gemm::gemm(router, gemm::Epilogue::kStore, stream);
+  router_topk(router_, E, bucket, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
+  if (route_ids_) {  // routing capture: row r's K choices of layer l at [r][l][*]
+    const size_t row = static_cast<size_t>(c.n_layers) * K;
+    CUDA_CHECK(cudaMemcpy2DAsync(route_ids_ + static_cast<size_t>(l) * K, row * sizeof(int32_t), topk_ids_,
+                                 K * sizeof(int32_t), K * sizeof(int32_t), bucket, cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaMemcpy2DAsync(route_w_ + static_cast<size_t>(l) * K, row * sizeof(float), topk_w_, K * sizeof(float),
+                                 K * sizeof(float), bucket, cudaMemcpyDeviceToDevice, stream));
+  }
+
+  const int tg = expert_token_groups(c, bucket);
+  prefill::MoeListArgs ml;
+  ml.topk_ids = topk_ids_;
+  ml.positions = positions;
+  ml.n_tokens = bucket;
+  ml.top_k = K;
+  ml.n_experts = E;
+  ml.tile_tokens = 8 * tg;
+  ml.rank = rank_;
+  ml.counts = counts_;
+  ml.offsets = offsets_;
+  ml.token_slot = token_slot_;
+  ml.slot_token = slot_token_;
+  ml.tiles = tiles_;
+  ml.n_tiles = n_tiles_;
+  ml.tile_capacity = tile_capacity_;
+  ml.error = error_;
+  prefill::moe_lists(ml, stream);
+
+  gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's row, per expert tile
+  up.w = lw.experts_up;
+  up.w_expert_stride = lw.expert_up_elems;
+  up.n_rows = 2 * I;
+  up.k = H;
+  up.x = xn_;
+  up.x_stride = H;
+  up.gather = slot_token_;
+  up.tiles = tiles_;
+  up.n_tiles = n_tiles_;
+  up.tile_capacity = tile_capacity_;
+  up.token_groups = tg;
+  up.y = hidden_;
+  up.y_stride = I;
+  gemm::gemm(up, gemm::Epilogue::kSwiGlu, stream);
+
+  gemm::GemmArgs down = up;  // down[slot] = W_down(expert) hidden[slot]
+  down.w = lw.experts_down;
+  down.w_expert_stride = lw.expert_down_elems;
+  down.n_rows = H;
+  down.k = I;
+  down.x = hidden_;
+  down.x_stride = I;
+  down.gather = nullptr;
+  down.y = down_;
+  down.y_stride = H;
+  gemm::gemm(down, gemm::Epilogue::kStore, stream);
+}
+
+std::vector<float> BatchedStep::time_last_step(int warmup, int reps, cudaStream_t stream) {
+  MD_REQUIRE(last_rows_ > 0, "batched step: time_last_step needs a step first");
+  MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
+  const cudaGraphExec_t exec = graph_for({last_bucket_, last_stride_}, last_kv_, stream);
+  cudaEvent_t a = nullptr, b = nullptr;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < warmup + reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, stream));
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaEventRecord(b, stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    MD_REQUIRE(tokens_host_[max_rows_] == 0, "batched step: the device reported error ", tokens_host_[max_rows_]);
+    float t = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    if (i >= warmup) ms.push_back(t);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  return ms;
+}
+
+void BatchedStep::set_routing_capture(bool on) {
+  if (on == (route_ids_ != nullptr)) return;
+  drop_graphs();  // the graphs do (or do not) copy the routing
+  if (!on) {
+    CUDA_CHECK(cudaFree(route_ids_));
+    CUDA_CHECK(cudaFree(route_w_));
+    route_ids_ = nullptr;
+    route_w_ = nullptr;
+    return;
+  }
+  const size_t n = static_cast<size_t>(max_rows_) * config_.n_layers * config_.n_experts_per_tok;
+  CUDA_CHECK(cudaMalloc(&route_ids_, n * sizeof(int32_t)));
+  CUDA_CHECK(cudaMalloc(&route_w_, n * sizeof(float)));
+}
+
+void BatchedStep::read_routing(int n_rows, std::vector<int32_t>& experts, std::vector<float>& weights) const {
+  MD_REQUIRE(route_ids_ != nullptr, "batched step: routing capture is off");
+  MD_REQUIRE(n_rows >= 1 && n_rows <= max_rows_, "batched step: routing of ", n_rows, " rows outside 1..", max_rows_);
+  const size_t n = static_cast<size_t>(n_rows) * config_.n_layers * config_.n_experts_per_tok;
+  experts.resize(n);
+  weights.resize(n);
+  CUDA_CHECK(cudaMemcpy(experts.data(), route_ids_, n * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(weights.data(), route_w_, n * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+}  // namespace megadecode::cuda::batched

@@ -1,0 +1,146 @@
+// BatchedStep: the throughput decode step. One new token for each of up to max_rows sequences runs
+// as ordinary kernels over one row per sequence, all on one stream with no host sync inside:
+// per layer the input norm (fused with the embedding gather or the previous layer's MoE combine)
+// -> QKV GEMM -> q/k norm + RoPE + the paged KV write at each row's own position -> split-K paged
+// decode attention -> O-proj GEMM + residual -> norm -> router GEMM -> top-k -> per-expert lists
+// built on the device -> grouped gate/up (SiLU * up) and down GEMMs, each active expert's weights
+// read once per tile column; then the final norm, the LM head and the device row sampler.
+// The GEMMs are the many-row engine's (cuda/gemm); the norms, RoPE and MoE lists the prefill
+// kernels' (cuda/prefill/prefill_kernels.h), so the arithmetic and rounding points are prefill's.
+// A step runs row_bucket(n) rows (the rest padding: position -1, no KV write, no routing, no
+// sampling); its first run per (bucket, block-table stride) is eager, the second captures it as a
+// CUDA graph that later steps replay with new inputs: one upload, one graph launch, one copy of
+// the tokens back. (A graph holds the KV cache's pointer: one cache per BatchedStep.)
+// Batch invariance: a row's tokens and logits are bitwise the same in any batch (every sum's order
+// depends on the row alone: gemm_plan.h, batched_plan.h).
+// The weights and the KV cache belong to the caller (CudaBackend). Threading: one caller at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/gemm/gemm_plan.h"
+#include "cuda/megakernel/types.h"
+#include "cuda/prefill/prefill_runner.h"
+#include "model/config.h"
+#include "sampling/params.h"
+
+namespace megadecode::cuda::batched {
+
+// One sequence's row of a step: its new token at `position`, its block table covering
+// position + 1 keys, how its next token is drawn.
+struct StepRow {
+  int32_t token = 0;
+  int position = 0;
+  std::span<const int32_t> block_table;
+  SamplingParams sampling;
+};
+
+class BatchedStep {
+ public:
+  BatchedStep(const ModelConfig& config, const MkModelWeights& view, std::span<const MkLayerWeights> layers,
+              int max_rows);
+  ~BatchedStep();
+  BatchedStep(const BatchedStep&) = delete;
+  BatchedStep& operator=(const BatchedStep&) = delete;
+
+  static constexpr int kMaxRows = 1024;
+  int max_rows() const { return max_rows_; }
+  // Bytes of device workspace a step of this shape allocates up front (attention partials and
+  // block tables grow with the contexts on top of it).
+  static size_t workspace_bytes(const ModelConfig& config, int max_rows);
+
+  // Error (before anything runs) for a bad token, position or block table; then the step: writes
+  // each row's K/V, samples its next token into tokens_out[r], and, when logits_out is non-empty
+  // ([rows][vocab]), copies the raw logits. Synchronous. A failure the device reports is an Error.
+  void run(std::span<const StepRow> rows, const prefill::KvCacheView& kv, std::span<int32_t> tokens_out,
+           std::span<float> logits_out, cudaStream_t stream);
+
+  // Row r's logits of the last step ([vocab] fp32, device memory, valid until the next run).
+  const float* logits_row(int r) const;
+
+  // ---- benchmark hooks ----
+  // Replays the last step's graph warmup + reps times (same inputs: the same KV slots are written)
+  // and returns the milliseconds of each timed replay (CUDA events); checks the error word.
+  std::vector<float> time_last_step(int warmup, int reps, cudaStream_t stream);
+
+  // Test only: fills every activation buffer with NaN before each step (the split-K semaphores
+  // excepted: they must stay zero), so anything a step reads that it did not write shows.
+  void set_poison(bool on) { poison_ = on; }
+
+  // Routing capture (tests; off by default): after run(), the experts and weights each row chose,
+  // [rows][n_layers][top_k] each.
+  void set_routing_capture(bool on);
+  void read_routing(int n_rows, std::vector<int32_t>& experts, std::vector<float>& weights) const;
+
+ private:
+  struct Inputs;
+  void check_rows(std::span<const StepRow> rows, const prefill::KvCacheView& kv) const;
+  void ensure_capacity(int bucket, int stride, int total_splits);
+  void enqueue_step(int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream);
+  void enqueue_layer(int layer, int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream);
+  void drop_graphs();
+  cudaGraphExec_t graph_for(std::pair<int, int> key, const prefill::KvCacheView& kv, cudaStream_t stream);
+
+  ModelConfig config_;
+  MkModelWeights view_;
+  std::vector<MkLayerWeights> layers_;
+  int max_rows_ = 0;      // row_bucket of the constructor's max_rows
+  int qkv_splits_ = 1, o_splits_ = 1, router_splits_ = 1;
+  int tile_capacity_ = 0;
+  bool poison_ = false;
+
+  uint8_t* arena_ = nullptr;  // fixed-size buffers (views below)
+  size_t arena_bytes_ = 0;
+  uint8_t* inputs_ = nullptr;       // device: the per-step inputs, one upload (layout: Inputs)
+  size_t inputs_capacity_ = 0;
+  uint8_t* staging_ = nullptr;      // pinned host copy of the inputs
+  int32_t* tokens_host_ = nullptr;  // pinned [max_rows] + the error word
+  float* part_o_ = nullptr;         // attention partials, [split_capacity][n_heads][head_dim]
+  float* part_ml_ = nullptr;
+  int split_capacity_ = 0;
+  int32_t* route_ids_ = nullptr;    // [max_rows][n_layers][top_k] routing capture (device)
+  float* route_w_ = nullptr;
+
+  // Views into arena_ (R = max_rows rows).
+  int32_t* error_ = nullptr;        // [1]
+  float* x_ = nullptr;              // [R][H] fp32 residual stream
+  float* h_ = nullptr;              // [R][H] fp32 after attention
+  uint16_t* xn_ = nullptr;          // [R][H] bf16 normed input of the current sub-block
+  float* qkv_ = nullptr;            // [R][G*(gs+2)*D] fp32
+  uint16_t* q_ = nullptr;           // [R][n_heads][D] bf16
+  uint16_t* attn_ = nullptr;        // [R][n_heads*D] bf16
+  float* router_ = nullptr;         // [R][E]
+  int32_t* topk_ids_ = nullptr;     // [R][K]
+  float* topk_w_ = nullptr;         // [R][K]
+  int32_t* rank_ = nullptr;         // [R*K]
+  int32_t* token_slot_ = nullptr;   // [R*K]
+  int32_t* slot_token_ = nullptr;   // [R*K]
+  int32_t* counts_ = nullptr;       // [E]
+  int32_t* offsets_ = nullptr;      // [E+1]
+  int32_t* n_tiles_ = nullptr;      // [1]
+  gemm::MoeTile* tiles_ = nullptr;  // [tile_capacity]
+  uint16_t* hidden_ = nullptr;      // [R*K][I] bf16
+  float* down_ = nullptr;           // [R*K][H] fp32
+  uint16_t* xf_ = nullptr;          // [R][H] bf16 final-normed
+  float* logits_ = nullptr;         // [R][V] fp32
+  int32_t* out_tokens_ = nullptr;   // [R]
+  float* split_ws_ = nullptr;       // split-K partials of the dense GEMMs (gemm::workspace_floats)
+  int32_t* split_sem_ = nullptr;    // their semaphores (zeroed once)
+
+  // The last step's shape and the step graphs per (bucket, table stride); seen_: shapes that ran
+  // once eagerly (the next step of the shape captures its graph).
+  int last_rows_ = 0, last_bucket_ = 0, last_stride_ = 0;
+  prefill::KvCacheView last_kv_;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  std::set<std::pair<int, int>> seen_;
+};
+
+}  // namespace megadecode::cuda::batched

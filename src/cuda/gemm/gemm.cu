@@ -1,0 +1,373 @@
+// The many-row GEMM kernel (gemm.h): one persistent CTA per SM walks work tiles t = blockIdx.x,
+// + gridDim.x, ... (gemm_plan.h numbering). Warp 8 (the producer) issues, per tile and k stage,
+// one cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and
+// one per activation row, into ring slot it % n_stages, completing on full[slot]; it waits for
+// empty[slot] before reusing a slot, so the weight stream runs ahead across tile boundaries.
+// Warps 0..7 (the consumers) wait full[slot], run their MMAs, release the slot, and at a tile's end
+// store its epilogue from registers (lane (g, t) holds rows g and g + 8 and tokens 2t, 2t + 1 of
+// each 16 x 8 accumulator). Nothing else synchronises the roles: the producer never waits for the
+// consumers' epilogue, and the consumers meet only at named barrier 1 (split-K tiles).
+#include <algorithm>
+#include <mutex>
+
+#include "core/check.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
+#include "cuda/common/moe.cuh"
+#include "cuda/common/packed_mma.cuh"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/weight_pack.cuh"
+#include "cuda/gemm/gemm.h"
+
+namespace megadecode::cuda::gemm {
+namespace {
+
+constexpr int kHeaderBytes = 256;  // full[kMaxStages], empty[kMaxStages], the split flag
+constexpr int kConsumerThreads = kConsumerWarps * 32;
+constexpr int kSplitBar = 1;       // named barrier of the consumers
+
+template <int kNT>
+struct Cfg {
+  static constexpr int kWM = warps_m(kNT);              // warps along the row blocks
+  static constexpr int kWN = kConsumerWarps / kWM;      // warps along the token groups
+  static constexpr int kRB = kTileRowBlocks / kWM;      // row blocks per warp
+  static constexpr int kGW = kNT / kWN;                 // token groups per warp
+  static constexpr int kKB = stage_kb(kNT);
+  static constexpr int kWBytes = stage_weight_bytes(kNT);
+  static constexpr int kPitch = stage_x_pitch(kNT);
+  static constexpr int kStage = stage_bytes(kNT);
+  static constexpr int kTokens = 8 * kNT;
+  static constexpr int kTokPerLane = (kTokens + 31) / 32;
+  static_assert(kGW >= 1 && kWM * kWN == kConsumerWarps && kRB * kWM == kTileRowBlocks);
+  static_assert(kSplitUnitKb % kKB == 0, "a split unit is whole stages");
+};
+
+// What one work tile covers; decoded identically by the producer and the consumers.
+struct Tile {
+  const uint16_t* w;  // the matrix (grouped: the tile's expert)
+  int rb0, n_rb;      // packed row blocks [rb0, rb0 + n_rb)
+  int kb0, kb1;       // packed k blocks
+  int tok0, n_tok;    // output tokens [tok0, tok0 + n_tok)
+  TileCoord c;
+};
+
+struct Shape {
+  int row_tiles, n_rb, n_kb, splits, columns, total;
+};
+
+__device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, int t, int tokens_per_tile) {
+  Tile ti;
+  ti.c = tile_coord(t, s.columns, s.splits);
+  ti.rb0 = ti.c.row_tile * kTileRowBlocks;
+  ti.n_rb = min(kTileRowBlocks, s.n_rb - ti.rb0);
+  if (a.tiles != nullptr) {
+    const MoeTile mt = a.tiles[ti.c.column];
+    ti.w = a.w + mt.expert * a.w_expert_stride;
+    ti.tok0 = mt.slot0;
+    ti.n_tok = mt.n;
+    ti.kb0 = 0;
+    ti.kb1 = s.n_kb;
+  } else {
+    ti.w = a.w;
+    ti.tok0 = ti.c.column * tokens_per_tile;
+    ti.n_tok = min(tokens_per_tile, a.n_tokens - ti.tok0);
+    const KbRange r = split_kb_range(ti.c.split, s.splits, a.k);
+    ti.kb0 = r.begin;
+    ti.kb1 = r.end;
+  }
+  return ti;
+}
+
+template <int kNT>
+__device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
+                                        uint64_t* empty, int n_stages) {
+  using C = Cfg<kNT>;
+  const int lane = threadIdx.x & 31;
+  const uint64_t policy = ptx::policy_evict_first();
+  uint32_t it = 0;
+  for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
+    const Tile ti = decode_tile(a, s, t, C::kTokens);
+    int64_t xoff[C::kTokPerLane];
+#pragma unroll
+    for (int j = 0; j < C::kTokPerLane; ++j) {
+      const int i = lane + 32 * j;
+      const int64_t row = i < ti.n_tok ? (a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) : 0;
+      xoff[j] = row * a.x_stride;
+    }
+    for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, ++it) {
+      const uint32_t slot = it % n_stages, phase = (it / n_stages) & 1;
+      ptx::mbar_wait(&empty[slot], phase ^ 1);
+      const int nkb = min(C::kKB, ti.kb1 - kb);
+      const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes, x_bytes = static_cast<uint32_t>(nkb) * 32;
+      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + x_bytes * ti.n_tok);
+      __syncwarp();  // expect_tx precedes every copy of the phase: it cannot complete early
+      uint8_t* st = stages + slot * C::kStage;
+      if (lane < ti.n_rb)
+        ptx::bulk_g2s(st + lane * C::kKB * kPackTileBytes,
+                      ti.w + (static_cast<int64_t>(ti.rb0 + lane) * s.n_kb + kb) * (kPackRows * kPackK), w_bytes,
+                      &full[slot], policy);
+#pragma unroll
+      for (int j = 0; j < C::kTokPerLane; ++j) {
+        const int i = lane + 32 * j;
+        if (i < ti.n_tok) ptx::bulk_g2s(st + C::kWBytes + i * C::kPitch, a.x + xoff[j] + kb * kPackK, x_bytes, &full[slot]);
+      }
+    }
+  }
+}
+
+// The B fragments (tokens as the MMA's N side) of token groups [g0, g0 + kGW) at k block kk.
+template <int kNT>
+__device__ __forceinline__ void load_b(const uint8_t* xs, int g0, int kk, uint32_t (&b0)[Cfg<kNT>::kGW],
+                                       uint32_t (&b1)[Cfg<kNT>::kGW]) {
+  using C = Cfg<kNT>;
+  const int lane = threadIdx.x & 31;
+  if constexpr (C::kGW == 1) {
+    uint32_t r[2];
+    ptx::ldmatrix_x2(r, xs + (g0 * 8 + (lane & 7)) * C::kPitch + kk * 32 + ((lane >> 3) & 1) * 16);
+    b0[0] = r[0];
+    b1[0] = r[1];
+  } else {
+#pragma unroll
+    for (int jj = 0; jj < C::kGW / 2; ++jj) {
+      // Matrices: (tokens +0..7, k 0..7), (+0..7, k 8..15), (+8..15, k 0..7), (+8..15, k 8..15).
+      uint32_t r[4];
+      ptx::ldmatrix_x4(r, xs + (g0 * 8 + jj * 16 + (lane >> 4) * 8 + (lane & 7)) * C::kPitch + kk * 32 +
+                              ((lane >> 3) & 1) * 16);
+      b0[2 * jj] = r[0];
+      b1[2 * jj] = r[1];
+      b0[2 * jj + 1] = r[2];
+      b1[2 * jj + 1] = r[3];
+    }
+  }
+}
+
+template <int kNT, Epilogue kEpi>
+__device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
+                                        uint64_t* empty, int n_stages, int* split_flag) {
+  using C = Cfg<kNT>;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int wm = warp % C::kWM, wn = warp / C::kWM;
+  const int my_rb = wm * C::kRB, my_g0 = wn * C::kGW;
+  uint32_t it = 0;
+  for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
+    const Tile ti = decode_tile(a, s, t, C::kTokens);
+    const int n_m = min(C::kRB, ti.n_rb - my_rb);
+    const bool active = n_m > 0 && my_g0 * 8 < ti.n_tok;  // uniform per warp
+    float acc[C::kRB][C::kGW][4];
+#pragma unroll
+    for (int m = 0; m < C::kRB; ++m)
+#pragma unroll
+      for (int j = 0; j < C::kGW; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
+    for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, ++it) {
+      const uint32_t slot = it % n_stages, phase = (it / n_stages) & 1;
+      ptx::mbar_wait(&full[slot], phase);
+      if (active) {
+        const uint8_t* st = stages + slot * C::kStage;
+        const int nkb = min(C::kKB, ti.kb1 - kb);
+#pragma unroll 2
+        for (int kk = 0; kk < nkb; ++kk) {
+          uint32_t b0[C::kGW], b1[C::kGW];
+          load_b<kNT>(st + C::kWBytes, my_g0, kk, b0, b1);
+          packed_mma_k16<C::kRB, C::kGW>(
+              acc, [&](int m) { return st + ((my_rb + m) * C::kKB + kk) * kPackTileBytes; }, b0, b1, n_m);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&empty[slot]);
+    }
+
+    if (s.splits > 1) {
+      // This split's partial, then the last of the tile's splits to arrive adds all in split order.
+      const int64_t block = static_cast<int64_t>(ti.c.column) * s.row_tiles + ti.c.row_tile;
+      float* part = a.workspace + (block * s.splits) * (kTileRows * C::kTokens);
+#pragma unroll
+      for (int m = 0; m < C::kRB; ++m)
+#pragma unroll
+        for (int j = 0; j < C::kGW; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int rl = (my_rb + m) * 16 + g + 8 * (e >> 1), tl = (my_g0 + j) * 8 + 2 * t4 + (e & 1);
+            part[static_cast<int64_t>(ti.c.split) * (kTileRows * C::kTokens) + tl * kTileRows + rl] = acc[m][j][e];
+          }
+      __threadfence();  // this thread's partial before the arrival (release, with the barrier)
+      ptx::named_barrier_sync(kSplitBar, kConsumerThreads);
+      if (threadIdx.x == 0) {
+        const int old = atomicAdd(a.semaphores + block, 1);
+        const bool last = old == s.splits - 1;
+        if (last) a.semaphores[block] = 0;  // every split arrived: ready for the next call
+        __threadfence();                    // acquire the other splits' partials
+        *split_flag = last ? 1 : 0;
+      }
+      ptx::named_barrier_sync(kSplitBar, kConsumerThreads);
+      const bool last = *split_flag != 0;  // read before the next tile's first barrier rewrites it
+      if (!last) continue;
+      __threadfence();
+#pragma unroll
+      for (int m = 0; m < C::kRB; ++m)
+#pragma unroll
+        for (int j = 0; j < C::kGW; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int rl = (my_rb + m) * 16 + g + 8 * (e >> 1), tl = (my_g0 + j) * 8 + 2 * t4 + (e & 1);
+            float v = 0.0f;
+            for (int sp = 0; sp < s.splits; ++sp)
+              v += __ldcg(part + static_cast<int64_t>(sp) * (kTileRows * C::kTokens) + tl * kTileRows + rl);
+            acc[m][j][e] = v;
+          }
+    } else if (!active) {
+      continue;
+    }
+
+    // Epilogue from registers.
+    const int rb_tile0 = ti.rb0 + my_rb;
+#pragma unroll
+    for (int m = 0; m < C::kRB; ++m) {
+      if (m >= n_m) break;
+#pragma unroll
+      for (int j = 0; j < C::kGW; ++j) {
+        const int tl0 = (my_g0 + j) * 8 + 2 * t4;
+        if constexpr (kEpi == Epilogue::kSwiGlu) {
+          const int col = (rb_tile0 + m) * 8 + g;  // gate row g and up row g + 8 of the row block
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int tl = tl0 + e;
+            if (tl >= ti.n_tok || col >= a.n_rows / 2) continue;
+            uint16_t* y = static_cast<uint16_t*>(a.y);
+            y[static_cast<int64_t>(ti.tok0 + tl) * a.y_stride + col] =
+                float_to_bf16_bits(silu(acc[m][j][e]) * acc[m][j][e + 2]);
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = (rb_tile0 + m) * 16 + g + 8 * (e >> 1), tl = tl0 + (e & 1);
+            if (tl >= ti.n_tok || row >= a.n_rows) continue;
+            const int64_t out = ti.tok0 + tl;
+            float v = acc[m][j][e];
+            if constexpr (kEpi == Epilogue::kResidual) v = a.residual[out * a.residual_stride + row] + v;
+            static_cast<float*>(a.y)[out * a.y_stride + row] = v;
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int kNT, Epilogue kEpi>
+__global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, const Shape shape_in, int n_stages) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
+  uint64_t* empty = full + kMaxStages;
+  int* split_flag = reinterpret_cast<int*>(empty + kMaxStages);
+  uint8_t* stages = smem + kHeaderBytes;
+  Shape s = shape_in;
+  if (a.tiles != nullptr) {  // the list was written by an earlier launch
+    s.columns = *a.n_tiles;
+    s.total = s.columns * s.row_tiles;
+  }
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < n_stages; ++i) {
+      ptx::mbar_init(&full[i], 1);
+      ptx::mbar_init(&empty[i], kConsumerWarps);
+    }
+    ptx::fence_mbar_init();
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumerThreads) {
+    produce<kNT>(a, s, stages, full, empty, n_stages);
+  } else {
+    consume<kNT, kEpi>(a, s, stages, full, empty, n_stages, split_flag);
+  }
+}
+
+template <int kNT, Epilogue kEpi>
+void launch(const GemmArgs& a, cudaStream_t stream) {
+  using C = Cfg<kNT>;
+  static int n_stages = 0, smem = 0;
+  static std::once_flag configured;
+  std::call_once(configured, [] {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    n_stages = std::min(kMaxStages, (optin - kHeaderBytes) / C::kStage);
+    MD_CHECK(n_stages >= 2, "gemm: shared memory too small for two stages of ", C::kStage, " bytes");
+    smem = kHeaderBytes + n_stages * C::kStage;
+    CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<kNT, kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  });
+  Shape s;
+  s.n_rb = static_cast<int>(pack_row_blocks(a.n_rows));
+  s.n_kb = static_cast<int>(pack_k_blocks(a.k));
+  s.row_tiles = ceil_div(a.n_rows, kTileRows);
+  s.splits = a.k_splits;
+  s.columns = a.tiles != nullptr ? 0 : ceil_div(a.n_tokens, 8 * kNT);
+  const int max_tiles = a.tiles != nullptr ? a.tile_capacity * s.row_tiles
+                                           : dense_tiles(a.n_rows, a.n_tokens, kNT, a.k_splits);
+  s.total = a.tiles != nullptr ? 0 : max_tiles;
+  const int grid = std::min(max_tiles, sm_count());
+  if (grid <= 0) return;
+  gemm_kernel<kNT, kEpi><<<grid, kThreads, smem, stream>>>(a, s, n_stages);
+  CUDA_CHECK_LAST();
+}
+
+template <Epilogue kEpi>
+void launch_groups(const GemmArgs& a, int token_groups, cudaStream_t stream) {
+  switch (token_groups) {
+    case 1: return launch<1, kEpi>(a, stream);
+    case 2: return launch<2, kEpi>(a, stream);
+    case 4: return launch<4, kEpi>(a, stream);
+    case 8: return launch<8, kEpi>(a, stream);
+    default: return launch<16, kEpi>(a, stream);
+  }
+}
+
+}  // namespace
+
+size_t workspace_floats(int n_tokens, int n_rows, int token_groups, int k_splits) {
+  return static_cast<size_t>(ceil_div(n_tokens, 8 * token_groups)) * ceil_div(n_rows, kTileRows) * k_splits *
+         kTileRows * 8 * token_groups;
+}
+size_t semaphore_count(int n_tokens, int n_rows, int token_groups) {
+  return static_cast<size_t>(ceil_div(n_tokens, 8 * token_groups)) * ceil_div(n_rows, kTileRows);
+}
+
+void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
+  GemmArgs a = in;
+  MD_REQUIRE(a.w != nullptr && a.x != nullptr && a.y != nullptr, "gemm: null operand");
+  MD_REQUIRE(a.n_rows > 0 && a.k > 0 && a.k % 16 == 0, "gemm: shape [", a.n_rows, ", ", a.k,
+             "] needs rows > 0 and k a positive multiple of 16");
+  MD_REQUIRE(a.x_stride >= a.k && a.x_stride % 8 == 0, "gemm: x_stride ", a.x_stride,
+             " must be >= k and a multiple of 8");
+  MD_REQUIRE(reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0,
+             "gemm: x and w must be 16-byte aligned");
+  const int out_cols = epilogue == Epilogue::kSwiGlu ? a.n_rows / 2 : a.n_rows;
+  MD_REQUIRE(a.y_stride >= out_cols, "gemm: y_stride ", a.y_stride, " < ", out_cols, " output columns");
+  if (epilogue == Epilogue::kSwiGlu)
+    MD_REQUIRE(a.n_rows % 16 == 0, "gemm: a fused gate/up matrix has a multiple of 16 rows, got ", a.n_rows);
+  if (epilogue == Epilogue::kResidual)
+    MD_REQUIRE(a.residual != nullptr && a.residual != a.y && a.residual_stride >= a.n_rows,
+               "gemm: residual must be given, not alias y, and have stride >= rows");
+  MD_REQUIRE(a.k_splits >= 1 && a.k_splits <= kMaxSplits && a.k_splits <= k_units(a.k), "gemm: k_splits ",
+             a.k_splits, " outside 1..min(", kMaxSplits, ", k / 128)");
+  if (a.tiles != nullptr) {
+    MD_REQUIRE(a.n_tiles != nullptr && a.tile_capacity >= 1, "gemm: grouped mode needs n_tiles and a tile capacity >= 1");
+    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: grouped mode needs the list's token_groups (1, 2, 4, 8 or 16), got ",
+               a.token_groups);
+    MD_REQUIRE(a.k_splits == 1, "gemm: grouped GEMMs do not split K");
+  } else {
+    MD_REQUIRE(a.n_tokens >= 0, "gemm: ", a.n_tokens, " tokens");
+    if (a.n_tokens == 0) return;
+    if (a.token_groups == 0) a.token_groups = dense_token_groups(a.n_tokens);
+    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: token_groups ", a.token_groups, " is not one of 1, 2, 4, 8, 16");
+  }
+  if (a.k_splits > 1)
+    MD_REQUIRE(epilogue != Epilogue::kSwiGlu && a.workspace != nullptr && a.semaphores != nullptr,
+               "gemm: split K needs a workspace and semaphores, and no SwiGLU epilogue");
+  switch (epilogue) {
+    case Epilogue::kStore: return launch_groups<Epilogue::kStore>(a, a.token_groups, stream);
+    case Epilogue::kResidual: return launch_groups<Epilogue::kResidual>(a, a.token_groups, stream);
+    case Epilogue::kSwiGlu: return launch_groups<Epilogue::kSwiGlu>(a, a.token_groups, stream);
+  }
+}
+
+}  // namespace megadecode::cuda::gemm

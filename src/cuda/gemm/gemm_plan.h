@@ -1,0 +1,144 @@
+// Index math of the many-row GEMM engine (gemm.cu), shared by the kernel and the host so the CPU
+// tests (tests/cuda/test_gemm_plan.cpp) check what the device computes: the tile configuration per
+// token count, the work-tile numbering of dense and grouped GEMMs, the fixed split of K for dense
+// GEMMs that would not fill the GPU, and the per-expert tile list of the grouped expert GEMMs.
+// Plain C++ (MD_HOST_DEVICE), no CUDA types.
+//
+// A work tile is 128 weight rows (8 packed row blocks) x T tokens (T = 8 * token groups) over one
+// range of K. Weights are the mma.sync A operand in the packed layout (weight_pack.cuh); tokens the
+// B operand. Sum order: every output (token, row) is one warp's MMA chain over its K range in
+// increasing k, and the ranges of a split GEMM are added in split order: nothing depends on the
+// token count, the tile's other tokens or the tile size, so results are bitwise batch-invariant.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace megadecode::cuda::gemm {
+
+constexpr int kTileRowBlocks = 8;                       // packed row blocks (16 rows) per tile
+constexpr int kTileRows = kTileRowBlocks * 16;           // 128 weight rows
+constexpr int kConsumerWarps = 8;
+constexpr int kThreads = (kConsumerWarps + 1) * 32;      // + one producer warp
+constexpr int kMaxTokenGroups = 16;                      // 128 tokens per tile at most
+constexpr int kSplitUnitKb = 8;                          // K splits fall on multiples of 128 k
+constexpr int kMaxSplits = 32;
+constexpr int kMaxStages = 8;
+
+MD_HOST_DEVICE constexpr int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// ---- tile configuration per token groups (kNT = tokens / 8 of a tile: 1, 2, 4, 8 or 16) ----
+// Warps: kWarpsM along the row blocks x (8 / kWarpsM) along the token groups. Up to 64 tokens every
+// warp owns one row block and all tokens (a weight fragment feeds kNT MMAs); at 128 tokens the
+// prefill layout, 2 x 4 warps of 4 row blocks x 32 tokens (fewer shared-memory loads per MMA).
+// A pipeline stage holds kStageKb k blocks of the tile's 8 row blocks (one bulk copy per row block)
+// and of its tokens' activation rows (one bulk copy per token, pitch + 16 bytes: conflict-free
+// ldmatrix).
+MD_HOST_DEVICE constexpr bool valid_token_groups(int nt) { return nt == 1 || nt == 2 || nt == 4 || nt == 8 || nt == 16; }
+MD_HOST_DEVICE constexpr int warps_m(int nt) { return nt <= 8 ? 8 : 2; }
+MD_HOST_DEVICE constexpr int stage_kb(int nt) { return nt <= 8 ? 8 : 4; }
+MD_HOST_DEVICE constexpr int stage_weight_bytes(int nt) { return kTileRowBlocks * stage_kb(nt) * 512; }
+MD_HOST_DEVICE constexpr int stage_x_pitch(int nt) { return stage_kb(nt) * 32 + 16; }
+MD_HOST_DEVICE constexpr int stage_bytes(int nt) {
+  return (stage_weight_bytes(nt) + 8 * nt * stage_x_pitch(nt) + 127) / 128 * 128;
+}
+
+// Token groups of a tile for a dense GEMM of n_tokens rows (one tile column when it fits).
+MD_HOST_DEVICE constexpr int dense_token_groups(int n_tokens) {
+  return n_tokens <= 8 ? 1 : n_tokens <= 16 ? 2 : n_tokens <= 32 ? 4 : n_tokens <= 64 ? 8 : 16;
+}
+// Token groups of a grouped (per-expert) GEMM's tiles, chosen from the mean rows per expert without
+// the routing (which stays on the device): a tile holds about twice the mean, so an expert rarely
+// needs a second tile (which would read its weights again).
+MD_HOST_DEVICE constexpr int grouped_token_groups(int n_entries, int n_experts) {
+  const int64_t twice_mean = (2 * static_cast<int64_t>(n_entries) + n_experts - 1) / n_experts;
+  return dense_token_groups(static_cast<int>(twice_mean < 1 ? 1 : twice_mean));
+}
+
+// ---- splits of K (dense GEMMs) ----
+// A dense GEMM whose row tiles would leave most SMs idle (the router: 1 tile, O-proj: 16, QKV: 40
+// at the full shape) splits K into `splits` ranges of whole 128-k units; split s runs units
+// [s * u / S, (s + 1) * u / S). Persistent CTAs take tiles round-robin, so the count that keeps the
+// busiest SM's bytes lowest is chosen: waves(tiles * S) / S least (ties: fewer splits), each split at
+// least two units. It depends on the weight shape and the SM count only (never on the tokens), so
+// sums keep one order at every batch.
+MD_HOST_DEVICE constexpr int k_units(int k) { return ceil_div(k, 16 * kSplitUnitKb); }
+MD_HOST_DEVICE constexpr int dense_k_splits(int n_rows, int k, int n_sms) {
+  const int tiles = ceil_div(n_rows, kTileRows);
+  int max_s = k_units(k) / 2;
+  if (max_s > kMaxSplits) max_s = kMaxSplits;
+  int best = 1;
+  for (int s = 2; s <= max_s; ++s)  // waves(s) / s < waves(best) / best, cross-multiplied
+    if (int64_t{ceil_div(int64_t{tiles} * s, n_sms)} * best < int64_t{ceil_div(int64_t{tiles} * best, n_sms)} * s)
+      best = s;
+  return best;
+}
+struct KbRange {
+  int begin, end;  // packed k blocks [begin, end)
+};
+MD_HOST_DEVICE constexpr KbRange split_kb_range(int split, int splits, int k) {
+  const int units = k_units(k), n_kb = ceil_div(k, 16);
+  const int b = static_cast<int>(int64_t{split} * units / splits) * kSplitUnitKb;
+  const int e = static_cast<int>(int64_t{split + 1} * units / splits) * kSplitUnitKb;
+  return {b, e < n_kb ? e : n_kb};
+}
+
+// ---- work tiles ----
+// t = (row_tile * splits + split) * columns + column, where a column is a token tile (dense) or an
+// entry of the MoE tile list (grouped, no splits): consecutive tiles share their weight rows, so a
+// matrix read by several token tiles (the LM head at > 128 rows, an expert with a second column)
+// is read from HBM once and from L2 by the neighbours running beside it.
+struct TileCoord {
+  int row_tile, split, column;
+};
+MD_HOST_DEVICE constexpr TileCoord tile_coord(int t, int columns, int splits) {
+  const int col = t % columns, rest = t / columns;
+  return {rest / splits, rest % splits, col};
+}
+MD_HOST_DEVICE constexpr int dense_tiles(int n_rows, int n_tokens, int token_groups, int splits) {
+  return ceil_div(n_rows, kTileRows) * splits * ceil_div(n_tokens, 8 * token_groups);
+}
+
+// ---- the per-expert tile list of a grouped GEMM ----
+// One tile column of a grouped expert GEMM: expert `expert`'s slots [slot0, slot0 + n), n <= T.
+struct MoeTile {
+  int32_t expert;
+  int32_t slot0;
+  int32_t n;
+  int32_t pad;
+};
+static_assert(sizeof(MoeTile) == 16);
+
+// Tile columns the grouped GEMMs can need for n_entries = tokens x top_k routed rows over n_experts
+// with T tokens a tile: sum_e ceil(c_e / T) <= sum_e floor(c_e / T) + #nonzero <= n / T + min(E, n).
+MD_HOST_DEVICE constexpr int moe_tile_capacity(int n_entries, int n_experts, int tile_tokens) {
+  return n_entries / tile_tokens + (n_experts < n_entries ? n_experts : n_entries);
+}
+
+// From per-expert counts: offsets[0..E] (exclusive prefix, offsets[E] = total) and the tile list in
+// expert order; returns the number of tiles, or -1 if it would exceed `capacity` (an invariant
+// violation the caller reports). The offsets are complete either way: the scatter that follows
+// indexes with them, so they must never be left partly unwritten. One thread runs this (the device
+// scan kernel, or the host test).
+MD_HOST_DEVICE inline int build_moe_tiles(const int32_t* counts, int n_experts, int tile_tokens, int32_t* offsets,
+                                          MoeTile* tiles, int capacity) {
+  int off = 0, n_tiles = 0;
+  bool over = false;
+  for (int e = 0; e < n_experts; ++e) {
+    offsets[e] = off;
+    for (int s = 0; s < counts[e] && !over; s += tile_tokens) {
+      if (n_tiles >= capacity) {
+        over = true;
+        break;
+      }
+      const int left = counts[e] - s;
+      tiles[n_tiles++] = MoeTile{e, off + s, left < tile_tokens ? left : tile_tokens, 0};
+    }
+    off += counts[e];
+  }
+  offsets[n_experts] = off;
+  return over ? -1 : n_tiles;
+}
+
+}  // namespace megadecode::cuda::gemm

@@ -1,0 +1,169 @@
+// CPU tests of the many-row GEMM engine's index math (src/cuda/gemm/gemm_plan.h), which the kernel
+// and the host share: tile configurations fit shared memory, the work-tile numbering covers every
+// (row tile, split, column) once, the K splits partition K on split units independently of the
+// tokens, and the per-expert tile list covers every slot once (against a plain recount).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "core/rng.h"
+#include "cuda/gemm/gemm_plan.h"
+
+namespace megadecode::cuda::gemm {
+namespace {
+
+constexpr int kH200SmemOptin = 232448;  // the H200's opt-in shared memory per block
+
+TEST(GemmPlan, EveryTileConfigurationFitsTwoStagesAndItsWarps) {
+  for (int nt : {1, 2, 4, 8, 16}) {
+    ASSERT_TRUE(valid_token_groups(nt));
+    EXPECT_EQ(warps_m(nt) * (kConsumerWarps / warps_m(nt)), kConsumerWarps) << nt;
+    EXPECT_EQ(kTileRowBlocks % warps_m(nt), 0) << nt;
+    EXPECT_EQ(nt % (kConsumerWarps / warps_m(nt)), 0) << "token groups split evenly over the warps, nt " << nt;
+    EXPECT_EQ(kSplitUnitKb % stage_kb(nt), 0) << "a split unit is whole stages, nt " << nt;
+    EXPECT_EQ(stage_x_pitch(nt) % 16, 0) << "bulk copies land 16-byte aligned";
+    EXPECT_EQ(stage_bytes(nt) % 128, 0);
+    EXPECT_GE((kH200SmemOptin - 256) / stage_bytes(nt), 3) << "at least three stages in flight, nt " << nt;
+  }
+  for (int nt : {0, 3, 5, 32}) EXPECT_FALSE(valid_token_groups(nt));
+}
+
+TEST(GemmPlan, DenseTokenGroupsHoldTheTokensUpTo128) {
+  for (int n = 1; n <= 4096; ++n) {
+    const int nt = dense_token_groups(n);
+    ASSERT_TRUE(valid_token_groups(nt));
+    if (n <= 128) {
+      EXPECT_GE(8 * nt, n);
+      if (nt > 1) {
+        EXPECT_LT(4 * nt, n) << "the smallest tile that holds " << n;
+      }
+    } else {
+      EXPECT_EQ(nt, 16);
+    }
+  }
+  // Grouped: about twice the mean rows per expert (decode batch 64: 4 rows -> 8-token tiles; 256: 16 -> 32).
+  EXPECT_EQ(grouped_token_groups(64 * 8, 128), 1);
+  EXPECT_EQ(grouped_token_groups(128 * 8, 128), 2);
+  EXPECT_EQ(grouped_token_groups(256 * 8, 128), 4);
+  EXPECT_EQ(grouped_token_groups(2048 * 8, 128), 16);
+  EXPECT_EQ(grouped_token_groups(1, 128), 1);
+}
+
+// The splits of K are whole 128-k units, in order, non-empty, covering [0, n_kb) exactly, and the
+// split count depends on the weight shape alone.
+TEST(GemmPlan, KSplitsPartitionKOnUnits) {
+  for (int k : {16, 128, 144, 768, 2048, 4096, 4112})
+    for (int splits = 1; splits <= std::min(kMaxSplits, k_units(k)); ++splits) {
+      int next = 0;
+      for (int s = 0; s < splits; ++s) {
+        const KbRange r = split_kb_range(s, splits, k);
+        EXPECT_EQ(r.begin, next) << "k " << k << " splits " << splits << " s " << s;
+        EXPECT_GT(r.end, r.begin);
+        EXPECT_EQ(r.begin % kSplitUnitKb, 0);
+        next = r.end;
+      }
+      EXPECT_EQ(next, (k + 15) / 16) << "k " << k << " splits " << splits;
+    }
+  // The full shape on 132 SMs: QKV 40 row tiles x 3 (one wave of 120), O-proj 16 x 8 (one wave of
+  // 128), router 1 x 8, LM head 1187 x 1 (nine waves already).
+  EXPECT_EQ(dense_k_splits(5120, 2048, 132), 3);
+  EXPECT_EQ(dense_k_splits(2048, 4096, 132), 8);
+  EXPECT_EQ(dense_k_splits(128, 2048, 132), 8);
+  EXPECT_EQ(dense_k_splits(151936, 2048, 132), 1);
+  for (int rows : {16, 128, 1000, 5120, 20000})
+    for (int k : {16, 128, 256, 768, 2048, 4096}) {
+      const int s = dense_k_splits(rows, k, 132);
+      EXPECT_GE(s, 1);
+      EXPECT_LE(s, std::max(1, k_units(k) / 2)) << "a split keeps at least two units";
+      // No other count gives the busiest SM fewer bytes.
+      const int tiles = (rows + kTileRows - 1) / kTileRows;
+      auto load = [&](int x) { return static_cast<double>((tiles * x + 131) / 132) / x; };
+      for (int x = 1; x <= std::max(1, k_units(k) / 2); ++x) EXPECT_LE(load(s), load(x) + 1e-12) << rows << " " << k;
+    }
+}
+
+// Every (row tile, split, column) of a dense GEMM is one tile number, and back.
+TEST(GemmPlan, TileNumberingIsABijection) {
+  for (int row_tiles : {1, 3, 40})
+    for (int splits : {1, 4, 9})
+      for (int columns : {1, 2, 5}) {
+        std::set<std::tuple<int, int, int>> seen;
+        const int total = row_tiles * splits * columns;
+        for (int t = 0; t < total; ++t) {
+          const TileCoord c = tile_coord(t, columns, splits);
+          EXPECT_GE(c.row_tile, 0);
+          EXPECT_LT(c.row_tile, row_tiles);
+          EXPECT_LT(c.split, splits);
+          EXPECT_LT(c.column, columns);
+          EXPECT_EQ((c.row_tile * splits + c.split) * columns + c.column, t);
+          if (t > 0 && c.column > 0) EXPECT_EQ(tile_coord(t - 1, columns, splits).row_tile, c.row_tile);
+          seen.insert({c.row_tile, c.split, c.column});
+        }
+        EXPECT_EQ(static_cast<int>(seen.size()), total);
+      }
+  EXPECT_EQ(dense_tiles(5120, 64, 8, 4), 40 * 4);
+  EXPECT_EQ(dense_tiles(5120, 256, 16, 4), 40 * 4 * 2);
+  EXPECT_EQ(dense_tiles(151936, 9, 2, 1), 1187);
+}
+
+// Routes random tokens (uniform, skewed, all to one expert), builds the tile list and checks it
+// against a plain recount: offsets are the exclusive prefix, tiles cover each expert's slots in
+// order with at most T each (every tile size the engine uses), and the count stays within
+// moe_tile_capacity.
+TEST(GemmPlan, MoeTileListCoversEverySlotOnce) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu (MEGADECODE_SEED reproduces)\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int E = 1 + static_cast<int>(rng.below(256));
+    const int K = 1 + static_cast<int>(rng.below(std::min(E, 8)));
+    const int T = 1 + static_cast<int>(rng.below(trial % 3 == 0 ? 4096 : 300));
+    const int mode = trial % 4;  // 0 uniform, 1 skewed, 2 hot set of K experts, 3 tiny counts
+    std::vector<int32_t> counts(E, 0);
+    for (int t = 0; t < T; ++t) {
+      std::set<int> chosen;
+      while (static_cast<int>(chosen.size()) < K) {
+        int e = static_cast<int>(rng.below(E));
+        if (mode == 1) e = static_cast<int>(rng.below(1 + rng.below(E)));
+        if (mode == 2) e = static_cast<int>(chosen.size());
+        if (mode == 3 && rng.unit() < 0.9f) e = E - 1 - static_cast<int>(chosen.size());
+        chosen.insert(e);
+      }
+      for (int e : chosen) ++counts[e];
+    }
+    const int tt = 8 << (trial % 5);  // 8, 16, 32, 64, 128 tokens a tile
+    const int cap = moe_tile_capacity(T * K, E, tt);
+    std::vector<int32_t> offsets(E + 1, -7);
+    std::vector<MoeTile> tiles(cap);
+    const int n_tiles = build_moe_tiles(counts.data(), E, tt, offsets.data(), tiles.data(), cap);
+    ASSERT_GE(n_tiles, 0) << "trial " << trial << ": over capacity " << cap;
+    int off = 0, ti = 0;
+    for (int e = 0; e < E; ++e) {
+      ASSERT_EQ(offsets[e], off);
+      for (int s = 0; s < counts[e]; s += tt, ++ti) {
+        ASSERT_LT(ti, n_tiles);
+        EXPECT_EQ(tiles[ti].expert, e);
+        EXPECT_EQ(tiles[ti].slot0, off + s);
+        EXPECT_EQ(tiles[ti].n, std::min(tt, counts[e] - s));
+      }
+      off += counts[e];
+    }
+    EXPECT_EQ(offsets[E], T * K);
+    EXPECT_EQ(ti, n_tiles);
+    if (n_tiles > 0) {  // one fewer slot of capacity than needed is reported, never overrun
+      std::vector<MoeTile> small(n_tiles - 1);
+      const std::vector<int32_t> full = offsets;
+      std::fill(offsets.begin(), offsets.end(), -7);
+      EXPECT_EQ(build_moe_tiles(counts.data(), E, tt, offsets.data(), small.data(), n_tiles - 1), -1);
+      // The scatter kernel indexes slots with these offsets even then: all of them are written.
+      EXPECT_EQ(offsets, full) << "trial " << trial << ": offsets left unwritten after the overflow";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace megadecode::cuda::gemm
