@@ -30,7 +30,10 @@ nlohmann::json decode_record(const DecodePoint& p) {
   const double gbps = static_cast<double>(bytes) / (med * 1e-3) / 1e9;
   const double floor_ms = static_cast<double>(bytes) / (p.ceiling_gbps * 1e9) * 1e3;
   const double distinct_total = std::accumulate(p.distinct_experts.begin(), p.distinct_experts.end(), 0.0);
+  nlohmann::json kernels = nlohmann::json::object();
+  for (const auto& [name, ms] : p.kernel_ms) kernels[name] = ms;
   return {{"backend", p.options.backend},
+          {"kernel_ms", kernels},
           {"path", p.path},
           {"policy", p.options.policy},
           {"ablation", p.ablation},

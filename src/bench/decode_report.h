@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +25,7 @@ struct DecodePoint {
   int n_sms = 0;
   double ceiling_gbps = 0;
   std::vector<float> step_ms;          // every timed step
+  std::vector<std::pair<std::string, double>> kernel_ms;  // batched path: ms per kernel of one step
   std::vector<int> distinct_experts;   // per layer
   StepBytes bytes;
 };

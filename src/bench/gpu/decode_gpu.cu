@@ -112,6 +112,7 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
   out.step_ms = be.time_last_step(warmup, steps);
   out.n_sms = be.n_sms();
   out.path = decode_path_name(be.last_path());
+  out.kernel_ms = be.profile_last_step();
   out.distinct_experts = distinct_experts(routing, c.n_layers, c.n_experts);
   if (trace_capacity > 0) {
     MD_REQUIRE(be.last_path() == DecodePath::kMegakernel, "bench decode: the trace is the megakernel's");

@@ -96,6 +96,7 @@ int bench_decode(int argc, char** argv) {
     DecodePoint p;
     p.options = v.options;
     p.path = res.path;
+    p.kernel_ms = res.kernel_ms;
     p.batch = b;
     p.context = ctx;
     p.n_sms = res.n_sms;
@@ -125,6 +126,11 @@ int bench_decode(int argc, char** argv) {
       std::printf("  %-12s %-10s batch %3d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n", v.name.c_str(),
                   r["path"].get<std::string>().c_str(), b, ctx, r["step_ms"].get<double>(), r["tok_s"].get<double>(),
                   r["pct_of_floor"].get<double>());
+      if (!r["kernel_ms"].empty()) {  // the batched step's kernels, one eager step with events
+        std::printf("    kernels (ms, eager):");
+        for (const auto& [name, ms] : r["kernel_ms"].items()) std::printf(" %s %.2f", name.c_str(), ms.get<double>());
+        std::printf("\n");
+      }
       std::fflush(stdout);
       records.push_back(std::move(r));
     }

@@ -528,6 +528,11 @@ std::vector<float> CudaBackend::time_last_step(int warmup, int reps) {
   return ms;
 }
 
+std::vector<std::pair<std::string, double>> CudaBackend::profile_last_step() {
+  if (last_path_ != DecodePath::kBatched) return {};
+  return batched_->profile_last_step(stream_);
+}
+
 std::vector<uint8_t> CudaBackend::read_buffer(const BufferSpan& span) const {
   MD_REQUIRE(arena_ != nullptr && span.offset + span.bytes <= arena_bytes_, "read_buffer: span outside the arena");
   std::vector<uint8_t> out(span.bytes);

@@ -82,6 +82,9 @@ class CudaBackend : public Backend {
   // idempotent (same inputs, same KV slot written), so replays do the same work; the device
   // error word is checked after every replay.
   std::vector<float> time_last_step(int warmup, int reps);
+  // The batched path's last step once more with an event after every launch: milliseconds per
+  // kernel, summed over the layers (empty when the last step ran on the megakernel).
+  std::vector<std::pair<std::string, double>> profile_last_step();
   // Bytes of one buffer of the last step's arena (e.g. moe_n_items), copied to the host.
   std::vector<uint8_t> read_buffer(const BufferSpan& span) const;
   // Per-SM trace of the following launches (trace.h): capacity records per SM and role; 0 turns

@@ -380,6 +380,7 @@ void BatchedStep::enqueue_step(int bucket, int stride, const prefill::KvCacheVie
   fn.eps = view_.rms_eps;
   fn.out = xf_;
   prefill::residual_norm(fn, stream);
+  mark("final_norm", stream);
   gemm::GemmArgs head;
   head.w = view_.lm_head;
   head.n_rows = c.vocab_size;
@@ -390,9 +391,11 @@ void BatchedStep::enqueue_step(int bucket, int stride, const prefill::KvCacheVie
   head.y = logits_;
   head.y_stride = c.vocab_size;
   gemm::gemm(head, gemm::Epilogue::kStore, stream);
+  mark("lm_head_gemm", stream);
   sample_tokens(logits_, c.vocab_size, bucket, c.vocab_size,
                 reinterpret_cast<const SamplingParams*>(inputs_ + in.sampling),
                 reinterpret_cast<const int64_t*>(inputs_ + in.sample_pos), out_tokens_, 1024, stream);
+  mark("sample", stream);
   CUDA_CHECK(cudaMemcpyAsync(tokens_host_, out_tokens_, bucket * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaMemcpyAsync(tokens_host_ + max_rows_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
 }
@@ -431,6 +434,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   rn.out = xn_;
   rn.error = error_;
   prefill::residual_norm(rn, stream);
+  mark("input_norm", stream);
 
   gemm::GemmArgs dense;  // the fields every dense GEMM of the step shares
   dense.n_tokens = bucket;
@@ -447,6 +451,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   qkv.y_stride = qkv_rows;
   qkv.k_splits = qkv_splits_;
   gemm::gemm(qkv, gemm::Epilogue::kStore, stream);
+  mark("qkv_gemm", stream);
 
   prefill::QkRopeArgs qr;
   qr.qkv = qkv_;
@@ -467,6 +472,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   qr.k_cache = k_cache;
   qr.v_cache = v_cache;
   prefill::qk_norm_rope_store(qr, stream);
+  mark("qk_norm_rope_kv", stream);
 
   DecodeAttnArgs at;
   at.q = q_;
@@ -487,6 +493,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   at.split_capacity = split_capacity_;
   at.out = attn_;
   decode_attention(at, stream);
+  mark("attention", stream);
 
   gemm::GemmArgs o = dense;  // h = x + O-proj(attn)
   o.w = lw.o_proj;
@@ -500,8 +507,10 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   o.residual_stride = H;
   o.k_splits = o_splits_;
   gemm::gemm(o, gemm::Epilogue::kResidual, stream);
+  mark("o_proj_gemm", stream);
 
   rms_norm(h_, H, lw.post_norm, xn_, H, bucket, H, w.rms_eps, stream);
+  mark("post_norm", stream);
 
   gemm::GemmArgs router = dense;
   router.w = lw.router;
@@ -513,7 +522,9 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   router.y_stride = E;
   router.k_splits = router_splits_;
   gemm::gemm(router, gemm::Epilogue::kStore, stream);
+  mark("router_gemm", stream);
   router_topk(router_, E, bucket, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
+  mark("router_topk", stream);
   if (route_ids_) {  // routing capture: row r's K choices of layer l at [r][l][*]
     const size_t row = static_cast<size_t>(c.n_layers) * K;
     CUDA_CHECK(cudaMemcpy2DAsync(route_ids_ + static_cast<size_t>(l) * K, row * sizeof(int32_t), topk_ids_,
@@ -540,6 +551,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   ml.tile_capacity = tile_capacity_;
   ml.error = error_;
   prefill::moe_lists(ml, stream);
+  mark("moe_lists", stream);
 
   gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's row, per expert tile
   up.w = lw.experts_up;
@@ -556,6 +568,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   up.y = hidden_;
   up.y_stride = I;
   gemm::gemm(up, gemm::Epilogue::kSwiGlu, stream);
+  mark("expert_up_gemm", stream);
 
   gemm::GemmArgs down = up;  // down[slot] = W_down(expert) hidden[slot]
   down.w = lw.experts_down;
@@ -568,6 +581,40 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   down.y = down_;
   down.y_stride = H;
   gemm::gemm(down, gemm::Epilogue::kStore, stream);
+  mark("expert_down_gemm", stream);
+}
+
+void BatchedStep::mark(const char* name, cudaStream_t stream) {
+  if (marks_ == nullptr) return;
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));
+  CUDA_CHECK(cudaEventRecord(e, stream));
+  marks_->push_back({name, e});
+}
+
+std::vector<std::pair<std::string, double>> BatchedStep::profile_last_step(cudaStream_t stream) {
+  MD_REQUIRE(last_rows_ > 0, "batched step: profile_last_step needs a step first");
+  std::vector<std::pair<const char*, cudaEvent_t>> marks;
+  cudaEvent_t start = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventRecord(start, stream));
+  marks_ = &marks;
+  enqueue_step(last_bucket_, last_stride_, last_kv_, stream);  // eagerly, an event after each launch
+  marks_ = nullptr;
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<std::pair<std::string, double>> out;  // milliseconds per kernel name, in first-seen order
+  cudaEvent_t prev = start;
+  for (const auto& [name, e] : marks) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, prev, e));
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& x) { return x.first == name; });
+    if (it == out.end()) out.push_back({name, ms});
+    else it->second += ms;
+    prev = e;
+  }
+  for (const auto& m : marks) CUDA_CHECK(cudaEventDestroy(m.second));
+  CUDA_CHECK(cudaEventDestroy(start));
+  return out;
 }
 
 std::vector<float> BatchedStep::time_last_step(int warmup, int reps, cudaStream_t stream) {

@@ -21,6 +21,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -70,6 +71,9 @@ class BatchedStep {
   // Replays the last step's graph warmup + reps times (same inputs: the same KV slots are written)
   // and returns the milliseconds of each timed replay (CUDA events); checks the error word.
   std::vector<float> time_last_step(int warmup, int reps, cudaStream_t stream);
+  // Runs the last step once more eagerly with an event after every launch and returns the
+  // milliseconds spent per kernel (summed over the layers), in step order; launch gaps included.
+  std::vector<std::pair<std::string, double>> profile_last_step(cudaStream_t stream);
 
   // Test only: fills every activation buffer with NaN before each step (the split-K semaphores
   // excepted: they must stay zero), so anything a step reads that it did not write shows.
@@ -87,6 +91,7 @@ class BatchedStep {
   void enqueue_step(int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream);
   void enqueue_layer(int layer, int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream);
   void drop_graphs();
+  void mark(const char* name, cudaStream_t stream);  // profile_last_step's event after a launch
   cudaGraphExec_t graph_for(std::pair<int, int> key, const prefill::KvCacheView& kv, cudaStream_t stream);
 
   ModelConfig config_;
@@ -141,6 +146,7 @@ class BatchedStep {
   prefill::KvCacheView last_kv_;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::set<std::pair<int, int>> seen_;
+  std::vector<std::pair<const char*, cudaEvent_t>>* marks_ = nullptr;  // profiling: events after launches
 };
 
 }  // namespace megadecode::cuda::batched

@@ -1,8 +1,11 @@
 // The many-row GEMM kernel (gemm.h): one persistent CTA per SM walks work tiles t = blockIdx.x,
 // + gridDim.x, ... (gemm_plan.h numbering). Warp 8 (the producer) issues, per tile and k stage,
 // one cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and
-// one per activation row, into ring slot it % n_stages, completing on full[slot]; it waits for
-// empty[slot] before reusing a slot, so the weight stream runs ahead across tile boundaries.
+// the activation rows' 16-byte pieces with cp.async (a bulk copy per row costs the copy engine more
+// than its bytes: at 64 rows, 72 copies a stage ran at 35 % of the read ceiling), into ring slot
+// it % n_stages; both complete on full[slot] (the bulk bytes as tx, each producer lane's
+// cp.asyncs as one arrival). It waits for empty[slot] before reusing a slot, so the weight stream
+// runs ahead across tile boundaries.
 // Warps 0..7 (the consumers) wait full[slot], run their MMAs, release the slot, and at a tile's end
 // store its epilogue from registers (lane (g, t) holds rows g and g + 8 and tokens 2t, 2t + 1 of
 // each 16 x 8 accumulator). Nothing else synchronises the roles: the producer never waits for the
@@ -23,6 +26,9 @@ namespace megadecode::cuda::gemm {
 namespace {
 
 constexpr int kHeaderBytes = 256;  // full[kMaxStages], empty[kMaxStages], the split flag
+constexpr int kRowsOffset = kHeaderBytes;  // the producer's int64 X row offsets of a tile's tokens
+constexpr int kStagesOffset = kRowsOffset + 8 * 8 * kMaxTokenGroups;
+constexpr int kFullArrivals = 1 + 32;      // the expect_tx arrival + each producer lane's cp.asyncs
 constexpr int kConsumerThreads = kConsumerWarps * 32;
 constexpr int kSplitBar = 1;       // named barrier of the consumers
 
@@ -37,7 +43,8 @@ struct Cfg {
   static constexpr int kPitch = stage_x_pitch(kNT);
   static constexpr int kStage = stage_bytes(kNT);
   static constexpr int kTokens = 8 * kNT;
-  static constexpr int kTokPerLane = (kTokens + 31) / 32;
+  static constexpr int kChunks = kKB * 2;               // 16-byte pieces of a token's stage row
+  static constexpr int kTokPerPass = 32 / kChunks;      // tokens the producer warp covers per pass
   static_assert(kGW >= 1 && kWM * kWN == kConsumerWarps && kRB * kWM == kTileRowBlocks);
   static_assert(kSplitUnitKb % kKB == 0, "a split unit is whole stages");
 };
@@ -79,38 +86,37 @@ __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, i
 }
 
 template <int kNT>
-__device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
-                                        uint64_t* empty, int n_stages) {
+__device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8_t* stages, int64_t* x_rows,
+                                        uint64_t* full, uint64_t* empty, int n_stages) {
   using C = Cfg<kNT>;
   const int lane = threadIdx.x & 31;
+  const int my_chunk = lane % C::kChunks, my_tok = lane / C::kChunks;  // this lane's piece of a pass
   const uint64_t policy = ptx::policy_evict_first();
   uint32_t it = 0;
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
-    int64_t xoff[C::kTokPerLane];
-#pragma unroll
-    for (int j = 0; j < C::kTokPerLane; ++j) {
-      const int i = lane + 32 * j;
-      const int64_t row = i < ti.n_tok ? (a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) : 0;
-      xoff[j] = row * a.x_stride;
-    }
+    __syncwarp();  // every lane is past the previous tile's reads of x_rows
+    for (int i = lane; i < ti.n_tok; i += 32)
+      x_rows[i] = static_cast<int64_t>(a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) * a.x_stride;
+    __syncwarp();
     for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, ++it) {
       const uint32_t slot = it % n_stages, phase = (it / n_stages) & 1;
       ptx::mbar_wait(&empty[slot], phase ^ 1);
       const int nkb = min(C::kKB, ti.kb1 - kb);
-      const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes, x_bytes = static_cast<uint32_t>(nkb) * 32;
-      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + x_bytes * ti.n_tok);
-      __syncwarp();  // expect_tx precedes every copy of the phase: it cannot complete early
+      const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes;
+      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb);
+      __syncwarp();  // expect_tx precedes every bulk copy of the phase: it cannot complete early
       uint8_t* st = stages + slot * C::kStage;
       if (lane < ti.n_rb)
         ptx::bulk_g2s(st + lane * C::kKB * kPackTileBytes,
                       ti.w + (static_cast<int64_t>(ti.rb0 + lane) * s.n_kb + kb) * (kPackRows * kPackK), w_bytes,
                       &full[slot], policy);
-#pragma unroll
-      for (int j = 0; j < C::kTokPerLane; ++j) {
-        const int i = lane + 32 * j;
-        if (i < ti.n_tok) ptx::bulk_g2s(st + C::kWBytes + i * C::kPitch, a.x + xoff[j] + kb * kPackK, x_bytes, &full[slot]);
+      if (my_chunk < 2 * nkb) {
+        const uint16_t* src = a.x + kb * kPackK + my_chunk * 8;
+        uint8_t* dst = st + C::kWBytes + my_chunk * 16;
+        for (int i = my_tok; i < ti.n_tok; i += C::kTokPerPass) ptx::cp_async_16(dst + i * C::kPitch, src + x_rows[i], 16);
       }
+      ptx::cp_async_mbar_arrive_noinc(&full[slot]);  // this lane's pieces, as one arrival
     }
   }
 }
@@ -260,7 +266,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, con
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
   int* split_flag = reinterpret_cast<int*>(empty + kMaxStages);
-  uint8_t* stages = smem + kHeaderBytes;
+  int64_t* x_rows = reinterpret_cast<int64_t*>(smem + kRowsOffset);
+  uint8_t* stages = smem + kStagesOffset;
   Shape s = shape_in;
   if (a.tiles != nullptr) {  // the list was written by an earlier launch
     s.columns = *a.n_tiles;
@@ -268,14 +275,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, con
   }
   if (threadIdx.x == 0) {
     for (int i = 0; i < n_stages; ++i) {
-      ptx::mbar_init(&full[i], 1);
+      ptx::mbar_init(&full[i], kFullArrivals);
       ptx::mbar_init(&empty[i], kConsumerWarps);
     }
     ptx::fence_mbar_init();
   }
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
-    produce<kNT>(a, s, stages, full, empty, n_stages);
+    produce<kNT>(a, s, stages, x_rows, full, empty, n_stages);
   } else {
     consume<kNT, kEpi>(a, s, stages, full, empty, n_stages, split_flag);
   }
@@ -290,9 +297,9 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    n_stages = std::min(kMaxStages, (optin - kHeaderBytes) / C::kStage);
+    n_stages = std::min(kMaxStages, (optin - kStagesOffset) / C::kStage);
     MD_CHECK(n_stages >= 2, "gemm: shared memory too small for two stages of ", C::kStage, " bytes");
-    smem = kHeaderBytes + n_stages * C::kStage;
+    smem = kStagesOffset + n_stages * C::kStage;
     CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<kNT, kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   });
   Shape s;

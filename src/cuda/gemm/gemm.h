@@ -2,8 +2,8 @@
 // (weight_pack.cuh), for 1..thousands of activation rows ("tokens"): the batched decode step's dense
 // projections (QKV, O, router, LM head) and grouped expert GEMMs, and the prefill pieces'.
 // One persistent kernel per call (one CTA per SM walking work tiles, gemm_plan.h): a producer warp
-// streams each tile's weight row blocks and activation rows through a ring of shared-memory stages
-// with cp.async.bulk (weights evict-first), completing on mbarriers; eight consumer warps run
+// streams each tile's weight row blocks (cp.async.bulk, evict-first) and activation rows (16-byte
+// cp.async) through a ring of shared-memory stages, completing on mbarriers; eight consumer warps run
 // mma.sync m16n8k16 (bf16 in, fp32 accumulate) and apply the epilogue from registers.
 // Grouped mode: the tile list (expert, slot range) and its count live on the device (built by the
 // MoE lists kernel), so the host never waits for the routing; each active expert's weights are read
