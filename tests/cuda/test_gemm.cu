@@ -53,8 +53,8 @@ struct SplitScratch {
   DeviceBuffer<float> ws;
   DeviceBuffer<int32_t> sem;
   SplitScratch(int n_tokens, int n_rows, int splits)
-      : ws(workspace_floats(n_tokens, n_rows, dense_token_groups(n_tokens), splits)),
-        sem(semaphore_count(n_tokens, n_rows, dense_token_groups(n_tokens))) {
+      : ws(workspace_floats(n_tokens, n_rows, dense_tile_groups(n_rows, n_tokens, splits, sm_count()), splits)),
+        sem(semaphore_count(n_tokens, n_rows, dense_tile_groups(n_rows, n_tokens, splits, sm_count()))) {
     ws.poison();
     sem.fill_bytes(0);
   }

@@ -86,6 +86,22 @@ TEST(GemmPlan, KSplitsPartitionKOnUnits) {
     }
 }
 
+// A dense GEMM that would leave most SMs idle takes smaller token tiles (the router), never below one group.
+TEST(GemmPlan, UnderfilledDenseGemmsTakeSmallerTokenTiles) {
+  EXPECT_EQ(dense_tile_groups(128, 64, 8, 132), 1);    // router at 64 rows: 64 tiles, not 8
+  EXPECT_EQ(dense_tile_groups(128, 256, 8, 132), 2);   // 16 columns x 8 splits = 128 tiles
+  EXPECT_EQ(dense_tile_groups(5120, 64, 3, 132), 8);   // QKV: 120 tiles, one wave already
+  EXPECT_EQ(dense_tile_groups(151936, 256, 1, 132), 16);
+  for (int rows : {16, 128, 2048, 5120})
+    for (int n : {1, 7, 64, 200, 256})
+      for (int splits : {1, 3, 8}) {
+        const int tg = dense_tile_groups(rows, n, splits, 132);
+        EXPECT_TRUE(valid_token_groups(tg));
+        EXPECT_LE(tg, dense_token_groups(n));
+        if (tg > 1) EXPECT_GE(2 * dense_tiles(rows, n, tg, splits), 132) << rows << " " << n << " " << splits;
+      }
+}
+
 // Every (row tile, split, column) of a dense GEMM is one tile number, and back.
 TEST(GemmPlan, TileNumberingIsABijection) {
   for (int row_tiles : {1, 3, 40})

@@ -226,7 +226,7 @@ int bench_gemm(int argc, char** argv) {
     CUDA_CHECK(cudaMalloc(&y_ref, size_t(max_rows) * s.n * 4));
     size_t n_ws = 1, n_sem = 1;
     for (int64_t r : rows_list) {
-      const int tg = cuda::gemm::dense_token_groups(static_cast<int>(r));
+      const int tg = cuda::gemm::dense_tile_groups(s.n, static_cast<int>(r), splits, n_sms);
       n_ws = std::max(n_ws, cuda::gemm::workspace_floats(static_cast<int>(r), s.n, tg, splits));
       n_sem = std::max(n_sem, cuda::gemm::semaphore_count(static_cast<int>(r), s.n, tg));
     }
@@ -272,7 +272,7 @@ int bench_gemm(int argc, char** argv) {
       print_row(s.name, s.n, nb, m, ceiling);
       nlohmann::json rec = record_json(m, ceiling);
       rec.update({{"shape", s.name}, {"n", s.n}, {"k", s.k}, {"rows", nb}, {"k_splits", splits},
-                  {"token_groups", cuda::gemm::dense_token_groups(nb)}, {"weight_copies", copies}});
+                  {"token_groups", cuda::gemm::dense_tile_groups(s.n, nb, splits, n_sms)}, {"weight_copies", copies}});
       dense.push_back(rec);
     }
     for (int c = 0; c < copies; ++c) {

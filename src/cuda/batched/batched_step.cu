@@ -93,10 +93,11 @@ size_t split_workspace_floats(const ModelConfig& c, int rows, size_t* semaphores
   const Dims d(c, 1);
   const DenseSplits s(c);
   size_t ws = 0, sem = 0;
+  const int sms = sm_count();
   for (int b = 8; b <= rows; b = row_bucket(b + 1)) {
-    const int tg = gemm::dense_token_groups(b);
     for (auto [n, splits] : {std::pair<int, int>{static_cast<int>(d.qkv_rows), s.qkv}, {c.hidden_size, s.o},
                              {c.n_experts, s.router}}) {
+      const int tg = gemm::dense_tile_groups(n, b, splits, sms);
       ws = std::max(ws, gemm::workspace_floats(b, n, tg, splits));
       sem = std::max(sem, gemm::semaphore_count(b, n, tg));
     }

@@ -1,9 +1,10 @@
 // Split-K paged decode attention (decode_attention.h). Kernel 1: CTA c takes items c, c + grid, ...;
 // warp w of an item takes its key tiles w, w + 4, ... (16 keys each). A warp streams its own tiles
-// through a private 2-deep ring with cp.async: the tile after the current one (possibly of the
-// CTA's next item) is in flight while the current one computes, so item boundaries do not drain
-// the stream. At an item's end the 4 warps' (m, l, o) merge in warp order through shared memory and
-// the item's partial goes to part_o / part_ml. Kernel 2 merges each row's splits in split order.
+// through a private 3-deep ring with cp.async: the two tiles after the current one (possibly of
+// the CTA's next item) are in flight while the current one computes, so item boundaries do not
+// drain the stream. At an item's end the 4 warps' (m, l, o) merge in warp order through shared
+// memory (each warp's o in the ring slot it just freed, so two CTAs fit an SM) and the item's
+// partial goes to part_o / part_ml. Kernel 2 merges each row's splits in split order.
 #include <cmath>
 #include <mutex>
 
@@ -21,18 +22,19 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 2;       // tiles per warp ring
+constexpr int kStages = 3;       // tiles per warp ring
 constexpr int kCtasPerSm = 2;
 
 template <int kD>
 struct Shape {
   static constexpr int kPitch = kD * 2 + 16;  // bytes per key row: ldmatrix rows hit distinct banks
   static constexpr int kTileBytes = kKeyTile * kPitch;
-  static constexpr int kWarpBytes = kStages * 2 * kTileBytes;  // K and V per stage
-  static constexpr int kRedOffset = kWarps * kWarpBytes;
-  static constexpr int kRedBytes = kWarps * 8 * kD * 4;        // each warp's o of rows 0..7
-  static constexpr int kMlOffset = kRedOffset + kRedBytes;
-  static constexpr int kSmemBytes = kMlOffset + kWarps * 8 * 2 * 4;
+  static constexpr int kSlotBytes = 2 * kTileBytes;            // K and V of one tile
+  static constexpr int kWarpBytes = kStages * kSlotBytes;
+  static constexpr int kMlOffset = kWarps * kWarpBytes;         // each warp's (m, l) of rows 0..7
+  static constexpr int kFreeOffset = kMlOffset + kWarps * 8 * 2 * 4;  // each warp's free slot
+  static constexpr int kSmemBytes = kFreeOffset + kWarps * 4;
+  static_assert(8 * kD * 4 <= kSlotBytes, "a warp's o of rows 0..7 fits the slot it freed");
 };
 
 struct Item {
@@ -115,15 +117,15 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeAttnArgs a)
   const int gs = a.group_size, n_heads = a.n_kv_heads * gs;
   const int n_items = a.split_begin[a.n_rows] * a.n_kv_heads;
   uint8_t* ring = smem + warp * S::kWarpBytes;
-  float* red = reinterpret_cast<float*>(smem + S::kRedOffset);
   float* red_ml = reinterpret_cast<float*>(smem + S::kMlOffset);
+  int* free_slot = reinterpret_cast<int*>(smem + S::kFreeOffset);
   const float scale_log2 = attn_scale_log2(a.scale);
 
   TileCursor load;
   load.start(a, n_items, warp);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    load_tile<kD>(a, load, ring + s * 2 * S::kTileBytes);
+    load_tile<kD>(a, load, ring + s * S::kSlotBytes);
     load.next(a, warp);
   }
   uint32_t pos = 0;  // this warp's stream position
@@ -152,10 +154,10 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeAttnArgs a)
     for (int t = 0; t < n_mine; ++t, ++pos) {
       const int key0 = first + t * kWarps * kKeyTile;
       ptx::cp_async_wait<kStages - 2>();
-      __syncwarp();  // this tile landed for every lane
-      load_tile<kD>(a, load, ring + ((pos + kStages - 1) % kStages) * 2 * S::kTileBytes);
+      __syncwarp();  // this tile landed for every lane (the slot refilled next was read by all lanes)
+      load_tile<kD>(a, load, ring + ((pos + kStages - 1) % kStages) * S::kSlotBytes);
       load.next(a, warp);
-      const uint8_t* ks = ring + (pos % kStages) * 2 * S::kTileBytes;
+      const uint8_t* ks = ring + (pos % kStages) * S::kSlotBytes;
       const uint8_t* vs = ks + S::kTileBytes;
 
       float s[2][4];
@@ -167,8 +169,8 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeAttnArgs a)
       for (int kk = 0; kk < kD / 16; ++kk) {
         uint32_t r[4];
         ptx::ldmatrix_x4(r, ks + ((lane >> 4) * 8 + (lane & 7)) * S::kPitch + kk * 32 + ((lane >> 3) & 1) * 16);
-        ptx::mma_bf16_16816(s[0], qf[kk], r[0], r[1]);
-        ptx::mma_bf16_16816(s[1], qf[kk], r[2], r[3]);
+        ptx::mma_bf16_16816_pure(s[0], qf[kk], r[0], r[1]);
+        ptx::mma_bf16_16816_pure(s[1], qf[kk], r[2], r[3]);
       }
       float alpha[2];
 #pragma unroll
@@ -193,16 +195,18 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeAttnArgs a)
       for (int nd = 0; nd < kD / 16; ++nd) {
         uint32_t r[4];
         ptx::ldmatrix_x4_trans(r, vs + (((lane >> 3) & 1) * 8 + (lane & 7)) * S::kPitch + nd * 32 + (lane >> 4) * 16);
-        ptx::mma_bf16_16816(o[2 * nd], pf, r[0], r[1]);
-        ptx::mma_bf16_16816(o[2 * nd + 1], pf, r[2], r[3]);
+        ptx::mma_bf16_16816_pure(o[2 * nd], pf, r[0], r[1]);
+        ptx::mma_bf16_16816_pure(o[2 * nd + 1], pf, r[2], r[3]);
       }
       __syncwarp();  // every lane is done with this buffer before it is refilled
     }
 
     // The item's end: the warps' states (rows 0..gs-1 are row g4 of the quads) merge in warp order.
+    // The slot the warp's next load goes to is free until then (its tile was consumed): o goes there.
+    const int mine_slot = (pos + kStages - 1) % kStages;
     l[0] = quad_sum(l[0]);
     if (g4 < gs) {
-      float* mine = red + (warp * 8 + g4) * kD;
+      float* mine = reinterpret_cast<float*>(ring + mine_slot * S::kSlotBytes) + g4 * kD;
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n) {
         mine[n * 8 + 2 * t4] = o[n][0];
@@ -213,6 +217,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeAttnArgs a)
         red_ml[(warp * 8 + g4) * 2 + 1] = l[0];
       }
     }
+    if (lane == 0) free_slot[warp] = mine_slot;
     __syncthreads();
     for (int idx = threadIdx.x; idx < gs * kD; idx += kThreads) {
       const int r = idx / kD, d = idx % kD;
@@ -222,8 +227,9 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeAttnArgs a)
       float ov = 0.0f, lv = 0.0f;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) {
+        const float* theirs = reinterpret_cast<const float*>(smem + w * S::kWarpBytes + free_slot[w] * S::kSlotBytes);
         const float f = attn_merge_weight(red_ml[(w * 8 + r) * 2], mx);
-        ov += f * red[(w * 8 + r) * kD + d];
+        ov += f * theirs[r * kD + d];
         lv += f * red_ml[(w * 8 + r) * 2 + 1];
       }
       const int64_t head = static_cast<int64_t>(it.p) * n_heads + it.g * gs + r;
@@ -233,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const DecodeAttnArgs a)
         a.part_ml[head * 2 + 1] = lv;
       }
     }
-    __syncthreads();  // `red` is rewritten at the next item's end
+    __syncthreads();  // the freed slots are refilled by the next item's loads
   }
   ptx::cp_async_wait<0>();  // no copy outlives the CTA
 }

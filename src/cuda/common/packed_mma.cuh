@@ -13,7 +13,10 @@
 
 namespace megadecode::cuda {
 
-template <int kM, int kN, class ATile>
+// kPure: the MMAs as pure register operations (ptx::mma_bf16_16816_pure), so the compiler may
+// pipeline them with the next step's shared-memory loads (the GEMM engine); the megakernel keeps
+// the volatile form and its instruction order.
+template <int kM, int kN, bool kPure = false, class ATile>
 __device__ __forceinline__ void packed_mma_k16(float (&acc)[kM][kN][4], ATile a_tile, const uint32_t (&b0)[kN],
                                                const uint32_t (&b1)[kN], int n_m = kM) {
   const int lane = threadIdx.x & 31;
@@ -23,7 +26,13 @@ __device__ __forceinline__ void packed_mma_k16(float (&acc)[kM][kN][4], ATile a_
     const uint4 f = *reinterpret_cast<const uint4*>(a_tile(m) + lane * 16);
     const uint32_t a[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
-    for (int j = 0; j < kN; ++j) ptx::mma_bf16_16816(acc[m][j], a, b0[j], b1[j]);
+    for (int j = 0; j < kN; ++j) {
+      if constexpr (kPure) {
+        ptx::mma_bf16_16816_pure(acc[m][j], a, b0[j], b1[j]);
+      } else {
+        ptx::mma_bf16_16816(acc[m][j], a, b0[j], b1[j]);
+      }
+    }
   }
 }
 

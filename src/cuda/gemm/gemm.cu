@@ -171,13 +171,17 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       ptx::mbar_wait(&full[slot], phase);
       if (active) {
         const uint8_t* st = stages + slot * C::kStage;
-        const int nkb = min(C::kKB, ti.kb1 - kb);
-#pragma unroll 2
-        for (int kk = 0; kk < nkb; ++kk) {
+        auto step = [&](int kk) {
           uint32_t b0[C::kGW], b1[C::kGW];
           load_b<kNT>(st + C::kWBytes, my_g0, kk, b0, b1);
-          packed_mma_k16<C::kRB, C::kGW>(
+          packed_mma_k16<C::kRB, C::kGW, true>(
               acc, [&](int m) { return st + ((my_rb + m) * C::kKB + kk) * kPackTileBytes; }, b0, b1, n_m);
+        };
+        if (ti.kb1 - kb >= C::kKB) {  // a whole stage: unrolled, so loads run ahead of the MMAs
+#pragma unroll
+          for (int kk = 0; kk < C::kKB; ++kk) step(kk);
+        } else {
+          for (int kk = 0; kk < ti.kb1 - kb; ++kk) step(kk);
         }
       }
       __syncwarp();
@@ -364,7 +368,7 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
   } else {
     MD_REQUIRE(a.n_tokens >= 0, "gemm: ", a.n_tokens, " tokens");
     if (a.n_tokens == 0) return;
-    if (a.token_groups == 0) a.token_groups = dense_token_groups(a.n_tokens);
+    if (a.token_groups == 0) a.token_groups = dense_tile_groups(a.n_rows, a.n_tokens, a.k_splits, sm_count());
     MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: token_groups ", a.token_groups, " is not one of 1, 2, 4, 8, 16");
   }
   if (a.k_splits > 1)

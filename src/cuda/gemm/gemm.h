@@ -44,7 +44,7 @@ struct GemmArgs {
   const MoeTile* tiles = nullptr;
   const int32_t* n_tiles = nullptr;  // device scalar
   int tile_capacity = 0;        // entries of `tiles` (moe_tile_capacity)
-  int token_groups = 0;         // dense: 0 picks dense_token_groups(n_tokens); grouped: required
+  int token_groups = 0;         // dense: 0 picks dense_tile_groups(...); grouped: required
   void* y = nullptr;            // [tokens][y_stride]
   int y_stride = 0;             // elements
   const float* residual = nullptr;  // kResidual: [tokens][residual_stride]
@@ -55,8 +55,8 @@ struct GemmArgs {
 };
 
 // Workspace of a split dense GEMM of n_tokens x n_rows (k_splits > 1; token_groups as resolved:
-// dense_token_groups(n_tokens) when the args leave it 0); the semaphores are left zero by every
-// call, so one zeroing at allocation serves every later call.
+// dense_tile_groups(n_rows, n_tokens, k_splits, SMs) when the args leave it 0); the semaphores are
+// left zero by every call, so one zeroing at allocation serves every later call.
 size_t workspace_floats(int n_tokens, int n_rows, int token_groups, int k_splits);
 size_t semaphore_count(int n_tokens, int n_rows, int token_groups);
 

@@ -100,6 +100,15 @@ MD_HOST_DEVICE constexpr int dense_tiles(int n_rows, int n_tokens, int token_gro
   return ceil_div(n_rows, kTileRows) * splits * ceil_div(n_tokens, 8 * token_groups);
 }
 
+// Token groups of a dense GEMM's tiles: the smallest tile that holds the tokens (up to 128), halved
+// while the GEMM would leave more than half the SMs idle (the router: one row tile). Any tile size
+// gives the same sums (see the top of this file).
+MD_HOST_DEVICE constexpr int dense_tile_groups(int n_rows, int n_tokens, int splits, int n_sms) {
+  int tg = dense_token_groups(n_tokens);
+  while (tg > 1 && 2 * dense_tiles(n_rows, n_tokens, tg, splits) < n_sms) tg /= 2;
+  return tg;
+}
+
 // ---- the per-expert tile list of a grouped GEMM ----
 // One tile column of a grouped expert GEMM: expert `expert`'s slots [slot0, slot0 + n), n <= T.
 struct MoeTile {

@@ -1,7 +1,8 @@
-// Per-expert token lists of a prefill chunk, built on the device (no host sync): (1) one CTA per
-// expert ranks the routed entries (token, k) that chose it, in entry order, by warp ballots and a
-// fixed-order CTA prefix; (2) one CTA turns the counts into offsets and the grouped GEMMs' tile list
-// (gemm_plan.h build_moe_tiles) and scatters every entry to its slot. Slots are in (expert,
+// Per-expert token lists of a prefill chunk or a decode batch, built on the device (no host sync):
+// (1) one CTA per expert ranks the routed entries (token, k) that chose it, in entry order, by warp
+// ballots and a fixed-order CTA prefix; (2) one CTA turns the counts into offsets and the grouped
+// GEMMs' tile list by a scan over the experts (the list gemm_plan.h build_moe_tiles defines) and
+// scatters every entry to its slot. Slots are in (expert,
 // token, k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same
 // rows in the same order. Integer work only; the result does not depend on scheduling.
 #include "core/check.h"
@@ -42,15 +43,43 @@ __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a)
   if (tid == 0) a.counts[e] = running;
 }
 
+// Offsets and tile list by a block-wide scan over the experts (thread e < E owns expert e): the
+// same list gemm::build_moe_tiles makes (the CPU tests' reference), without one thread walking
+// every expert. Over capacity: error 2 and no tiles.
 __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const MoeListArgs a) {
   __shared__ int32_t offsets[kRouterMaxExperts + 1];
-  if (threadIdx.x == 0) {
-    const int n_tiles = gemm::build_moe_tiles(a.counts, a.n_experts, a.tile_tokens, offsets, a.tiles, a.tile_capacity);
-    if (n_tiles < 0) atomicCAS(a.error, 0, 2);
-    *a.n_tiles = n_tiles < 0 ? 0 : n_tiles;
+  __shared__ int32_t scan_c[2][kRouterMaxExperts], scan_t[2][kRouterMaxExperts];
+  const int e = threadIdx.x, E = a.n_experts, T = a.tile_tokens;
+  const int c = e < E ? a.counts[e] : 0, nt = (c + T - 1) / T;
+  if (e < kRouterMaxExperts) {
+    scan_c[0][e] = c;  // inclusive Hillis-Steele scans of counts and tiles
+    scan_t[0][e] = nt;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e <= a.n_experts; e += kScatterThreads) a.offsets[e] = offsets[e];
+  int buf = 0;
+  for (int d = 1; d < kRouterMaxExperts; d *= 2) {
+    if (e < kRouterMaxExperts) {
+      scan_c[buf ^ 1][e] = scan_c[buf][e] + (e >= d ? scan_c[buf][e - d] : 0);
+      scan_t[buf ^ 1][e] = scan_t[buf][e] + (e >= d ? scan_t[buf][e - d] : 0);
+    }
+    buf ^= 1;
+    __syncthreads();
+  }
+  const int total_tiles = scan_t[buf][E - 1];
+  const bool over = total_tiles > a.tile_capacity;
+  if (e < E) {
+    const int off = scan_c[buf][e] - c, first = scan_t[buf][e] - nt;
+    offsets[e] = off;
+    if (!over)
+      for (int t = 0; t < nt; ++t) a.tiles[first + t] = gemm::MoeTile{e, off + t * T, min(T, c - t * T), 0};
+  }
+  if (e == 0) {
+    offsets[E] = scan_c[buf][E - 1];
+    if (over) atomicCAS(a.error, 0, 2);
+    *a.n_tiles = over ? 0 : total_tiles;
+  }
+  __syncthreads();
+  for (int x = threadIdx.x; x <= a.n_experts; x += kScatterThreads) a.offsets[x] = offsets[x];
   const int n = a.n_tokens * a.top_k;
   for (int i = threadIdx.x; i < n; i += kScatterThreads) {
     const int32_t id = routed(a, i) ? a.topk_ids[i] : -1;

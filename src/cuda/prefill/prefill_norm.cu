@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(kThreads) residual_norm_kernel(const ResidualN
   } else {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) v[j] = 0.0f;
+#pragma unroll 8  // the k expert rows' loads in flight together (the sum keeps k order)
     for (int k = 0; k < a.top_k; ++k) {
       const float wk = a.topk_w[t * a.top_k + k];
       const float* d = a.down + static_cast<int64_t>(a.token_slot[t * a.top_k + k]) * H;
