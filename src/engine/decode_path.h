@@ -19,9 +19,9 @@ struct DecodePathPolicy {
   int megakernel_max_batch = 64;
 
   // The H200 crossover at context 8192: the smallest batch at which the batched step is faster than
-  // the megakernel. Predicted (docs/perf/notes.md, before the first device run of the batched step)
-  // until `bench decode` measures it.
-  static constexpr int kMeasuredCrossover = 8;
+  // the megakernel (bench/results/decode-h200.json, device call 4: batch 2 megakernel 6.36 ms vs
+  // batched 7.05; batch 4 10.52 vs 8.50).
+  static constexpr int kMeasuredCrossover = 4;
 
   DecodePath choose(int batch) const {
     return batch >= batched_from_batch || batch > megakernel_max_batch ? DecodePath::kBatched
