@@ -125,6 +125,8 @@ class FakeBackend : public Backend {
   size_t max_batch() const { return max_batch_; }
   // A chunk containing this token makes prefill/decode throw (error-path tests).
   void fail_on_token(int32_t token) { fail_token_ = token; }
+  // From now on every prefill/decode call throws (a device that died).
+  void fail_every_call() { fail_all_ = true; }
   // Slows every call down (load tests: keeps many streams open at once).
   void set_delay_us(int us) { delay_us_ = us; }
   // While closed, every prefill/decode call waits (nothing finishes).
@@ -148,6 +150,7 @@ class FakeBackend : public Backend {
     gate_cv_.wait(lock, [&] { return !gate_closed_; });
   }
   void maybe_fail(std::span<const int32_t> tokens) {
+    if (fail_all_) throw Error("fake backend: injected device failure");
     if (std::find(tokens.begin(), tokens.end(), fail_token_.load()) != tokens.end())
       throw Error("fake backend: injected failure");
   }
@@ -181,6 +184,7 @@ class FakeBackend : public Backend {
   size_t n_prefill_tokens_ = 0;
   size_t max_batch_ = 0;
   std::atomic<int32_t> fail_token_{-1};
+  std::atomic<bool> fail_all_{false};
   std::atomic<int> delay_us_{0};
   std::mutex gate_mutex_;
   std::condition_variable gate_cv_;
