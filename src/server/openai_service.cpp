@@ -39,8 +39,9 @@ void respond_error(const std::shared_ptr<Exchange>& exchange, const ApiError& e,
 
 }  // namespace
 
-OpenAiService::OpenAiService(Engine& engine, ServedModel model)
-    : engine_(engine), model_(std::move(model)), started_at_(unix_now()), seed_counter_(std::random_device{}()) {}
+OpenAiService::OpenAiService(Engine& engine, ServedModel model, ApiKeyGuard api_key)
+    : engine_(engine), model_(std::move(model)), api_key_(std::move(api_key)), started_at_(unix_now()),
+      seed_counter_(std::random_device{}()) {}
 
 uint64_t OpenAiService::fresh_seed() { return mix64(seed_counter_.fetch_add(1) + 0x51ed); }
 
@@ -56,19 +57,28 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<Exchange> exch
                                       {"/metrics", "GET"},         {"/version", "GET"},
                                       {"/tokenize", "POST"},       {"/detokenize", "POST"}};
   try {
+    if (api_key_.protects(p) && !api_key_.accepts(request.authorization)) {
+      respond_error(exchange, invalid_api_key(), {{"WWW-Authenticate", "Bearer"}});
+      return;
+    }
     const Route* route = nullptr;
     for (const Route& r : kRoutes)
       if (p == r.path) route = &r;
     if (route == nullptr) throw not_found(cat("Invalid URL (", m, " ", p, ")"), std::nullopt, "unknown_url");
-    if (m != route->method) {
+    const bool get = std::string_view(route->method) == "GET";
+    if (m != route->method && !(get && m == "HEAD")) {  // HEAD: the GET answer's headers (the HTTP layer drops the body)
       respond_error(exchange, ApiError(405, cat("Method ", m, " is not allowed for ", p), "invalid_request_error"),
-                    {{"Allow", route->method}});
+                    {{"Allow", get ? "GET, HEAD" : route->method}});
       return;
     }
+    if (!get && !is_json_media_type(request.content_type))
+      throw ApiError(415, cat("Unsupported Media Type: only 'application/json' is allowed (the request's Content-Type is ",
+                              request.content_type.empty() ? std::string("missing") : "'" + request.content_type + "'", ")"),
+                     "invalid_request_error");
     if (p == "/v1/completions") return generate(request, exchange, Endpoint::kCompletions);
     if (p == "/v1/chat/completions") return generate(request, exchange, Endpoint::kChat);
     if (p == "/v1/models") return models(exchange);
-    if (p == "/health") return exchange->respond(engine_.running() ? 200 : 503, "", "");
+    if (p == "/health") return exchange->respond(engine_.running() ? 200 : 503, "", "");  // 503: draining or failed
     if (p == "/metrics") return metrics(exchange);
     if (p == "/version") return respond_json(exchange, 200, json{{"version", "megadecode 0.1"}});
     if (p == "/tokenize") return tokenize(request, exchange);
@@ -225,11 +235,11 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
     throw bad_request(e.what());
   }
   if (status != SubmitStatus::kOk) {
-    ApiError e(503,
-               status == SubmitStatus::kQueueFull ? "The server is overloaded: the waiting queue is full. Retry later."
-                                                  : "The server is shutting down.",
-               "server_error");
-    respond_error(exchange, e, {{"Retry-After", "1"}});
+    const char* message = status == SubmitStatus::kQueueFull
+                              ? "The server is overloaded: the waiting queue is full. Retry later."
+                          : status == SubmitStatus::kFailed ? "The server's engine has failed and is restarting. Retry later."
+                                                            : "The server is shutting down. Retry later.";
+    respond_error(exchange, ApiError(503, message, "server_error"), {{"Retry-After", "1"}});
     return;
   }
   // Events from the engine are posted to this connection's strand, which is running this

@@ -369,6 +369,7 @@ TEST(ServerErrors, FullQueueIs503WithRetryAfter) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
     req.set(http::field::host, "x");
+    req.set(http::field::content_type, "application/json");
     req.body() = slow.dump();
     req.prepare_payload();
     http::write(held.back()->socket(), req);
@@ -394,6 +395,7 @@ TEST(ServerApi, ClientDisconnectMidStreamFreesEverything) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
     req.set(http::field::host, "x");
+    req.set(http::field::content_type, "application/json");
     req.body() = json{{"prompt", "long"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}}.dump();
     req.prepare_payload();
     http::write(c.socket(), req);
@@ -414,6 +416,7 @@ TEST(ServerApi, NonStreamingDisconnectAborts) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
     req.set(http::field::host, "x");
+    req.set(http::field::content_type, "application/json");
     req.body() = json{{"prompt", "long"}, {"max_tokens", 400}, {"ignore_eos", true}}.dump();
     req.prepare_payload();
     http::write(c.socket(), req);
