@@ -9,6 +9,12 @@ namespace {
 
 using testing::Process;
 
+std::string command_line(const std::vector<std::string>& args) {
+  std::string line = "megadecode";
+  for (const std::string& a : args) line += " " + a;
+  return line;
+}
+
 TEST(CliHelp, EveryHelpGoesToStdout) {
   ASSERT_TRUE(std::filesystem::exists(testing::megadecode_binary())) << "build the megadecode target";
   const std::vector<std::vector<std::string>> helps = {
@@ -20,9 +26,7 @@ TEST(CliHelp, EveryHelpGoesToStdout) {
       {"bench", "prefill", "--help"}, {"bench", "serve", "--help"},
       {"bench", "tokenizer", "--help"}};
   for (const auto& args : helps) {
-    std::string line;
-    for (const std::string& a : args) line += a + " ";
-    SCOPED_TRACE("megadecode " + line);
+    SCOPED_TRACE(command_line(args));
     Process p(args);
     ASSERT_TRUE(p.spawned());
     EXPECT_EQ(p.wait_exit(std::chrono::seconds(30)), 0);
@@ -35,9 +39,7 @@ TEST(CliHelp, MistakesGoToStderrWithAnErrorCode) {
   const std::vector<std::vector<std::string>> mistakes = {
       {}, {"frobnicate"}, {"serve", "--no-such-flag"}, {"bench"}, {"bench", "nothing"}, {"tokenize", "--bogus"}};
   for (const auto& args : mistakes) {
-    std::string line;
-    for (const std::string& a : args) line += a + " ";
-    SCOPED_TRACE("megadecode " + line);
+    SCOPED_TRACE(command_line(args));
     Process p(args);
     ASSERT_TRUE(p.spawned());
     const std::optional<int> rc = p.wait_exit(std::chrono::seconds(30));

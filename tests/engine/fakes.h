@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <memory>
@@ -237,6 +238,17 @@ inline std::string fake_text(std::span<const int32_t> tokens, bool skip_special 
   std::string s;
   for (int32_t t : tokens) s += d.push(t);
   return s + d.flush();
+}
+
+// Polls done() until it holds (true) or the timeout passes (false).
+template <typename F>
+bool wait_until(F done, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 // Collects every event, thread-safe.

@@ -16,16 +16,7 @@ namespace {
 
 using testing::CollectingSink;
 using testing::FakeBackend;
-
-template <typename F>
-bool wait_until(F done, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
+using testing::wait_until;
 
 SequenceRequest request(uint64_t id, int prompt_len, int max_tokens, std::shared_ptr<OutputSink> sink) {
   SequenceRequest r;
@@ -57,7 +48,7 @@ TEST(Engine, GaugesFallToZeroWhenAbortsEmptyTheEngine) {
   SplitMix64 rng(seed);
   for (int round = 0; round < 5; ++round) {
     FakeBackend backend(1024, 4);
-    backend.set_delay_us(500);
+    backend.set_delay_us(1000);  // 1000 tokens take a second at least: none ends by itself
     EngineConfig ec;
     ec.scheduler = SchedulerConfig{.max_num_seqs = 1 + static_cast<int>(rng.below(4)), .check_invariants = true};
     Engine engine(backend, ec, testing::fake_decoders());

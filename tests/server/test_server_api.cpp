@@ -14,6 +14,7 @@ using testing::HttpResult;
 using testing::post_json;
 using testing::sse_data;
 using testing::TestServer;
+using testing::wait_until;
 
 // What greedy decoding of the fake model gives for `prompt`: tokens up to EOS or max_tokens.
 struct Expected {
@@ -240,16 +241,6 @@ TEST(ServerApi, SmallEndpoints) {
                            "megadecode:inter_token_latency_seconds_count", "megadecode:e2e_request_latency_seconds_sum",
                            "# TYPE megadecode:time_to_first_token_seconds histogram"})
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
-}
-
-template <typename F>
-bool wait_until(F done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
 }
 
 // ---- one test per error ----

@@ -56,7 +56,9 @@ TEST(ServerHttp, HeadIsHeadersOnlyOnAKeepAliveConnection) {
       EXPECT_EQ(head.rfind("HTTP/1.1 404", 0), 0u) << head;
     } else {
       EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
-      if (std::string(path) != "/metrics") EXPECT_EQ(content_length(head), get_body.size()) << head;
+      if (std::string(path) != "/metrics") {  // the metrics change between the two requests
+        EXPECT_EQ(content_length(head), get_body.size()) << head;
+      }
     }
     EXPECT_NE(head.find("Connection: keep-alive"), std::string::npos) << head;
   }

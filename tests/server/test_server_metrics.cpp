@@ -16,6 +16,7 @@ using nlohmann::json;
 using testing::HttpClient;
 using testing::TestServer;
 using testing::TestServerOptions;
+using testing::wait_until;
 
 // The value of the sample `megadecode:NAME{...}` in a Prometheus text, NaN when absent.
 double metric(const std::string& text, const std::string& name) {
@@ -26,22 +27,12 @@ double metric(const std::string& text, const std::string& name) {
   return std::nan("");
 }
 
-template <typename F>
-bool wait_until(F done, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
 TEST(ServerMetrics, GaugesReturnToZeroAfterAnAbortStorm) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   SplitMix64 rng(seed);
   TestServerOptions o;
-  o.backend_delay_us = 2000;  // a request of 500 tokens runs a second at least: none ends by itself
+  o.backend_delay_us = 4000;  // a request of 500 tokens runs 2 s at least: none ends by itself
   o.scheduler.max_num_seqs = 4;
   TestServer server(o);
   HttpClient scraper(server.port());

@@ -24,6 +24,7 @@ using testing::HttpClient;
 using testing::HttpResult;
 using testing::TestServer;
 using testing::TestServerOptions;
+using testing::wait_until;
 using Clock = std::chrono::steady_clock;
 
 // SIGINT and SIGTERM blocked in this thread and every thread started while it lives; what is
@@ -43,16 +44,6 @@ struct BlockedSignals {
   }
   sigset_t set, old;
 };
-
-template <typename F>
-bool wait_until(F done, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
-  const auto deadline = Clock::now() + timeout;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
 
 // A request on its own connection and thread; get() waits for the whole response.
 std::future<HttpResult> send(int port, json body) {
@@ -87,14 +78,14 @@ std::string finish_reason(const std::vector<std::string>& events) {
 TEST(Shutdown, SigtermDrainsInFlightRequestsThenEndsTheRest) {
   BlockedSignals signals;
   TestServerOptions o;
-  o.backend_delay_us = 4000;  // every backend call: a 500-token request takes 2 s at least
+  o.backend_delay_us = 8000;  // every backend call: a 500-token request takes 4 s at least
   TestServer server(o);
   ShutdownOptions so;
-  so.drain_timeout = std::chrono::milliseconds(1000);
+  so.drain_timeout = std::chrono::milliseconds(2000);  // ample for 30 tokens (0.24 s), too short for 500
   auto outcome = std::async(std::launch::async, [&] { return serve_until_shutdown(*server.http, *server.engine, signals.set, so); });
 
-  auto short_stream = send(server.port(), request_body("short", 60, true));
-  auto short_whole = send(server.port(), request_body("short", 60, false));
+  auto short_stream = send(server.port(), request_body("short", 30, true));
+  auto short_whole = send(server.port(), request_body("short", 30, false));
   auto long_stream = send(server.port(), request_body("long", 500, true));
   auto long_whole = send(server.port(), request_body("long", 500, false));
   ASSERT_TRUE(wait_until([&] { return server.engine->metrics().n_running.load() == 4; }));
@@ -119,7 +110,7 @@ TEST(Shutdown, SigtermDrainsInFlightRequestsThenEndsTheRest) {
   EXPECT_TRUE(error_event(events).is_null()) << s.body;
   HttpResult w = short_whole.get();
   ASSERT_EQ(w.status, 200) << w.body;
-  EXPECT_EQ(w.json()["usage"]["completion_tokens"], 60);
+  EXPECT_EQ(w.json()["usage"]["completion_tokens"], 30);
 
   // Long ones are cut at the drain timeout: an OpenAI error event, then [DONE]; an error body.
   HttpResult l = long_stream.get();
@@ -140,8 +131,8 @@ TEST(Shutdown, SigtermDrainsInFlightRequestsThenEndsTheRest) {
   EXPECT_EQ(out.end, ServeEnd::kDrained);
   EXPECT_EQ(out.signal, SIGTERM);
   EXPECT_EQ(out.exit_code(), 0);
-  EXPECT_GE(took, 0.95);  // the drain waited for the long requests
-  EXPECT_LT(took, 8.0);   // and then did not wait for them to finish (2 s at least)
+  EXPECT_GE(took, 1.95);  // the drain waited for the long requests
+  EXPECT_LT(took, 3.5);   // and then did not wait for them to finish (4 s at least)
 }
 
 TEST(Shutdown, SigintOnAnIdleServerExitsCleanlyAtOnce) {
