@@ -63,11 +63,23 @@ int bench_stall(const Args& args, const Target& target) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: megadecode bench serve [--url http://127.0.0.1:8000] [--model NAME (from /v1/models)]\n"
+    "         [--endpoint completions|chat] [--num-prompts N (200)] [--concurrency N (16)] [--request-rate R (inf)]\n"
+    "         [--input-len N (128)] [--output-len N (128)] [--vocab N (1000)] [--seed S] [--timeout S] [--json FILE]\n"
+    "       megadecode bench serve --background-streams N [--long-prompt-len N] [--before-tokens N] ...\n"
+    "  Streams random token-id prompts (ignore_eos) and reports throughput, TTFT, TPOT, ITL and E2E latency;\n"
+    "  with --background-streams it measures the decode stall a long prompt causes in running streams.\n";
+
 int bench_serve(int argc, char** argv) {
   Args args(argc, argv,
             {"url", "model", "endpoint", "num-prompts", "concurrency", "request-rate", "input-len", "output-len",
              "seed", "json", "vocab", "timeout", "background-streams", "long-prompt-len", "before-tokens"},
-            {});
+            {"help"});
+  if (args.flag("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   const Target target = parse_url(args.get("url", "http://127.0.0.1:8000"));
   if (args.has("background-streams")) return bench_stall(args, target);
   MD_REQUIRE(!args.has("long-prompt-len") && !args.has("before-tokens"),

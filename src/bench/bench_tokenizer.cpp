@@ -45,7 +45,12 @@ std::pair<double, double> best_of(int64_t repeats, Fn&& fn) {
 }  // namespace
 
 int bench_tokenizer(int argc, char** argv) {
-  const Args args(argc, argv, {"model", "bytes", "repeats", "seed", "json"}, {});
+  const Args args(argc, argv, {"model", "bytes", "repeats", "seed", "json"}, {"help"});
+  if (args.flag("help")) {
+    std::printf("usage: megadecode bench tokenizer [--model DIR (data/tokenizer/qwen3)] [--bytes N (1 MiB)] [--repeats R (5)]\n"
+                "                                  [--seed S (1)] [--json FILE]\n");
+    return 0;
+  }
   const std::string model_dir = args.get("model", std::string(MEGADECODE_SOURCE_DIR) + "/data/tokenizer/qwen3");
   const int64_t n_bytes = args.get_int("bytes", 1 << 20);
   const int64_t repeats = args.get_int("repeats", 5);

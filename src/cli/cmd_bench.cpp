@@ -1,4 +1,5 @@
 // `megadecode bench decode|serve|tokenizer ...`
+#include <cstdio>
 #include <cstring>
 
 #include "bench/bench.h"
@@ -7,8 +8,23 @@
 
 namespace megadecode {
 
+namespace {
+constexpr const char* kUsage =
+    "usage: megadecode bench decode|serve|tokenizer|bandwidth|gemm|prefill [FLAGS]   (bench NAME --help: its flags)\n"
+    "  decode     decode step time per batch and context (GPU)\n"
+    "  prefill    prefill time per prompt length (GPU)\n"
+    "  serve      an HTTP load generator for a running server (vLLM's bench serve metrics)\n"
+    "  tokenizer  tokenizer and detokenizer throughput\n"
+    "  bandwidth  the device's pure-read ceiling (GPU)\n"
+    "  gemm       skinny GEMM against cuBLAS (GPU)\n";
+}  // namespace
+
 int cmd_bench(int argc, char** argv) {
-  MD_REQUIRE(argc >= 1, "usage: megadecode bench decode|serve|tokenizer|bandwidth|gemm|prefill [FLAGS]");
+  MD_REQUIRE(argc >= 1, kUsage);
+  if (std::strcmp(argv[0], "--help") == 0 || std::strcmp(argv[0], "-h") == 0) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   if (std::strcmp(argv[0], "decode") == 0) return bench_decode(argc - 1, argv + 1);
   if (std::strcmp(argv[0], "serve") == 0) return bench_serve(argc - 1, argv + 1);
   if (std::strcmp(argv[0], "tokenizer") == 0) return bench_tokenizer(argc - 1, argv + 1);

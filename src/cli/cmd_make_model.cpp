@@ -25,13 +25,13 @@ constexpr int64_t kDefaultMaxShardBytes = int64_t{4} << 30;
 constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json"};
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: megadecode make-model --preset NAME --out DIR [--seed S] [--max-shard-bytes N]\n"
-               "                             [--tokenizer-dir DIR | --no-tokenizer] [--config-only]\n"
-               "  --config-only   write config.json and generation_config.json only (no weights)\n"
-               "presets:");
-  for (const std::string& p : preset_names()) std::fprintf(stderr, " %s", p.c_str());
-  std::fprintf(stderr, "\n");
+  std::printf(
+      "usage: megadecode make-model --preset NAME --out DIR [--seed S] [--max-shard-bytes N]\n"
+      "                             [--tokenizer-dir DIR | --no-tokenizer] [--config-only]\n"
+      "  --config-only   write config.json and generation_config.json only (no weights)\n"
+      "presets:");
+  for (const std::string& p : preset_names()) std::printf(" %s", p.c_str());
+  std::printf("\n");
 }
 
 // Qwen3-30B-A3B's generation_config.json (its sampling defaults and special tokens).

@@ -1,11 +1,14 @@
 // `megadecode serve MODEL_DIR [flags]` (or `serve --random-weights --preset NAME`): loads the
 // model, tokenizer (none with --skip-tokenizer-init) and backend, starts the engine and the
-// OpenAI-compatible HTTP server, and runs until SIGINT/SIGTERM (then shuts down in bounded time:
-// HTTP first, then the engine). Flags follow vLLM's names where the meaning is the same.
+// OpenAI-compatible HTTP server (TLS with --ssl-certfile/--ssl-keyfile, a Bearer key with
+// --api-key), and runs until SIGINT/SIGTERM (a drain of --shutdown-timeout seconds, then exit 0)
+// or a backend failure (exit 1): server/shutdown.h. Flags follow vLLM's names where the meaning
+// is the same.
 #include <pthread.h>
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "cli/backend_factory.h"
@@ -20,6 +23,8 @@
 #include "server/http_server.h"
 #include "server/model_text.h"
 #include "server/openai_service.h"
+#include "server/shutdown.h"
+#include "server/tls_context.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {
@@ -33,7 +38,8 @@ constexpr const char* kUsage =
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
     "         [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
-    "         [--reasoning-parser qwen3|none] [--skip-tokenizer-init]\n"
+    "         [--reasoning-parser qwen3|none] [--skip-tokenizer-init] [--shutdown-timeout S (30)]\n"
+    "         [--api-key KEY] [--protect-metrics] [--ssl-certfile CERT.pem --ssl-keyfile KEY.pem]\n"
     "  --backend: default cpu-ref for a model directory, cuda with --random-weights. cuda picks each decode\n"
     "  step's path: the megakernel for small batches, the batched step above the measured crossover;\n"
     "  cuda-mk (batches <= 64) and cuda-batched force one path.\n"
@@ -47,7 +53,12 @@ constexpr const char* kUsage =
     "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 2048; 0: the decode step one\n"
     "  token at a time). The scheduler's chunk is --max-num-batched-tokens.\n"
     "  --tool-call-parser, --reasoning-parser: default from the chat template (Qwen3: hermes and qwen3;\n"
-    "  Qwen3-Coder: qwen3_coder and none). --chat-template: a Qwen3 or Qwen3-Coder template file.\n";
+    "  Qwen3-Coder: qwen3_coder and none). --chat-template: a Qwen3 or Qwen3-Coder template file.\n"
+    "  --shutdown-timeout: on SIGTERM/SIGINT, seconds in-flight requests may still run (new ones get 503);\n"
+    "  then the rest end with an error. A second signal exits at once.\n"
+    "  --api-key (or MEGADECODE_API_KEY): every route but /health and /metrics needs\n"
+    "  \"Authorization: Bearer KEY\"; --protect-metrics: /metrics too.\n"
+    "  --ssl-certfile, --ssl-keyfile: serve HTTPS only (PEM files).\n";
 
 int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = args.get_int(name, fallback);
@@ -74,8 +85,9 @@ int cmd_serve(int argc, char** argv) {
                   {"host", "port", "backend", "served-model-name", "max-num-seqs", "max-model-len",
                    "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
                    "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk",
-                   "chat-template", "tool-call-parser", "reasoning-parser"},
-                  {"no-enable-prefix-caching", "random-weights", "skip-tokenizer-init", "help"});
+                   "chat-template", "tool-call-parser", "reasoning-parser", "shutdown-timeout", "api-key",
+                   "ssl-certfile", "ssl-keyfile"},
+                  {"no-enable-prefix-caching", "random-weights", "skip-tokenizer-init", "help", "protect-metrics"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -93,8 +105,15 @@ int cmd_serve(int argc, char** argv) {
   const int64_t kv_tokens = args.get_int("kv-cache-tokens", gpu ? 0 : 32768);
   MD_REQUIRE(kv_tokens == 0 || kv_tokens >= block_size, "--kv-cache-tokens must hold at least one block");
   MD_REQUIRE(kv_tokens > 0 || gpu, "--kv-cache-tokens must be positive on CPU backends");
+  const double shutdown_s = args.get_double("shutdown-timeout", 30.0);
+  MD_REQUIRE(shutdown_s >= 0 && shutdown_s <= 86400, "--shutdown-timeout must be in [0, 86400] seconds, got ", shutdown_s);
+  const char* env_key = std::getenv("MEGADECODE_API_KEY");
+  const ApiKeyGuard api_key(args.get("api-key", env_key != nullptr ? env_key : ""), args.flag("protect-metrics"));
+  MD_REQUIRE(api_key.enabled() || !args.flag("protect-metrics"), "--protect-metrics needs --api-key (or MEGADECODE_API_KEY)");
+  if (args.has("ssl-certfile") || args.has("ssl-keyfile"))  // unusable files: the first error, before the model loads
+    make_tls_server_context(args.get("ssl-certfile", ""), args.get("ssl-keyfile", ""));
 
-  // Block SIGINT/SIGTERM before any thread starts, so that only sigwait() below receives them.
+  // Block SIGINT/SIGTERM before any thread starts, so that only serve_until_shutdown() receives them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
@@ -143,26 +162,28 @@ int cmd_serve(int argc, char** argv) {
       args.get("served-model-name", random_weights ? args.require("preset") : args.positional()[0]);
   ServedModel served = tokenizer ? served_model(model_dir, name, config, *tokenizer, chat_flags)
                                  : served_model_without_tokenizer(model_dir, name, config);
-  OpenAiService service(engine, served);
+  OpenAiService service(engine, served, api_key);
   HttpServerConfig hc;
   hc.host = args.get("host", "127.0.0.1");
   hc.port = int_flag(args, "port", 8000, 0, 65535);
   hc.n_threads = int_flag(args, "io-threads", 2, 1, 256);
   hc.max_body_bytes = static_cast<size_t>(args.get_int("max-body-bytes", 8 << 20));
+  hc.ssl_certfile = args.get("ssl-certfile", "");
+  hc.ssl_keyfile = args.get("ssl-keyfile", "");
   raise_open_file_limit();
   HttpServer http(hc, service.handler());
   engine.start();
   http.start();
   log_info("serving ", name, tokenizer ? "" : " as token ids (--skip-tokenizer-init)", " (backend ", backend->name(),
            ", max_model_len ", engine.max_model_len(), ", ", backend->n_kv_blocks(), " KV blocks of ", block_size,
-           ", max_num_seqs ", max_num_seqs, ") on http://", hc.host, ":", http.port());
+           ", max_num_seqs ", max_num_seqs, ") on ", http.tls() ? "https" : "http", "://", hc.host, ":", http.port(),
+           api_key.enabled() ? " (API key required)" : "");
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  log_info("signal ", sig, ": shutting down");
-  http.stop();
-  engine.stop();
-  return 0;
+  ShutdownOptions shutdown;
+  shutdown.drain_timeout = std::chrono::milliseconds(static_cast<int64_t>(shutdown_s * 1000));
+  const ServeOutcome outcome = serve_until_shutdown(http, engine, signals, shutdown);
+  if (outcome.end == ServeEnd::kSecondSignal) std::_Exit(outcome.exit_code());  // at once: no joins
+  return outcome.exit_code();
 }
 
 }  // namespace megadecode

@@ -22,6 +22,14 @@
 namespace megadecode {
 namespace {
 
+constexpr const char* kUsage =
+    "usage: megadecode tokenize --model DIR [--text T] [--decode [--skip-special-tokens]]\n"
+    "                           [--chat [--no-generation-prompt]]\n"
+    "  default   encode the text (stdin, or --text) and print the ids comma-separated\n"
+    "  --decode  read ids (separated by commas or whitespace) and print the text\n"
+    "  --chat    read a JSON list of OpenAI chat messages, print the prompt the model's chat template\n"
+    "            renders (with the assistant generation prompt unless --no-generation-prompt), then its ids\n";
+
 std::string read_input(const Args& args) {
   if (args.has("text")) return args.get("text", "");
   return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -79,7 +87,11 @@ void print_ids(const std::vector<int32_t>& ids) {
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
-  const Args args(argc, argv, {"model", "text"}, {"decode", "chat", "skip-special-tokens", "no-generation-prompt"});
+  const Args args(argc, argv, {"model", "text"}, {"decode", "chat", "skip-special-tokens", "no-generation-prompt", "help"});
+  if (args.flag("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   MD_REQUIRE(!(args.flag("decode") && args.flag("chat")), "--decode and --chat exclude each other");
   const std::unique_ptr<Tokenizer> tok = Tokenizer::load(args.require("model"));
   const std::string input = read_input(args);

@@ -1,4 +1,6 @@
 // megadecode: one binary, several subcommands (vLLM-style flags where the meaning is the same).
+// Help (--help, -h, here and in every command) goes to stdout with exit code 0; usage after a
+// mistake goes to stderr with a non-zero exit code.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -24,17 +26,21 @@ constexpr Command kCommands[] = {
     {"plan", megadecode::cmd_plan, "plan --model DIR --batch B --context L --policy P: decode plan statistics"},
 };
 
-void usage() {
-  std::fprintf(stderr, "usage: megadecode COMMAND [ARGS]\n\ncommands:\n");
-  for (const Command& c : kCommands) std::fprintf(stderr, "  %-11s %s\n", c.name, c.help);
+void usage(std::FILE* out) {
+  std::fprintf(out, "usage: megadecode COMMAND [ARGS]   (megadecode COMMAND --help: its flags)\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-11s %s\n", c.name, c.help);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    usage();
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    usage(stdout);
+    return 0;
   }
   for (const Command& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
@@ -49,6 +55,6 @@ int main(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "megadecode: unknown command \"%s\"\n", argv[1]);
-  usage();
+  usage(stderr);
   return 2;
 }

@@ -13,7 +13,8 @@ namespace megadecode {
 Engine::Engine(Backend& backend, const EngineConfig& config, TextDecoderFactory decoders,
                std::shared_ptr<EngineMetrics> metrics)
     : metrics_(metrics ? std::move(metrics) : std::make_shared<EngineMetrics>()),
-      scheduler_(backend, config.scheduler, std::move(decoders), metrics_.get()),
+      backend_(backend),
+      scheduler_(backend_, config.scheduler, std::move(decoders), metrics_.get()),
       vocab_size_(backend.config().vocab_size),
       max_waiting_(config.max_waiting),
       backend_name_(backend.name()) {
@@ -41,6 +42,11 @@ void Engine::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
+void Engine::drain() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  draining_ = true;
+}
+
 void Engine::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -58,12 +64,27 @@ void Engine::stop() {
   }
   for (SequenceRequest& r : left) scheduler_.add(std::move(r));
   scheduler_.abort_all(FinishReason::kAbort, "server shutting down");
+  std::lock_guard<std::mutex> lock(mutex_);
+  n_waiting_ = 0;
+  n_live_ = 0;
 }
 
 bool Engine::running() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return started_ && !stopping_;
+  return started_ && !stopping_ && !draining_ && !failed_;
 }
+
+bool Engine::idle() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return inbox_.empty() && !iterating_ && n_live_ == 0;
+}
+
+bool Engine::failed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failed_;
+}
+
+std::string Engine::failure() const { return backend_.failure(); }
 
 void Engine::validate(const SequenceRequest& s) const {
   MD_REQUIRE(!s.prompt.empty(), "the prompt is empty");
@@ -82,7 +103,8 @@ SubmitStatus Engine::submit(std::vector<SequenceRequest> seqs) {
   for (const SequenceRequest& s : seqs) validate(s);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return SubmitStatus::kStopped;
+    if (failed_) return SubmitStatus::kFailed;
+    if (stopping_ || draining_) return SubmitStatus::kStopped;
     if (n_waiting_ + static_cast<int>(inbox_.size() + seqs.size()) > max_waiting_) {
       ++metrics_->rejected_queue_full;
       return SubmitStatus::kQueueFull;
@@ -107,7 +129,7 @@ bool Engine::inspect(const std::function<void(const Scheduler&)>& fn) {
   std::future<void> finished = done->get_future();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ || !started_) return false;
+    if (stopping_ || !started_ || failed_) return false;
     tasks_.push_back([this, fn, done] {
       fn(scheduler_);
       done->set_value();
@@ -138,6 +160,7 @@ void Engine::loop() {
       arrived.swap(inbox_);
       aborts.swap(aborts_);
       tasks.swap(tasks_);
+      iterating_ = true;
     }
     try {
       for (SequenceRequest& r : arrived) scheduler_.add(std::move(r));
@@ -156,11 +179,38 @@ void Engine::loop() {
       tasks.clear();
       scheduler_.abort_all(FinishReason::kError, e.what());
     }
+    if (backend_.failed()) return fail_everything();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       n_waiting_ = scheduler_.n_waiting();
+      n_live_ = scheduler_.n_waiting() + scheduler_.n_running();
+      iterating_ = false;
     }
   }
+}
+
+// Scheduler thread, after a backend failure: the sequences of the failed step already ended with
+// its error; every other one (queued, waiting, running) ends with the failure too, new work is
+// refused, and the thread ends.
+void Engine::fail_everything() {
+  const std::string message = backend_.failure();
+  log_error(message, ": every request ends with an error; the engine stops");
+  std::vector<SequenceRequest> left;
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failed_ = true;
+    left.swap(inbox_);
+    tasks.swap(tasks_);
+    aborts_.clear();
+  }
+  for (SequenceRequest& r : left) scheduler_.add(std::move(r));
+  scheduler_.abort_all(FinishReason::kError, message);
+  for (auto& t : tasks) t();  // inspect() callers must not hang
+  std::lock_guard<std::mutex> lock(mutex_);
+  n_waiting_ = 0;
+  n_live_ = 0;
+  iterating_ = false;
 }
 
 }  // namespace megadecode

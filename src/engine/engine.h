@@ -2,6 +2,9 @@
 // locked inbox. submit() and abort() only queue work and wake the thread, so HTTP threads never
 // wait for a step and the decode loop never waits for them: batch changes take effect at the
 // next iteration.
+// Ending: drain() refuses new work and lets what runs finish (idle() says when), stop() ends what
+// is left (finish reason abort). A backend failure in a step (backend_guard.h) is final: every
+// sequence ends with an error, the thread stops, submit() answers kFailed and failed() is true.
 // Threading: every public member may be called from any thread, except that the constructor,
 // start() and the destructor belong to the owner. Sinks are called on the scheduler thread.
 #pragma once
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/backend_guard.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -27,7 +31,7 @@ struct EngineConfig {
   int max_waiting = 1024;  // sequences queued (not yet admitted) before submit() refuses
 };
 
-enum class SubmitStatus { kOk, kQueueFull, kStopped };
+enum class SubmitStatus { kOk, kQueueFull, kStopped /* stopping or draining */, kFailed /* the backend failed */ };
 
 class Engine {
  public:
@@ -36,6 +40,8 @@ class Engine {
   ~Engine();  // stop()s
 
   void start();  // launches the scheduler thread
+  // From now on submit() refuses (kStopped); sequences already submitted go on. Idempotent.
+  void drain();
   // Ends every sequence (finish reason abort) and joins the thread. Idempotent.
   void stop();
 
@@ -49,7 +55,13 @@ class Engine {
   int vocab_size() const { return vocab_size_; }
   const std::string& backend_name() const { return backend_name_; }
   EngineMetrics& metrics() { return *metrics_; }
+  // Started, and neither draining, stopping nor failed (/health).
   bool running() const;
+  // No sequence queued or unfinished.
+  bool idle() const;
+  // The backend failed (backend_guard.h); failure() is its message.
+  bool failed() const;
+  std::string failure() const;
 
   // Runs fn(scheduler) on the scheduler thread between iterations and waits for it: tests use it
   // for invariant and leak checks. False when the engine is stopped.
@@ -57,9 +69,11 @@ class Engine {
 
  private:
   void loop();
+  void fail_everything();
   void validate(const SequenceRequest& seq) const;
 
   std::shared_ptr<EngineMetrics> metrics_;
+  BackendGuard backend_;  // the scheduler's backend
   Scheduler scheduler_;
   int max_model_len_;
   int vocab_size_;
@@ -73,8 +87,12 @@ class Engine {
   std::vector<uint64_t> aborts_;
   std::vector<std::function<void()>> tasks_;
   int n_waiting_ = 0;  // inbox + scheduler's waiting queue, as of the last iteration
+  int n_live_ = 0;     // the scheduler's sequences, as of the last iteration
+  bool iterating_ = false;
   bool started_ = false;
+  bool draining_ = false;
   bool stopping_ = false;
+  bool failed_ = false;
   std::thread thread_;
 };
 

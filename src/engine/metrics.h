@@ -33,7 +33,8 @@ class Histogram {
 
 struct EngineMetrics {
   EngineMetrics();
-  // Gauges (the scheduler thread publishes them after every step).
+  // Gauges (the scheduler publishes them after every change: a request added or aborted, a step,
+  // an idle step, a shutdown), so they fall back to 0 when the last request ends, however it ends.
   std::atomic<int> n_running{0};
   std::atomic<int> n_waiting{0};
   std::atomic<int> kv_blocks_used{0};

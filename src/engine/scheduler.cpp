@@ -60,6 +60,7 @@ void Scheduler::add(SequenceRequest request) {
   std::unique_ptr<TextDecoder> decoder = decoders_(request.stop.skip_special_tokens);
   auto seq = std::make_unique<Sequence>(next_seq_id_++, std::move(request), std::move(decoder));
   waiting_.push_back(std::move(seq));
+  publish_gauges();
   checkpoint();
 }
 
@@ -78,6 +79,7 @@ void Scheduler::abort(uint64_t request_id) {
     else
       ++i;
   }
+  publish_gauges();
   checkpoint();
 }
 
@@ -87,21 +89,28 @@ void Scheduler::abort_all(FinishReason reason, const std::string& message) {
     end_sequence(*waiting_.front(), reason, message);
     waiting_.pop_front();
   }
+  publish_gauges();
   checkpoint();
 }
 
 bool Scheduler::step() {
-  if (idle()) return false;
+  if (idle()) {
+    publish_gauges();
+    return false;
+  }
   admit();
   prefill();
   decode();
-  if (metrics_ != nullptr) {
-    metrics_->n_running = n_running();
-    metrics_->n_waiting = n_waiting();
-    metrics_->kv_blocks_used = kv_.n_used();
-    metrics_->kv_blocks_total = kv_.n_blocks();
-  }
+  publish_gauges();
   return true;
+}
+
+void Scheduler::publish_gauges() {
+  if (metrics_ == nullptr) return;
+  metrics_->n_running = n_running();
+  metrics_->n_waiting = n_waiting();
+  metrics_->kv_blocks_used = kv_.n_used();
+  metrics_->kv_blocks_total = kv_.n_blocks();
 }
 
 void Scheduler::admit() {

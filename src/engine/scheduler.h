@@ -67,6 +67,7 @@ class Scheduler {
             const std::string& error = "");
   void finish_running(size_t running_index, FinishReason reason, const std::string& error);
   void end_sequence(Sequence& seq, FinishReason reason, const std::string& error);
+  void publish_gauges();  // the metrics' gauges, after every change of the queues or the KV pool
   void checkpoint() const {
     if (config_.check_invariants) check_invariants();
   }

@@ -15,8 +15,10 @@ namespace megadecode {
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string path;    // the target without its query string
+  std::string method;         // "GET", "HEAD", "POST", ...
+  std::string path;           // the target without its query string
+  std::string content_type;   // the Content-Type header, "" when absent
+  std::string authorization;  // the Authorization header, "" when absent
   std::string body;
 };
 
@@ -26,7 +28,8 @@ class Exchange {
   // Runs fn on the connection's strand; dropped when the server has stopped.
   virtual void post(std::function<void()> fn) = 0;
 
-  // A complete response. Ignored after the response has started or the client has gone.
+  // A complete response. Ignored after the response has started or the client has gone. The
+  // answer to a HEAD request carries the headers (Content-Length: the body's size) and no body.
   virtual void respond(int status, const std::string& content_type, std::string body, const HttpHeaders& headers = {}) = 0;
   // A streamed response (HTTP/1.1 chunked transfer encoding): headers, any number of pieces, end.
   virtual void begin_stream(const std::string& content_type) = 0;

@@ -65,8 +65,11 @@ std::string render_metrics(EngineMetrics& m, const std::string& model_name) {
   w.gauge("num_requests_running", "Sequences in the decode batch.", m.n_running.load());
   w.gauge("num_requests_waiting", "Sequences waiting for admission.", m.n_waiting.load());
   const int total = m.kv_blocks_total.load();
+  const int used = m.kv_blocks_used.load();
   w.gauge("kv_cache_usage_perc", "Fraction of KV blocks held by sequences (1 = full).",
-          total > 0 ? static_cast<double>(m.kv_blocks_used.load()) / total : 0.0);
+          total > 0 ? static_cast<double>(used) / total : 0.0);
+  w.gauge("kv_cache_blocks_used", "KV blocks held by sequences.", used);
+  w.gauge("kv_cache_blocks_total", "KV blocks in the pool.", total);
   w.counter("prompt_tokens_total", "Prompt tokens of requests that produced a first token.",
             static_cast<double>(m.prompt_tokens.load()));
   w.counter("generation_tokens_total", "Generated tokens.", static_cast<double>(m.generation_tokens.load()));

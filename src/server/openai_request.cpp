@@ -22,22 +22,37 @@ constexpr size_t kMaxStopStrings = 64;
 std::optional<int64_t> get_int(const json& body, const char* name) {
   const json* v = request_field(body, name);
   if (v == nullptr) return std::nullopt;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   if (v->is_number_integer()) {
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      throw bad_request(cat("'", name, "' is out of range"), name);
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(kMax))
+      throw bad_request(cat("'", name, "' must be at most ", kMax, ", got ", v->get<uint64_t>()), name);
     return v->get<int64_t>();
   }
   if (v->is_number_float()) {  // 5.0 is an integer, 5.5 is not (pydantic's lax mode)
     const double d = v->get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
+    if (std::isfinite(d) && d == std::floor(d)) {
+      if (std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
+      throw bad_request(cat("'", name, "' must be between ", -kMax, " and ", kMax, ", got ", v->dump()), name);
+    }
   }
   throw bad_request(cat("'", name, "' must be an integer"), name);
 }
 
-std::optional<int> get_int_in(const json& body, const char* name, int64_t lo, int64_t hi, const char* range) {
+// An integer field in [lo, hi]; out of range is a 400 whose message names the bound it crosses.
+std::optional<int64_t> get_int_in(const json& body, const char* name, int64_t lo, int64_t hi) {
   auto v = get_int(body, name);
   if (!v) return std::nullopt;
-  if (*v < lo || *v > hi) throw bad_request(cat("'", name, "' must be ", range, ", got ", *v), name);
+  if (*v < lo || *v > hi) {
+    if (hi == std::numeric_limits<int64_t>::max()) throw bad_request(cat("'", name, "' must be at least ", lo, ", got ", *v), name);
+    throw bad_request(cat("'", name, "' must be between ", lo, " and ", hi, ", got ", *v), name);
+  }
+  return v;
+}
+
+// get_int_in for a field that fits an int.
+std::optional<int> get_small_int(const json& body, const char* name, int lo, int hi) {
+  auto v = get_int_in(body, name, lo, hi);
+  if (!v) return std::nullopt;
   return static_cast<int>(*v);
 }
 
@@ -53,8 +68,10 @@ std::vector<int32_t> token_list(const json& v, const char* name) {
   std::vector<int32_t> out;
   out.reserve(v.size());
   for (const json& t : v) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+    if (!t.is_number_integer() || (!t.is_number_unsigned() && t.get<int64_t>() < 0))
       throw bad_request(cat("'", name, "' must hold non-negative integer token ids"), name);
+    if (t.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))  // no vocabulary is this large
+      throw bad_request(cat("'", name, "': token id ", t.dump(), " is out of vocabulary"), name);
     out.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   return out;
@@ -150,17 +167,17 @@ OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
     r.prompts = parse_prompt(body);
     r.add_special_tokens = request_bool(body, "add_special_tokens").value_or(true);
     r.echo = request_bool(body, "echo").value_or(false);
-    r.logprobs = get_int_in(body, "logprobs", 0, kMaxLogprobs, "between 0 and 20");
+    r.logprobs = get_small_int(body, "logprobs", 0, kMaxLogprobs);
     if (r.logprobs && request_field(body, "logprobs")->is_boolean()) throw bad_request("'logprobs' must be an integer", "logprobs");
   } else {
     r.chat = parse_chat_request(body);
     r.add_special_tokens = request_bool(body, "add_special_tokens").value_or(false);
     const bool want = request_bool(body, "logprobs").value_or(false);
-    auto top = get_int_in(body, "top_logprobs", 0, kMaxLogprobs, "between 0 and 20");
+    auto top = get_small_int(body, "top_logprobs", 0, kMaxLogprobs);
     if (top && !want) throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
     if (want) r.logprobs = top.value_or(0);
   }
-  r.n = get_int_in(body, "n", 1, kMaxN, "between 1 and 128").value_or(1);
+  r.n = get_small_int(body, "n", 1, kMaxN).value_or(1);
   r.stream = request_bool(body, "stream").value_or(false);
   if (const json* so = request_field(body, "stream_options")) {
     if (!r.stream) throw bad_request("Stream options can only be defined when `stream=True`.", "stream_options");
@@ -168,11 +185,13 @@ OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
     r.include_usage = request_bool(*so, "include_usage").value_or(false);
     r.continuous_usage_stats = request_bool(*so, "continuous_usage_stats").value_or(false);
   }
-  // max_completion_tokens is the newer name; it wins when both are given.
-  auto max_tokens = get_int_in(body, "max_tokens", 1, std::numeric_limits<int>::max(), "at least 1");
-  auto max_completion = get_int_in(body, "max_completion_tokens", 1, std::numeric_limits<int>::max(), "at least 1");
+  // max_completion_tokens is the newer name; it wins when both are given. Their upper bound is the
+  // context left after the prompt, checked (and named) once the prompt is tokenized.
+  constexpr int64_t kNoBound = std::numeric_limits<int64_t>::max();
+  auto max_tokens = get_int_in(body, "max_tokens", 1, kNoBound);
+  auto max_completion = get_int_in(body, "max_completion_tokens", 1, kNoBound);
   r.max_tokens = max_completion ? max_completion : max_tokens;
-  r.min_tokens = get_int_in(body, "min_tokens", 0, std::numeric_limits<int>::max(), "non-negative").value_or(0);
+  r.min_tokens = get_int_in(body, "min_tokens", 0, kNoBound).value_or(0);
   if (r.max_tokens && r.min_tokens > *r.max_tokens)
     throw bad_request(cat("'min_tokens' (", r.min_tokens, ") must not exceed 'max_tokens' (", *r.max_tokens, ")"),
                       "min_tokens");
@@ -184,11 +203,7 @@ OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
   s.presence_penalty = get_float(body, "presence_penalty");
   s.frequency_penalty = get_float(body, "frequency_penalty");
   s.repetition_penalty = get_float(body, "repetition_penalty");
-  if (auto k = get_int(body, "top_k")) {
-    if (*k < std::numeric_limits<int>::min() || *k > std::numeric_limits<int>::max())
-      throw bad_request(cat("'top_k' is out of range, got ", *k), "top_k");
-    s.top_k = static_cast<int>(*k);
-  }
+  s.top_k = get_small_int(body, "top_k", -1, std::numeric_limits<int>::max());  // -1 and 0: off
   s.seed = get_int(body, "seed");
 
   if (const json* v = request_field(body, "stop")) {

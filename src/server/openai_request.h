@@ -39,8 +39,8 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;
   bool continuous_usage_stats = false;
-  std::optional<int> max_tokens;
-  int min_tokens = 0;
+  std::optional<int64_t> max_tokens;  // >= 1; the context bound is the service's check
+  int64_t min_tokens = 0;
   SamplingFields sampling;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;

@@ -1,6 +1,7 @@
 // OpenAiService: routing, validation against the model, request submission (see openai_service.h).
 #include "server/openai_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -39,8 +40,9 @@ void respond_error(const std::shared_ptr<Exchange>& exchange, const ApiError& e,
 
 }  // namespace
 
-OpenAiService::OpenAiService(Engine& engine, ServedModel model)
-    : engine_(engine), model_(std::move(model)), started_at_(unix_now()), seed_counter_(std::random_device{}()) {}
+OpenAiService::OpenAiService(Engine& engine, ServedModel model, ApiKeyGuard api_key)
+    : engine_(engine), model_(std::move(model)), api_key_(std::move(api_key)), started_at_(unix_now()),
+      seed_counter_(std::random_device{}()) {}
 
 uint64_t OpenAiService::fresh_seed() { return mix64(seed_counter_.fetch_add(1) + 0x51ed); }
 
@@ -56,19 +58,28 @@ void OpenAiService::handle(HttpRequest&& request, std::shared_ptr<Exchange> exch
                                       {"/metrics", "GET"},         {"/version", "GET"},
                                       {"/tokenize", "POST"},       {"/detokenize", "POST"}};
   try {
+    if (api_key_.protects(p) && !api_key_.accepts(request.authorization)) {
+      respond_error(exchange, invalid_api_key(), {{"WWW-Authenticate", "Bearer"}});
+      return;
+    }
     const Route* route = nullptr;
     for (const Route& r : kRoutes)
       if (p == r.path) route = &r;
     if (route == nullptr) throw not_found(cat("Invalid URL (", m, " ", p, ")"), std::nullopt, "unknown_url");
-    if (m != route->method) {
+    const bool get = std::string_view(route->method) == "GET";
+    if (m != route->method && !(get && m == "HEAD")) {  // HEAD: the GET answer's headers (the HTTP layer drops the body)
       respond_error(exchange, ApiError(405, cat("Method ", m, " is not allowed for ", p), "invalid_request_error"),
-                    {{"Allow", route->method}});
+                    {{"Allow", get ? "GET, HEAD" : route->method}});
       return;
     }
+    if (!get && !is_json_media_type(request.content_type))
+      throw ApiError(415, cat("Unsupported Media Type: only 'application/json' is allowed (the request's Content-Type is ",
+                              request.content_type.empty() ? std::string("missing") : "'" + request.content_type + "'", ")"),
+                     "invalid_request_error");
     if (p == "/v1/completions") return generate(request, exchange, Endpoint::kCompletions);
     if (p == "/v1/chat/completions") return generate(request, exchange, Endpoint::kChat);
     if (p == "/v1/models") return models(exchange);
-    if (p == "/health") return exchange->respond(engine_.running() ? 200 : 503, "", "");
+    if (p == "/health") return exchange->respond(engine_.running() ? 200 : 503, "", "");  // 503: draining or failed
     if (p == "/metrics") return metrics(exchange);
     if (p == "/version") return respond_json(exchange, 200, json{{"version", "megadecode 0.1"}});
     if (p == "/tokenize") return tokenize(request, exchange);
@@ -104,6 +115,13 @@ void OpenAiService::refuse_text_fields(const OpenAiRequest& r) const {
   if (r.logprobs) require_tokenizer("'logprobs' needs a tokenizer", "logprobs");
 }
 
+// Ids a prompt may hold: the tokenizer's (a model's vocabulary is often padded past it, and vLLM
+// refuses the ids no token has), else the model's.
+int OpenAiService::prompt_vocab_size() const {
+  const int model_vocab = engine_.vocab_size();
+  return model_.tokenizer != nullptr ? std::min(model_vocab, model_.tokenizer->vocab_size()) : model_vocab;
+}
+
 std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_special_tokens) const {
   try {
     return model_.tokenizer->encode(text, add_special_tokens);
@@ -119,6 +137,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   refuse_text_fields(r);
   const bool chat = endpoint == Endpoint::kChat;
   const int vocab = engine_.vocab_size();
+  const int prompt_vocab = prompt_vocab_size();
   const int max_len = engine_.max_model_len();
 
   GenerationSetup setup;
@@ -146,7 +165,9 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
         if (r.echo) setup.echo_text.push_back(*p.text);
       } else {
         for (int32_t t : p.tokens)
-          if (t >= vocab) throw bad_request(cat("Token id ", t, " is out of vocabulary (size ", vocab, ")"), "prompt");
+          if (t >= prompt_vocab)
+            throw bad_request(cat("Token id ", t, " is out of vocabulary: prompt token ids must be below ", prompt_vocab),
+                              "prompt");
         setup.prompts.push_back(p.tokens);
         if (r.echo) setup.echo_text.push_back(model_.tokenizer->decode(p.tokens, false));
       }
@@ -167,12 +188,12 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
                         input_name, "context_length_exceeded");
     const int room = max_len - n;
     if (r.max_tokens) {
-      if (*r.max_tokens > room)
+      if (*r.max_tokens > room)  // the bound named is the context left
         throw bad_request(cat("'max_tokens' or 'max_completion_tokens' is too large: ", *r.max_tokens,
                               ". This model's maximum context length is ", max_len, " tokens and your request has ", n,
                               " input tokens (", *r.max_tokens, " > ", max_len, " - ", n, ")."),
                           "max_tokens", "context_length_exceeded");
-      max_tokens.push_back(*r.max_tokens);
+      max_tokens.push_back(static_cast<int>(*r.max_tokens));
     } else {
       // Completions default to 16 tokens, chat to the rest of the context; generation_config's
       // max_new_tokens replaces either; never more than fits.
@@ -204,7 +225,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
       // vLLM's rule for n > 1: choice i samples with seed + i; without a seed, a fresh one each.
       s.sampling.seed = r.sampling.seed ? static_cast<uint64_t>(*r.sampling.seed) + i : fresh_seed();
       s.stop.max_tokens = max_tokens[p];
-      s.stop.min_tokens = r.min_tokens;
+      s.stop.min_tokens = static_cast<int>(r.min_tokens);  // <= max_tokens, checked above
       s.stop.stop = r.stop;
       s.stop.stop_token_ids = r.stop_token_ids;
       s.stop.eos_token_ids = model_.eos_token_ids;
@@ -225,11 +246,11 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
     throw bad_request(e.what());
   }
   if (status != SubmitStatus::kOk) {
-    ApiError e(503,
-               status == SubmitStatus::kQueueFull ? "The server is overloaded: the waiting queue is full. Retry later."
-                                                  : "The server is shutting down.",
-               "server_error");
-    respond_error(exchange, e, {{"Retry-After", "1"}});
+    const char* message = status == SubmitStatus::kQueueFull
+                              ? "The server is overloaded: the waiting queue is full. Retry later."
+                          : status == SubmitStatus::kFailed ? "The server's engine has failed and is restarting. Retry later."
+                                                            : "The server is shutting down. Retry later.";
+    respond_error(exchange, ApiError(503, message, "server_error"), {{"Retry-After", "1"}});
     return;
   }
   // Events from the engine are posted to this connection's strand, which is running this
@@ -273,9 +294,12 @@ void OpenAiService::detokenize(const HttpRequest& request, const std::shared_ptr
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) throw bad_request("'tokens' must be a list of token ids", "tokens");
   std::vector<int32_t> tokens;
+  const int vocab = prompt_vocab_size();
   for (const RequestJson& t : *it) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine_.vocab_size())
-      throw bad_request(cat("'tokens' must hold token ids in [0, ", engine_.vocab_size(), ")"), "tokens");
+    const bool in_range = t.is_number_unsigned() ? t.get<uint64_t>() < static_cast<uint64_t>(vocab)
+                                                 : t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() < vocab;
+    if (!in_range)
+      throw bad_request(cat("'tokens' must hold token ids in [0, ", vocab, "), got ", t.dump()), "tokens");
     tokens.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   respond_json(exchange, 200, json{{"prompt", model_.tokenizer->decode(tokens, false)}});

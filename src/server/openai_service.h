@@ -2,8 +2,11 @@
 // (tokenization, context length, token ranges), defaults from generation_config.json, and the
 // small endpoints (/v1/models, /health, /metrics, /tokenize, /detokenize).
 //   POST /v1/completions, POST /v1/chat/completions   generation (SSE with "stream": true)
-//   GET  /v1/models, GET /health, GET /metrics, GET /version
+//   GET  /v1/models, GET /health, GET /metrics, GET /version (HEAD too: headers only)
 //   POST /tokenize, POST /detokenize
+// Every POST needs a JSON Content-Type (else 415); with an API key (api_key.h) every route but
+// /health (and /metrics unless protected) needs it (else 401). /health is 503 while the engine
+// drains or after it failed.
 // Without a tokenizer (--skip-tokenizer-init) it serves token ids only: completions of token-id
 // prompts whose choices carry the generated "token_ids" (text ""); what needs text (text prompts,
 // chat, echo, stop strings, logprobs, /tokenize, /detokenize) is a 400 that says why.
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/api_key.h"
 #include "server/chat_request.h"
 #include "server/exchange.h"
 #include "server/generation_defaults.h"
@@ -37,7 +41,7 @@ struct ServedModel {
 
 class OpenAiService {
  public:
-  OpenAiService(Engine& engine, ServedModel model);
+  OpenAiService(Engine& engine, ServedModel model, ApiKeyGuard api_key = {});
   void handle(HttpRequest&& request, std::shared_ptr<Exchange> exchange);
   HttpHandler handler() {
     return [this](HttpRequest&& r, std::shared_ptr<Exchange> e) { handle(std::move(r), std::move(e)); };
@@ -53,10 +57,12 @@ class OpenAiService {
   void require_tokenizer(const char* what, const char* param) const;
   void refuse_text_fields(const OpenAiRequest& r) const;
   std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) const;
+  int prompt_vocab_size() const;
   uint64_t fresh_seed();
 
   Engine& engine_;
   ServedModel model_;
+  ApiKeyGuard api_key_;
   int64_t started_at_;
   std::atomic<uint64_t> seed_counter_;
 };

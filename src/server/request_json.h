@@ -1,10 +1,13 @@
-// The JSON of a request body and the small readers every request parser shares: a field that is
-// set (null counts as absent) and a boolean field, each a 400 naming the field when malformed.
+// The JSON of a request body and the small readers every request parser shares: whether the
+// body is declared JSON, a field that is set (null counts as absent) and a boolean field, each a
+// 400 naming the field when malformed.
 // Bodies keep their key order (nlohmann::ordered_json): tool definitions reach the chat
 // template in the order the client wrote them.
 #pragma once
 
+#include <cctype>
 #include <optional>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +17,19 @@
 namespace megadecode {
 
 using RequestJson = nlohmann::ordered_json;
+
+// Whether a Content-Type header names JSON ("application/json", any case, parameters allowed).
+inline bool is_json_media_type(std::string_view content_type) {
+  const std::string_view media = content_type.substr(0, content_type.find(';'));
+  size_t b = 0, e = media.size();
+  while (b < e && (media[b] == ' ' || media[b] == '\t')) ++b;
+  while (e > b && (media[e - 1] == ' ' || media[e - 1] == '\t')) --e;
+  constexpr std::string_view kJson = "application/json";
+  if (e - b != kJson.size()) return false;
+  for (size_t i = 0; i < kJson.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(media[b + i])) != kJson[i]) return false;
+  return true;
+}
 
 inline const RequestJson* request_field(const RequestJson& body, const char* name) {
   auto it = body.find(name);

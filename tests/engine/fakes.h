@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <memory>
@@ -125,6 +126,8 @@ class FakeBackend : public Backend {
   size_t max_batch() const { return max_batch_; }
   // A chunk containing this token makes prefill/decode throw (error-path tests).
   void fail_on_token(int32_t token) { fail_token_ = token; }
+  // From now on every prefill/decode call throws (a device that died).
+  void fail_every_call() { fail_all_ = true; }
   // Slows every call down (load tests: keeps many streams open at once).
   void set_delay_us(int us) { delay_us_ = us; }
   // While closed, every prefill/decode call waits (nothing finishes).
@@ -148,6 +151,7 @@ class FakeBackend : public Backend {
     gate_cv_.wait(lock, [&] { return !gate_closed_; });
   }
   void maybe_fail(std::span<const int32_t> tokens) {
+    if (fail_all_) throw Error("fake backend: injected device failure");
     if (std::find(tokens.begin(), tokens.end(), fail_token_.load()) != tokens.end())
       throw Error("fake backend: injected failure");
   }
@@ -181,6 +185,7 @@ class FakeBackend : public Backend {
   size_t n_prefill_tokens_ = 0;
   size_t max_batch_ = 0;
   std::atomic<int32_t> fail_token_{-1};
+  std::atomic<bool> fail_all_{false};
   std::atomic<int> delay_us_{0};
   std::mutex gate_mutex_;
   std::condition_variable gate_cv_;
@@ -233,6 +238,17 @@ inline std::string fake_text(std::span<const int32_t> tokens, bool skip_special 
   std::string s;
   for (int32_t t : tokens) s += d.push(t);
   return s + d.flush();
+}
+
+// Polls done() until it holds (true) or the timeout passes (false).
+template <typename F>
+bool wait_until(F done, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 // Collects every event, thread-safe.

@@ -217,6 +217,37 @@ TEST(Scheduler, AbortFreesWaitingAndRunning) {
   EXPECT_TRUE(results[key(2)].tokens.empty());
 }
 
+// The gauges follow every change, not only steps: aborts that empty the scheduler (which makes
+// step() return at once) bring them back to zero.
+TEST(Scheduler, AbortsPublishTheGaugesWithoutAStep) {
+  FakeBackend backend(16, 4);
+  EngineMetrics metrics;
+  Scheduler sched(backend, SchedulerConfig{.max_num_seqs = 1, .check_invariants = true}, fake_decoders(), &metrics);
+  auto sink = std::make_shared<CollectingSink>();
+  sched.add(make_request(1, ascii("abcdef"), 100, sink));
+  sched.add(make_request(2, ascii("gh"), 100, sink));
+  EXPECT_EQ(metrics.n_waiting.load(), 2);
+  for (int i = 0; i < 3; ++i) sched.step();
+  EXPECT_EQ(metrics.n_running.load(), 1);
+  EXPECT_EQ(metrics.n_waiting.load(), 1);
+  EXPECT_EQ(metrics.kv_blocks_used.load(), sched.kv().n_used());
+  EXPECT_GT(metrics.kv_blocks_used.load(), 0);
+  EXPECT_EQ(metrics.kv_blocks_total.load(), 16);
+  sched.abort(1);
+  EXPECT_EQ(metrics.n_running.load(), 0);
+  EXPECT_EQ(metrics.kv_blocks_used.load(), 0);
+  EXPECT_EQ(metrics.n_waiting.load(), 1);
+  sched.abort(2);
+  EXPECT_FALSE(sched.step());
+  EXPECT_EQ(metrics.n_waiting.load(), 0);
+  sched.add(make_request(3, ascii("x"), 100, sink));
+  sched.step();
+  EXPECT_EQ(metrics.n_running.load(), 1);
+  sched.abort_all(FinishReason::kAbort, "shutdown");
+  EXPECT_EQ(metrics.n_running.load(), 0);
+  EXPECT_EQ(metrics.kv_blocks_used.load(), 0);
+}
+
 TEST(Scheduler, BackendErrorFailsOnlyThatStepAndFreesBlocks) {
   FakeBackend backend(16, 4);
   Scheduler sched(backend, SchedulerConfig{.check_invariants = true}, fake_decoders(), nullptr);

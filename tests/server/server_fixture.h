@@ -1,6 +1,6 @@
 // A test server: the engine on the fake backend, a byte-level fake tokenizer and chat template
 // (or no tokenizer at all, as `serve --skip-tokenizer-init` runs), the HTTP server on 127.0.0.1 and
-// an ephemeral port; plus a small blocking HTTP client and an
+// an ephemeral port (TLS and an API key when asked); plus a small blocking HTTP client and an
 // SSE parser. Teardown follows the server's lifetime rule (HTTP stop, engine stop, destroy).
 #pragma once
 
@@ -93,6 +93,8 @@ struct TestServerOptions {
   int backend_delay_us = 0;
   GenerationDefaults defaults;
   bool skip_tokenizer = false;  // no tokenizer: token-id prompts and "token_ids" outputs only
+  ApiKeyGuard api_key;          // none: every route open
+  std::string ssl_certfile, ssl_keyfile;  // both: HTTPS only
 };
 
 class TestServer {
@@ -114,11 +116,13 @@ class TestServer {
       model.eos_token_ids = {kFakeEos};
     }
     model.defaults = o.defaults;
-    service = std::make_unique<OpenAiService>(*engine, model);
+    service = std::make_unique<OpenAiService>(*engine, model, o.api_key);
     HttpServerConfig hc;
     hc.port = 0;
     hc.n_threads = o.n_io_threads;
     hc.max_body_bytes = o.max_body_bytes;
+    hc.ssl_certfile = o.ssl_certfile;
+    hc.ssl_keyfile = o.ssl_keyfile;
     http = std::make_unique<HttpServer>(hc, service->handler());
     engine->start();
     http->start();
@@ -168,18 +172,20 @@ class HttpClient {
     socket_.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
   }
   HttpResult request(const std::string& method, const std::string& path, const std::string& body = "",
-                     const std::string& content_type = "application/json") {
+                     const std::string& content_type = "application/json", const HttpHeaders& headers = {}) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req(http::string_to_verb(method), path, 11);
     req.set(http::field::host, "127.0.0.1");
+    for (const auto& [k, v] : headers) req.set(k, v);
     if (!body.empty() || method == "POST") {
-      req.set(http::field::content_type, content_type);
+      if (!content_type.empty()) req.set(http::field::content_type, content_type);
       req.body() = body;
       req.prepare_payload();
     }
     http::write(socket_, req);
     http::response_parser<http::string_body> parser;
     parser.body_limit(1u << 30);
+    parser.skip(method == "HEAD");  // a HEAD response has no body, whatever Content-Length says
     http::read(socket_, buffer_, parser);
     HttpResult r;
     r.status = static_cast<int>(parser.get().result_int());

@@ -14,6 +14,7 @@ using testing::HttpResult;
 using testing::post_json;
 using testing::sse_data;
 using testing::TestServer;
+using testing::wait_until;
 
 // What greedy decoding of the fake model gives for `prompt`: tokens up to EOS or max_tokens.
 struct Expected {
@@ -242,16 +243,6 @@ TEST(ServerApi, SmallEndpoints) {
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
 }
 
-template <typename F>
-bool wait_until(F done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
-
 // ---- one test per error ----
 
 void expect_error(const HttpResult& r, int status, const std::string& type, const std::string& message_part = "") {
@@ -332,6 +323,46 @@ TEST(ServerErrors, ContextOverflowIs400WithTheLimitInTheMessage) {
   EXPECT_EQ(c.json()["usage"]["completion_tokens"], 7);
 }
 
+// A value out of range is refused with the bound it crosses: the context left for max_tokens,
+// not a lower bound it satisfies.
+TEST(ServerErrors, MessagesNameTheBoundTheyEnforce) {
+  TestServer server;  // max_model_len 512, vocabulary 260
+  auto message = [&](const json& extra) {
+    json body = {{"prompt", "x"}};
+    body.update(extra);
+    HttpResult r = post_json(server.port(), "/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << body.dump() << " -> " << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_discarded() ? std::string() : j["error"]["message"].get<std::string>();
+  };
+  auto expect_has = [](const std::string& m, const std::string& part) {
+    EXPECT_NE(m.find(part), std::string::npos) << "\"" << m << "\" does not say \"" << part << "\"";
+  };
+  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+    for (const json& huge : {json(1e12), json(int64_t{1000000000000}), json(uint64_t{1} << 40)}) {
+      const std::string m = message({{field, huge}});
+      expect_has(m, "maximum context length is 512 tokens");
+      expect_has(m, " > 512 - 1)");
+      EXPECT_EQ(m.find("at least"), std::string::npos) << m;
+    }
+    expect_has(message({{field, 0}}), "at least 1, got 0");
+  }
+  expect_has(message({{"max_tokens", 1e19}}), "must be between");
+  expect_has(message({{"max_tokens", uint64_t{1} << 63}}), "must be at most 9223372036854775807");
+  expect_has(message({{"min_tokens", 1e12}}), "must not exceed 'max_tokens' (16)");
+  expect_has(message({{"min_tokens", -1}}), "at least 0, got -1");
+  expect_has(message({{"n", 1000}}), "between 1 and 128, got 1000");
+  expect_has(message({{"logprobs", 21}}), "between 0 and 20, got 21");
+  expect_has(message({{"top_k", -5}}), "between -1 and 2147483647, got -5");
+  expect_has(message({{"top_k", 1e10}}), "between -1 and 2147483647, got 10000000000");
+  json prompt = {{"prompt", {1, 2, testing::kFakeVocab}}};
+  expect_has(message(prompt), "Token id 260 is out of vocabulary: prompt token ids must be below 260");
+  prompt = {{"prompt", {int64_t{3000000000}}}};
+  expect_has(message(prompt), "token id 3000000000 is out of vocabulary");
+  HttpResult detok = post_json(server.port(), "/detokenize", {{"tokens", {1, uint64_t{1} << 63}}});
+  expect_error(detok, 400, "invalid_request_error", "token ids in [0, 260)");
+}
+
 TEST(ServerErrors, UnknownModelAndRouteAre404) {
   TestServer server;
   HttpResult m = post_json(server.port(), "/v1/completions", {{"model", "gpt-5"}, {"prompt", "x"}});
@@ -369,6 +400,7 @@ TEST(ServerErrors, FullQueueIs503WithRetryAfter) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
     req.set(http::field::host, "x");
+    req.set(http::field::content_type, "application/json");
     req.body() = slow.dump();
     req.prepare_payload();
     http::write(held.back()->socket(), req);
@@ -394,6 +426,7 @@ TEST(ServerApi, ClientDisconnectMidStreamFreesEverything) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
     req.set(http::field::host, "x");
+    req.set(http::field::content_type, "application/json");
     req.body() = json{{"prompt", "long"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}}.dump();
     req.prepare_payload();
     http::write(c.socket(), req);
@@ -414,6 +447,7 @@ TEST(ServerApi, NonStreamingDisconnectAborts) {
     namespace http = boost::beast::http;
     http::request<http::string_body> req(http::verb::post, "/v1/completions", 11);
     req.set(http::field::host, "x");
+    req.set(http::field::content_type, "application/json");
     req.body() = json{{"prompt", "long"}, {"max_tokens", 400}, {"ignore_eos", true}}.dump();
     req.prepare_payload();
     http::write(c.socket(), req);

@@ -213,6 +213,39 @@ TEST_F(TinyModelTest, WithoutTokenizerTheSameTokensComeBackAsIds) {
   }
 }
 
+// The model's vocabulary (151936) is padded past the tokenizer's (151669 ids): a prompt id that no
+// token has is refused with the bound, as vLLM does; without a tokenizer the model's bound holds.
+TEST_F(TinyModelTest, PromptIdsBeyondTheTokenizerAreRefused) {
+  TinyServer with_text;
+  TinyServer ids_only(/*with_tokenizer=*/false);
+  const int model_vocab = with_text.stack.model->config.vocab_size;
+  const int tokenizer_vocab = with_text.stack.tokenizer->vocab_size();
+  ASSERT_LT(tokenizer_vocab, model_vocab);
+  auto post = [](TinyServer& s, std::vector<int64_t> prompt, const char* path = "/v1/completions") {
+    testing::HttpClient c(s.http->port());
+    const nlohmann::json body = std::string(path) == "/detokenize"
+                                    ? nlohmann::json{{"tokens", prompt}}
+                                    : nlohmann::json{{"prompt", prompt}, {"max_tokens", 1}};
+    return c.request("POST", path, body.dump());
+  };
+  for (int64_t id : {int64_t{tokenizer_vocab}, int64_t{model_vocab} - 1}) {
+    auto r = post(with_text, {1, id});
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("Token id " + std::to_string(id) + " is out of vocabulary: prompt token ids must be below " +
+                          std::to_string(tokenizer_vocab)),
+              std::string::npos)
+        << r.body;
+    auto d = post(with_text, {1, id}, "/detokenize");
+    EXPECT_EQ(d.status, 400) << d.body;
+    EXPECT_NE(d.body.find("[0, " + std::to_string(tokenizer_vocab) + ")"), std::string::npos) << d.body;
+  }
+  EXPECT_EQ(post(with_text, {1, tokenizer_vocab - 1}).status, 200);
+  EXPECT_EQ(post(ids_only, {1, model_vocab - 1}).status, 200);
+  auto r = post(ids_only, {1, model_vocab});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("must be below " + std::to_string(model_vocab)), std::string::npos) << r.body;
+}
+
 TEST_F(TinyModelTest, OpenAiNodeClientPasses) {
   ASSERT_TRUE(fs::exists(kRoot / "node_modules/openai/package.json")) << "run scripts/setup";
   TinyServer server;

@@ -1,0 +1,41 @@
+// The engine's view of its backend: forwards every call, and remembers the first failure of a
+// step (prefill or decode threw: a CUDA error, a megakernel watchdog timeout, a CPU backend's
+// Error). After a failure the device state is unknown, so every later call fails at once without
+// touching the backend, and the Engine ends every sequence with an error and stops (the process
+// should be restarted; server/shutdown.h exits non-zero).
+// Threading: the calls belong to the scheduler thread; failed() and failure() may be read from
+// any thread.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "engine/backend.h"
+
+namespace megadecode {
+
+class BackendGuard : public Backend {
+ public:
+  explicit BackendGuard(Backend& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  const ModelConfig& config() const override { return inner_.config(); }
+  int kv_block_size() const override { return inner_.kv_block_size(); }
+  int n_kv_blocks() const override { return inner_.n_kv_blocks(); }
+  void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
+  void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;
+
+  bool failed() const { return failed_.load(); }
+  std::string failure() const;  // the first failure's message; "" when none
+
+ private:
+  template <class Call>
+  void guarded(const char* what, Call&& call);
+
+  Backend& inner_;
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mutex_;  // guards failure_
+  std::string failure_;
+};
+
+}  // namespace megadecode
