@@ -34,6 +34,7 @@ constexpr const char* kUsage =
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
     "         [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
     "         [--reasoning-parser qwen3|none] [--skip-tokenizer-init]\n"
+    "         [--log-steps] [--disable-overlap-schedule]\n"
     "  --kv-cache-tokens: KV capacity; default 32768 on CPU backends, from --gpu-memory-utilization on GPUs.\n"
     "  --random-weights: the weights make-model --preset NAME --seed S would write, generated on the GPU\n"
     "  (in host memory on CPU backends), with the Qwen3 tokenizer of data/tokenizer/qwen3.\n"
@@ -44,7 +45,10 @@ constexpr const char* kUsage =
     "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 2048; 0: the decode step one\n"
     "  token at a time). The scheduler's chunk is --max-num-batched-tokens.\n"
     "  --tool-call-parser, --reasoning-parser: default from the chat template (Qwen3: hermes and qwen3;\n"
-    "  Qwen3-Coder: qwen3_coder and none). --chat-template: a Qwen3 or Qwen3-Coder template file.\n";
+    "  Qwen3-Coder: qwen3_coder and none). --chat-template: a Qwen3 or Qwen3-Coder template file.\n"
+    "  --log-steps: one log line per decode step: the host's time by phase and the wait for the device.\n"
+    "  --disable-overlap-schedule: process each step's tokens before launching the next (SGLang's flag;\n"
+    "  by default, on a backend that decodes asynchronously, step N+1 runs while the host processes N).\n";
 
 int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = args.get_int(name, fallback);
@@ -72,7 +76,8 @@ int cmd_serve(int argc, char** argv) {
                    "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
                    "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk",
                    "chat-template", "tool-call-parser", "reasoning-parser"},
-                  {"no-enable-prefix-caching", "random-weights", "skip-tokenizer-init", "help"});
+                  {"no-enable-prefix-caching", "random-weights", "skip-tokenizer-init", "log-steps",
+                   "disable-overlap-schedule", "help"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -128,6 +133,8 @@ int cmd_serve(int argc, char** argv) {
   ec.scheduler.max_num_seqs = max_num_seqs;
   ec.scheduler.max_prefill_tokens = int_flag(args, "max-num-batched-tokens", 256, 1, 1 << 20);
   ec.scheduler.prefix_caching = !args.flag("no-enable-prefix-caching");
+  ec.scheduler.overlap = args.flag("disable-overlap-schedule") ? Overlap::kOff : Overlap::kAuto;
+  ec.scheduler.log_steps = args.flag("log-steps");
   ec.max_model_len = int_flag(args, "max-model-len", 0, 0, 1 << 30);
   ec.max_waiting = int_flag(args, "max-waiting", 1024, 1, 1 << 20);
   Engine engine(*backend, ec, tokenizer ? streaming_decoders(*tokenizer) : no_text_decoders());
