@@ -25,6 +25,13 @@ using testing::fake_decoders;
 
 using Key = std::pair<uint64_t, int>;
 
+// A generator from a fresh seed, printed (MEGADECODE_SEED=... reproduces a run).
+SplitMix64 seeded_rng() {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  return SplitMix64(seed);
+}
+
 std::vector<int32_t> ascii(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
 
 enum class Mode { kGreedy, kTemperature, kTopK, kTopP, kMinP, kPenalties, kMinTokens, kLogprobs, kMixed };
@@ -206,9 +213,7 @@ Outcome check_loops(const RunSetup& base, const std::vector<SequenceRequest>& re
 class OverlapSamplingModes : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(OverlapSamplingModes, SameOutputsAsThePlainLoop) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
+  SplitMix64 rng = seeded_rng();
   Overlapped overlapped;
   for (int round = 0; round < 4; ++round) {
     RunSetup s;
@@ -237,9 +242,7 @@ INSTANTIATE_TEST_SUITE_P(Scheduler, OverlapSamplingModes,
 // A pool small enough to preempt: chaining stops where a row has no next block, the plain step
 // preempts, and the outputs stay the plain loop's.
 TEST(SchedulerOverlap, PreemptionUnderOverlap) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
+  SplitMix64 rng = seeded_rng();
   for (int round = 0; round < 6; ++round) {
     RunSetup s;
     s.block_size = 1 + static_cast<int>(rng.below(4));
@@ -316,9 +319,7 @@ TEST(SchedulerOverlap, MinTokensResamplesBeforeChaining) {
 // Aborts (a client's disconnect) after a given number of tokens: the token of the step in flight
 // is dropped, the blocks freed, and every sequence's events are the plain loop's.
 TEST(SchedulerOverlap, AbortsAfterTheKthToken) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
+  SplitMix64 rng = seeded_rng();
   for (int round = 0; round < 6; ++round) {
     RunSetup s;
     s.scheduler.max_num_seqs = 1 + static_cast<int>(rng.below(8));
@@ -361,9 +362,7 @@ TEST(SchedulerOverlap, BackendFailureInAChainedStep) {
 // cpu-ref on the tiny model: the default decode_async (run at launch) chained by the overlapped
 // loop gives the plain loop's tokens.
 TEST(SchedulerOverlap, CpuRefTinyModel) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
+  SplitMix64 rng = seeded_rng();
   auto model = std::make_shared<LoadedModel>(synthetic_model("tiny", 3));
   BackendOptions opt;
   opt.kv_block_size = 4;
