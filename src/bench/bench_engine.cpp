@@ -5,7 +5,8 @@
 // StepTimes give the host's phases. Reports steps/s and host us per step (the sum of the phases)
 // per batch; --json FILE writes them as records {"batch", "steps_per_s", "host_us_per_step", ...}.
 // --fresh-plan plans each step with make_plan (cuda-mk at 0f6c589), --no-overlap runs the plain
-// loop: the "before" of docs/perf/notes.md. --device-us T lets each step run T us on the "device".
+// loop: the "before" of docs/perf/notes.md. --device-us T lets each step run T us on the "device";
+// --ragged gives the prompts lengths in [context / 2, context] instead of all --context.
 #include <cstdio>
 #include <thread>
 
@@ -29,8 +30,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: megadecode bench engine [--preset qwen3-30b-a3b] [--batch 1,8,64,256] [--context 1024]\n"
     "         [--steps 200] [--warmup 20] [--sms 132] [--policy default] [--block-size 16]\n"
-    "         [--fresh-plan] [--no-overlap] [--device-us 0] [--stop STR | --no-stop]\n"
-    "         [--tokenizer DIR (data/tokenizer/qwen3)] [--seed 1] [--log-steps] [--json FILE]\n";
+    "         [--fresh-plan] [--no-overlap] [--device-us 0] [--ragged] [--stop STR | --no-stop]\n"
+    "         [--tokenizer DIR (data/tokenizer/qwen3)] [--seed 1] [--log-steps] [--json FILE [--note TEXT]]\n";
 
 struct EngineBenchOptions {
   std::string preset = "qwen3-30b-a3b";
@@ -41,18 +42,20 @@ struct EngineBenchOptions {
   int block_size = 16;
   NullBackendOptions null;
   bool overlap = true;
+  bool ragged = false;
   std::vector<std::string> stop = {"\nObservation:", "<|user|>"};
   std::string tokenizer_dir = std::string(MEGADECODE_SOURCE_DIR) + "/data/tokenizer/qwen3";
   uint64_t seed = 1;
   bool log_steps = false;
   std::string json_path;
+  std::string note;  // written into the JSON (the machine, its load)
 };
 
 EngineBenchOptions parse(int argc, char** argv) {
   const Args args(argc, argv,
                   {"preset", "batch", "context", "steps", "warmup", "sms", "policy", "block-size", "device-us", "stop",
-                   "tokenizer", "seed", "json"},
-                  {"fresh-plan", "no-overlap", "no-stop", "log-steps", "help"});
+                   "tokenizer", "seed", "json", "note"},
+                  {"fresh-plan", "no-overlap", "ragged", "no-stop", "log-steps", "help"});
   EngineBenchOptions o;
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
@@ -73,12 +76,14 @@ EngineBenchOptions parse(int argc, char** argv) {
   o.null.patch_plan = !args.flag("fresh-plan");
   o.null.device_us = args.get_double("device-us", 0.0);
   o.overlap = !args.flag("no-overlap");
+  o.ragged = args.flag("ragged");
   if (args.flag("no-stop")) o.stop.clear();
   if (args.has("stop")) o.stop = {args.get("stop", "")};
   o.tokenizer_dir = args.get("tokenizer", o.tokenizer_dir);
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
   o.log_steps = args.flag("log-steps");
   o.json_path = args.get("json", "");
+  o.note = args.get("note", "");
   MD_REQUIRE(o.context >= 2, "--context must be at least 2, got ", o.context);
   MD_REQUIRE(o.steps >= 1 && o.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
   MD_REQUIRE(o.null.n_sms >= 1 && o.null.n_sms <= 4096, "--sms must be in [1, 4096], got ", o.null.n_sms);
@@ -152,7 +157,8 @@ BatchResult run_batch(const EngineBenchOptions& o, const ModelConfig& config, co
     SequenceRequest r;
     r.request_id = static_cast<uint64_t>(i + 1);
     const size_t at = rng.below(cycle.size());
-    for (int k = 0; k < o.context - 1; ++k) r.prompt.push_back(cycle[(at + static_cast<size_t>(k)) % cycle.size()]);
+    const int n_prompt = o.ragged ? o.context / 2 + static_cast<int>(rng.below(o.context - o.context / 2)) : o.context - 1;
+    for (int k = 0; k < n_prompt; ++k) r.prompt.push_back(cycle[(at + static_cast<size_t>(k)) % cycle.size()]);
     r.sampling.temperature = 0.6f;  // Qwen3's generation_config.json (the device samples)
     r.sampling.top_p = 0.95f;
     r.sampling.top_k = 20;
@@ -214,9 +220,10 @@ int bench_engine(int argc, char** argv) {
   // The returned tokens: mixed text (prose, code, CJK, emoji, numbers), as the tokenizer cuts it.
   const std::vector<int32_t> cycle = tokenizer->encode(sample_text::mixed_text(o.seed, 1 << 16), false);
   MD_REQUIRE(!cycle.empty(), "bench engine: the sample text encodes to nothing");
-  std::printf("engine benchmark: %s, context %d, %d steps after %d, %d SMs, plan %s, overlap %s, device %.0f us, "
+  std::printf("engine benchmark: %s, context %s%d, %d steps after %d, %d SMs, plan %s, overlap %s, device %.0f us, "
               "%u host threads\n",
-              o.preset.c_str(), o.context, o.steps, o.warmup, o.null.n_sms, o.null.patch_plan ? "patched" : "fresh",
+              o.preset.c_str(), o.ragged ? "up to " : "", o.context, o.steps, o.warmup, o.null.n_sms,
+              o.null.patch_plan ? "patched" : "fresh",
               o.overlap ? "on" : "off", o.null.device_us, std::thread::hardware_concurrency());
   std::printf("  %6s %10s %10s | %9s %9s %9s %9s %9s | %9s %9s | %s\n", "batch", "steps/s", "host us", "schedule",
               "plan", "stage", "launch", "output", "detok", "wait", "plans patched/reassembled/new, chained");
@@ -255,8 +262,10 @@ int bench_engine(int argc, char** argv) {
                               {"sms", o.null.n_sms},
                               {"plan", o.null.patch_plan ? "patched" : "fresh"},
                               {"overlap", o.overlap},
+                              {"ragged", o.ragged},
                               {"device_us", o.null.device_us},
                               {"host_threads", std::thread::hardware_concurrency()},
+                              {"note", o.note},
                               {"records", records}};
     write_json(o.json_path, j);
   }
