@@ -40,6 +40,7 @@ constexpr const char* kUsage =
     "         [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
     "         [--reasoning-parser qwen3|none] [--skip-tokenizer-init] [--shutdown-timeout S (30)]\n"
     "         [--api-key KEY] [--protect-metrics] [--ssl-certfile CERT.pem --ssl-keyfile KEY.pem]\n"
+    "         [--log-steps] [--disable-overlap-schedule]\n"
     "  --backend: default cpu-ref for a model directory, cuda with --random-weights. cuda picks each decode\n"
     "  step's path: the megakernel for small batches, the batched step above the measured crossover;\n"
     "  cuda-mk (batches <= 64) and cuda-batched force one path.\n"
@@ -58,7 +59,10 @@ constexpr const char* kUsage =
     "  then the rest end with an error. A second signal exits at once.\n"
     "  --api-key (or MEGADECODE_API_KEY): every route but /health and /metrics needs\n"
     "  \"Authorization: Bearer KEY\"; --protect-metrics: /metrics too.\n"
-    "  --ssl-certfile, --ssl-keyfile: serve HTTPS only (PEM files).\n";
+    "  --ssl-certfile, --ssl-keyfile: serve HTTPS only (PEM files).\n"
+    "  --log-steps: one log line per decode step: the host's time by phase and the wait for the device.\n"
+    "  --disable-overlap-schedule: process each step's tokens before launching the next (SGLang's flag;\n"
+    "  by default, on a backend that decodes asynchronously, step N+1 runs while the host processes N).\n";
 
 int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = args.get_int(name, fallback);
@@ -87,7 +91,8 @@ int cmd_serve(int argc, char** argv) {
                    "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk",
                    "chat-template", "tool-call-parser", "reasoning-parser", "shutdown-timeout", "api-key",
                    "ssl-certfile", "ssl-keyfile"},
-                  {"no-enable-prefix-caching", "random-weights", "skip-tokenizer-init", "help", "protect-metrics"});
+                  {"no-enable-prefix-caching", "random-weights", "skip-tokenizer-init", "help", "protect-metrics",
+                   "log-steps", "disable-overlap-schedule"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -154,6 +159,8 @@ int cmd_serve(int argc, char** argv) {
   ec.scheduler.max_num_seqs = max_num_seqs;
   ec.scheduler.max_prefill_tokens = int_flag(args, "max-num-batched-tokens", 256, 1, 1 << 20);
   ec.scheduler.prefix_caching = !args.flag("no-enable-prefix-caching");
+  ec.scheduler.overlap = args.flag("disable-overlap-schedule") ? Overlap::kOff : Overlap::kAuto;
+  ec.scheduler.log_steps = args.flag("log-steps");
   ec.max_model_len = int_flag(args, "max-model-len", 0, 0, 1 << 30);
   ec.max_waiting = int_flag(args, "max-waiting", 1024, 1, 1 << 20);
   Engine engine(*backend, ec, tokenizer ? streaming_decoders(*tokenizer) : no_text_decoders());

@@ -1,7 +1,9 @@
-// The one range check of BackendOptions (backend.h).
+// The one range check of BackendOptions and the synchronous defaults of the asynchronous decode
+// (backend.h).
 #include "engine/backend.h"
 
 #include "core/check.h"
+#include "core/stopwatch.h"
 
 namespace megadecode {
 
@@ -17,6 +19,38 @@ void check_backend_options(const BackendOptions& o) {
   MD_REQUIRE(o.wait_timeout_ms >= 1, "wait_timeout_ms must be >= 1, got ", o.wait_timeout_ms);
   MD_REQUIRE(o.max_batch >= 1 && o.max_batch <= BackendOptions::kMaxBatch, "--max-num-seqs must be in [1, ",
              BackendOptions::kMaxBatch, "], got ", o.max_batch);
+}
+
+DecodeTicket Backend::decode_async(std::span<const DecodeSeq> seqs, bool want_logits) {
+  // Rows chained to the previous step take its token, as a device would read it from its output.
+  std::vector<DecodeSeq> resolved(seqs.begin(), seqs.end());
+  std::vector<int32_t> inputs(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DecodeSeq& s = seqs[i];
+    if (s.prev_row < 0) continue;
+    MD_REQUIRE(static_cast<size_t>(s.prev_row) < last_tokens_.size(), "decode_async: row ", i, " takes row ",
+               s.prev_row, " of the previous step, which had ", last_tokens_.size());
+    MD_REQUIRE(s.chunk.tokens.empty() && !s.sampling.has_penalties(), "decode_async: row ", i,
+               " is chained to the previous step but has its own token or penalties");
+    inputs[i] = last_tokens_[s.prev_row];
+    resolved[i].chunk.tokens = std::span<const int32_t>(&inputs[i], 1);
+    resolved[i].prev_row = -1;
+  }
+  FinishedStep step{next_ticket_++, {}};
+  const Stopwatch compute;
+  decode(resolved, want_logits, step.result);
+  DecodeTicket ticket{step.ticket, {}};
+  ticket.times.compute_s = compute.seconds();
+  last_tokens_ = step.result.tokens;
+  finished_.push_back(std::move(step));
+  return ticket;
+}
+
+void Backend::collect(DecodeTicket ticket, DecodeResult& result) {
+  MD_REQUIRE(!finished_.empty() && finished_.front().ticket == ticket.id, "collect: ticket ", ticket.id,
+             " is not the oldest step in flight");
+  result = std::move(finished_.front().result);
+  finished_.pop_front();
 }
 
 }  // namespace megadecode

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,11 +74,29 @@ struct DecodeSeq {
   // history[0, history_prompt_len) is the prompt: the repetition penalty sees all of history, the
   // presence/frequency penalties only the generated part after it (vLLM).
   size_t history_prompt_len = 0;
+  // decode_async only: >= 0 when the input token is the one this backend sampled for row prev_row
+  // of the step launched just before (still running, perhaps: the engine chains steps); then
+  // chunk.tokens is empty, and the row has no penalties (its history would lack that token).
+  int prev_row = -1;
+};
+
+// Host time decode_async() spent on one step's phases, in seconds (the engine adds its own:
+// scheduling, output processing, and the wait in collect()).
+struct DecodeTimes {
+  double plan_s = 0.0;     // building or patching the step's plan
+  double stage_s = 0.0;    // filling the staging buffers and issuing the uploads
+  double compute_s = 0.0;  // the step's work done on the calling thread (CPU backends: all of it)
 };
 
 struct DecodeResult {
   std::vector<int32_t> tokens;  // [n_seqs] sampled next tokens
   std::vector<float> logits;    // [n_seqs, vocab] raw logits, filled only when asked for
+};
+
+// A decode step started by decode_async(), to be collected once.
+struct DecodeTicket {
+  uint64_t id = 0;
+  DecodeTimes times;  // what decode_async() spent on the step's host phases
 };
 
 class Backend {
@@ -97,6 +116,30 @@ class Backend {
   // One decode step over a batch: writes each sequence's new K/V, samples its next token.
   // With want_logits, also returns the raw logits.
   virtual void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) = 0;
+
+  // The same step, asynchronous (the engine's overlapped loop): decode_async() starts it and
+  // returns; collect() waits for it and fills `result`. Tickets are collected once each, in launch
+  // order; at most two steps are in flight (the engine launches step N+1, then collects step N).
+  // decode_async() reads `seqs` only before it returns. Calls are ordered like one CUDA stream:
+  // a prefill or a step sees the KV every earlier step wrote. A row's prev_row refers to the step
+  // launched just before, whose tokens the backend resolves itself (on the device, for a GPU).
+  // The defaults run decode() inside decode_async() (cpu-ref, cpu-mk, test doubles): correct, with
+  // nothing to overlap; they resolve prev_row from the tokens of the step they ran last.
+  virtual DecodeTicket decode_async(std::span<const DecodeSeq> seqs, bool want_logits);
+  virtual void collect(DecodeTicket ticket, DecodeResult& result);
+  // True when decode_async() returns before the step's work is done (a device runs it), so that
+  // the engine gains by launching step N+1 before it processes step N's tokens.
+  virtual bool runs_async() const { return false; }
+
+ private:
+  // The default decode_async's steps, run and waiting to be collected.
+  struct FinishedStep {
+    uint64_t ticket;
+    DecodeResult result;
+  };
+  std::deque<FinishedStep> finished_;
+  std::vector<int32_t> last_tokens_;  // the tokens of the step the default decode_async ran last
+  uint64_t next_ticket_ = 1;
 };
 
 }  // namespace megadecode

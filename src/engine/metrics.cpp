@@ -2,6 +2,7 @@
 #include "engine/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace megadecode {
 
@@ -37,6 +38,15 @@ std::vector<double> token_buckets() {
   }
   return b;
 }
+
+// 1 us to 10 s in 1-2.5-5 steps: host phases take microseconds, device waits milliseconds.
+std::vector<double> step_buckets() {
+  std::vector<double> b;
+  for (int e = -6; e < 1; ++e)
+    for (double m : {1.0, 2.5, 5.0}) b.push_back(m * std::pow(10.0, e));
+  b.push_back(10.0);
+  return b;
+}
 }  // namespace
 
 EngineMetrics::EngineMetrics()
@@ -49,8 +59,25 @@ EngineMetrics::EngineMetrics()
       request_queue_time({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                           240.0, 480.0, 960.0, 1920.0, 7680.0}),
       request_prompt_tokens(token_buckets()),
-      request_generation_tokens(token_buckets()) {
+      request_generation_tokens(token_buckets()),
+      step_schedule(step_buckets()),
+      step_plan(step_buckets()),
+      step_stage(step_buckets()),
+      step_launch(step_buckets()),
+      step_output(step_buckets()),
+      step_host(step_buckets()),
+      step_wait(step_buckets()) {
   for (auto& f : finished) f = 0;
+}
+
+void EngineMetrics::record_step(const StepTimes& t) {
+  step_schedule.observe(t.schedule_s);
+  step_plan.observe(t.plan_s);
+  step_stage.observe(t.stage_s);
+  step_launch.observe(t.launch_s);
+  step_output.observe(t.output_s);
+  step_host.observe(t.host_s());
+  step_wait.observe(t.wait_s);
 }
 
 }  // namespace megadecode

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/step_times.h"
+
 namespace megadecode {
 
 class Histogram {
@@ -54,6 +56,16 @@ struct EngineMetrics {
   Histogram request_queue_time;
   Histogram request_prompt_tokens;
   Histogram request_generation_tokens;
+  // Per scheduler iteration that launched or processed a decode step (StepTimes), seconds: the
+  // host's phases, their sum, and the wait for the device.
+  Histogram step_schedule;
+  Histogram step_plan;
+  Histogram step_stage;
+  Histogram step_launch;
+  Histogram step_output;
+  Histogram step_host;
+  Histogram step_wait;
+  void record_step(const StepTimes& t);
 };
 
 }  // namespace megadecode

@@ -1,39 +1,16 @@
-// Scheduler: admission, chunked prefill, batched decode, preemption (see scheduler.h).
+// Scheduler: admission, chunked prefill, preemption, events (see scheduler.h); the decode steps
+// and their overlap are in scheduler_decode.cpp.
 #include "engine/scheduler.h"
 
 #include <algorithm>
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/stopwatch.h"
 #include "engine/logits.h"
+#include "engine/sequence.h"
 
 namespace megadecode {
-
-struct Scheduler::Sequence {
-  Sequence(int64_t seq_id, SequenceRequest&& r, std::unique_ptr<TextDecoder> decoder)
-      : id(seq_id), req(std::move(r)), tokens(req.prompt), n_prompt(static_cast<int>(req.prompt.size())),
-        out(req.stop, std::move(decoder)) {
-    for (int32_t t : req.stop.stop_token_ids) banned.push_back(t);
-    if (!req.stop.ignore_eos)
-      for (int32_t t : req.stop.eos_token_ids) banned.push_back(t);
-    if (req.prompt_logprobs) prompt_lp.assign(n_prompt, std::nullopt);
-  }
-  int64_t id;
-  SequenceRequest req;
-  std::vector<int32_t> tokens;  // prompt, then generated tokens
-  int n_prompt;
-  int n_computed = 0;  // tokens whose KV is written; the last token is always uncomputed
-  int n_cached = 0;    // prompt tokens served from the prefix cache at the first admission
-  bool admitted_once = false;
-  bool first_token_done = false;
-  OutputProcessor out;
-  std::vector<int32_t> banned;  // end tokens, kept from sampling before min_tokens
-  std::vector<std::optional<TokenLogprob>> prompt_lp;  // [n_prompt] with prompt_logprobs
-  Clock::time_point last_token_time;
-
-  bool ready_to_decode() const { return n_computed == static_cast<int>(tokens.size()) - 1; }
-  bool has_penalties() const { return req.sampling.has_penalties(); }
-};
 
 namespace {
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -53,7 +30,7 @@ Scheduler::Scheduler(Backend& backend, const SchedulerConfig& config, TextDecode
   MD_CHECK(decoders_ != nullptr);
 }
 
-Scheduler::~Scheduler() = default;
+Scheduler::~Scheduler() { drain(); }
 
 void Scheduler::add(SequenceRequest request) {
   MD_CHECK(!request.prompt.empty(), "empty prompt reached the scheduler");
@@ -84,6 +61,7 @@ void Scheduler::abort(uint64_t request_id) {
 }
 
 void Scheduler::abort_all(FinishReason reason, const std::string& message) {
+  drain();
   while (!running_.empty()) finish_running(running_.size() - 1, reason, message);
   while (!waiting_.empty()) {
     end_sequence(*waiting_.front(), reason, message);
@@ -98,9 +76,22 @@ bool Scheduler::step() {
     publish_gauges();
     return false;
   }
-  admit();
-  prefill();
-  decode();
+  const Stopwatch iteration;
+  times_ = StepTimes{.step = times_.step + 1};
+  if (chain()) {
+    ++n_chained_;
+  } else {
+    finish_in_flight();
+    admit();
+    prefill();
+    decode();
+  }
+  // Scheduling is what the iteration spent outside the measured phases.
+  times_.schedule_s = std::max(0.0, iteration.seconds() - times_.plan_s - times_.stage_s - times_.launch_s -
+                                        times_.compute_s - times_.output_s - times_.wait_s - times_.prefill_s);
+  const bool decoded = times_.batch > 0 || times_.n_processed > 0;
+  if (decoded && config_.log_steps) log_info(step_line(times_));
+  if (decoded && metrics_ != nullptr) metrics_->record_step(times_);
   publish_gauges();
   return true;
 }
@@ -113,14 +104,19 @@ void Scheduler::publish_gauges() {
   metrics_->kv_blocks_total = kv_.n_blocks();
 }
 
+KvAdmission Scheduler::head_admission() const {
+  const Sequence& s = *waiting_.front();
+  const int n = static_cast<int>(s.tokens.size());
+  // The last token is always computed by decode; prompt logprobs need every prompt position's
+  // logits, so such a prompt takes nothing from the cache.
+  const bool want_prompt_lp = s.req.prompt_logprobs && !s.first_token_done;
+  return kv_.plan_admission(s.tokens, want_prompt_lp ? 0 : n - 1, n);
+}
+
 void Scheduler::admit() {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Sequence& s = *waiting_.front();
-    const int n = static_cast<int>(s.tokens.size());
-    // The last token is always computed by decode; prompt logprobs need every prompt position's
-    // logits, so such a prompt takes nothing from the cache.
-    const bool want_prompt_lp = s.req.prompt_logprobs && !s.first_token_done;
-    KvAdmission plan = kv_.plan_admission(s.tokens, want_prompt_lp ? 0 : n - 1, n);
+    KvAdmission plan = head_admission();
     if (!kv_.fits(plan)) break;  // FIFO: later requests do not overtake the head
     const int cached = kv_.admit(s.id, plan);
     s.n_computed = cached;
@@ -150,9 +146,12 @@ void Scheduler::prefill() {
       // Prompt logprobs need each position's logits; prefill reports only the chunk's last.
       const int chunk = want_lp ? 1 : std::min(target - s.n_computed, budget);
       SeqChunk c{s.id, std::span<const int32_t>(s.tokens).subspan(s.n_computed, chunk), s.n_computed, kv_.table(s.id)};
+      const Stopwatch prefill_time;
       try {
         backend_.prefill(c, want_lp ? std::span<float>(logits_) : std::span<float>());
+        times_.prefill_s += prefill_time.seconds();
       } catch (const std::exception& e) {
+        times_.prefill_s += prefill_time.seconds();
         log_error("prefill of sequence ", s.id, " failed: ", e.what());
         finish_running(i, FinishReason::kError, e.what());
         failed = true;
@@ -171,97 +170,8 @@ void Scheduler::prefill() {
   }
 }
 
-void Scheduler::decode() {
-  // Every sequence about to decode needs a block for its next position; take them from the
-  // newest running sequences when the pool is dry.
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Sequence& s = *running_[i];
-    if (!s.ready_to_decode()) continue;
-    while (!kv_.ensure(s.id, static_cast<int>(s.tokens.size()))) {
-      const size_t victim = running_.size() - 1;
-      preempt(victim);
-      if (victim == i) break;
-    }
-    checkpoint();
-  }
-
-  std::vector<Sequence*> batch;
-  std::vector<DecodeSeq> seqs;
-  bool want_logits = false;
-  for (auto& sp : running_) {
-    Sequence& s = *sp;
-    if (!s.ready_to_decode()) continue;
-    DecodeSeq d;
-    const int pos = static_cast<int>(s.tokens.size()) - 1;
-    d.chunk = SeqChunk{s.id, std::span<const int32_t>(s.tokens).subspan(pos, 1), pos, kv_.table(s.id)};
-    d.sampling = s.req.sampling;
-    if (s.has_penalties()) {
-      d.history = s.tokens;
-      d.history_prompt_len = static_cast<size_t>(s.n_prompt);
-    }
-    want_logits |= s.req.logprobs >= 0 || (s.out.end_tokens_banned() && !s.banned.empty());
-    batch.push_back(&s);
-    seqs.push_back(d);
-  }
-  if (batch.empty()) return;
-
-  DecodeResult result;
-  try {
-    backend_.decode(seqs, want_logits, result);
-  } catch (const std::exception& e) {
-    log_error("decode step of ", batch.size(), " sequences failed: ", e.what());
-    for (Sequence* s : batch) {
-      auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == s; });
-      finish_running(static_cast<size_t>(it - running_.begin()), FinishReason::kError, e.what());
-    }
-    return;
-  }
-  const size_t vocab = logits_.size();
-  MD_CHECK(result.tokens.size() == batch.size(), "backend returned ", result.tokens.size(), " tokens for ",
-           batch.size(), " sequences");
-  MD_CHECK(!want_logits || result.logits.size() == batch.size() * vocab, "backend returned ", result.logits.size(),
-           " logits for ", batch.size(), " x ", vocab);
-
-  std::vector<Sequence*> done;
-  for (size_t b = 0; b < batch.size(); ++b) {
-    Sequence& s = *batch[b];
-    int32_t token = result.tokens[b];
-    MD_CHECK(token >= 0 && static_cast<size_t>(token) < vocab, "backend sampled token ", token);
-    std::span<const float> row;
-    if (want_logits) row = std::span<const float>(result.logits).subspan(b * vocab, vocab);
-    if (s.out.end_tokens_banned() && s.out.is_end_token(token)) {
-      const int32_t again = sample_with_bans(row, s.req.sampling, static_cast<int64_t>(s.tokens.size()), s.tokens,
-                                             static_cast<size_t>(s.n_prompt), s.banned);
-      if (again >= 0) token = again;
-    }
-    s.n_computed = static_cast<int>(s.tokens.size());
-    kv_.commit(s.id, s.tokens, s.n_computed);
-    s.tokens.push_back(token);
-    std::vector<TokenLogprob> lps;
-    if (s.req.logprobs >= 0) lps.push_back(token_logprob(row, token, s.req.logprobs));
-    OutputProcessor::Step step;
-    std::string error;
-    try {
-      step = s.out.push(token);
-    } catch (const std::exception& e) {
-      // Detokenization failed for this sequence only: end it, keep the batch going.
-      step = OutputProcessor::Step{};
-      step.finished = true;
-      step.reason = FinishReason::kError;
-      error = e.what();
-    }
-    const bool finished = step.finished;
-    emit(s, std::move(step), {token}, std::move(lps), error);
-    if (finished) done.push_back(&s);
-  }
-  for (Sequence* s : done) {
-    kv_.free(s->id);
-    std::erase_if(running_, [&](const auto& p) { return p.get() == s; });
-  }
-  checkpoint();
-}
-
 void Scheduler::preempt(size_t running_index) {
+  MD_CHECK(running_[running_index]->n_in_flight == 0, "preempting a sequence with a step in flight");
   std::unique_ptr<Sequence> s = std::move(running_[running_index]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
   kv_.free(s->id);
@@ -324,7 +234,21 @@ void Scheduler::finish_running(size_t running_index, FinishReason reason, const 
   Sequence& s = *running_[running_index];
   kv_.free(s.id);
   end_sequence(s, reason, error);
+  remove_running(running_index);
+}
+
+void Scheduler::remove_running(size_t running_index) {
+  std::unique_ptr<Sequence> s = std::move(running_[running_index]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(running_index));
+  s->ended = true;
+  // A step in flight still holds a row of it: keep the record until that step is processed.
+  if (s->n_in_flight > 0) retired_.push_back(std::move(s));
+}
+
+size_t Scheduler::running_index(const Sequence& seq) const {
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &seq; });
+  MD_CHECK(it != running_.end(), "sequence ", seq.id, " is not running");
+  return static_cast<size_t>(it - running_.begin());
 }
 
 void Scheduler::check_invariants() const {
@@ -336,8 +260,20 @@ void Scheduler::check_invariants() const {
     MD_CHECK(kv_.has(s->id), "running sequence ", s->id, " holds no blocks");
     MD_CHECK(s->n_computed < static_cast<int>(s->tokens.size()), "sequence ", s->id, " computed its last token");
     MD_CHECK(kv_.blocks_for(s->n_computed) <= static_cast<int>(kv_.table(s->id).size()));
+    MD_CHECK(!s->ended, "running sequence ", s->id, " has ended");
   }
-  for (const auto& s : waiting_) MD_CHECK(!kv_.has(s->id), "waiting sequence ", s->id, " holds blocks");
+  for (const auto& s : waiting_) MD_CHECK(!kv_.has(s->id) && s->n_in_flight == 0, "waiting sequence ", s->id, " holds blocks or a row in flight");
+  for (const auto& s : retired_)
+    MD_CHECK(s->ended && !kv_.has(s->id) && s->n_in_flight > 0, "retired sequence ", s->id, " is not an ended one in flight");
+  // The step in flight writes each live row's position tokens.size() - 1: its block is held.
+  if (in_flight_)
+    for (const Sequence* s : in_flight_->rows) {
+      MD_CHECK(s->n_in_flight >= 1, "sequence ", s->id, " in flight counts no step");
+      if (s->ended) continue;
+      MD_CHECK(s->ready_to_decode(), "sequence ", s->id, " in flight is not at its last token");
+      MD_CHECK(kv_.blocks_for(static_cast<int>(s->tokens.size())) <= static_cast<int>(kv_.table(s->id).size()),
+               "sequence ", s->id, "'s step in flight writes past its block table");
+    }
 }
 
 }  // namespace megadecode

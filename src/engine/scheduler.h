@@ -8,6 +8,14 @@
 //      are freed; it waits again at the front and recomputes its tokens when readmitted).
 // A prompt's last token always goes through decode, so the backend does all sampling.
 // Finished, aborted and failed sequences free their blocks at once.
+//
+// Overlap (issue 22): when the batch stays as it is, an iteration launches step N+1 before it
+// processes step N's tokens, so the host's work for one step runs while the device runs the other.
+// Step N+1's rows take their input tokens from step N on the backend's side (DecodeSeq::prev_row).
+// A sequence that stops at step N (end token, max_tokens, stop string) or is aborted has its
+// step-N+1 token discarded: never sent, never counted. The batch "stays" when no sequence ended,
+// nothing waits that could be admitted, no prompt is being prefilled, every row has its next block,
+// and no row needs the host to pick its token (penalties, end tokens banned before min_tokens).
 // Threading: single-threaded; the Engine's scheduler thread owns it (tests drive it directly).
 #pragma once
 
@@ -15,21 +23,33 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "engine/backend.h"
 #include "engine/metrics.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
+#include "engine/step_times.h"
 #include "kv/kv_cache.h"
 
 namespace megadecode {
+
+// When the scheduler launches step N+1 before it processes step N's tokens.
+enum class Overlap {
+  kOff,     // never: each step is launched, collected and processed in turn
+  kAuto,    // with backends that decode asynchronously (Backend::runs_async)
+  kAlways,  // with every backend (the synchronous defaults give the same tokens; tests use it)
+};
 
 struct SchedulerConfig {
   int max_num_seqs = 64;         // running sequences at most (the decode batch)
   int max_prefill_tokens = 256;  // prompt tokens prefilled per iteration
   bool prefix_caching = true;
   bool check_invariants = false;  // run the KV and scheduler checkers after every mutation
+  Overlap overlap = Overlap::kAuto;
+  bool log_steps = false;  // log one line per iteration that decoded (step_line)
 };
 
 class Scheduler {
@@ -46,20 +66,30 @@ class Scheduler {
 
   // One iteration; false when there was nothing to do.
   bool step();
-  bool idle() const { return waiting_.empty() && running_.empty(); }
+  bool idle() const { return waiting_.empty() && running_.empty() && !in_flight_; }
   int n_running() const { return static_cast<int>(running_.size()); }
   int n_waiting() const { return static_cast<int>(waiting_.size()); }
   const KvCache& kv() const { return kv_; }
   const SchedulerConfig& config() const { return config_; }
   uint64_t n_preemptions() const { return n_preemptions_; }
+  // The last iteration's times (StepTimes); its `step` is the number of iterations so far.
+  const StepTimes& last_step() const { return times_; }
+  // Iterations that launched a step before processing the previous one's tokens.
+  uint64_t n_chained() const { return n_chained_; }
 
   // KV invariants plus: every running sequence holds a table, no waiting one does, and the
-  // tables cover what was computed.
+  // tables cover what was computed and what the step in flight writes.
   void check_invariants() const;
 
  private:
   struct Sequence;
+  // A launched decode step whose tokens are not processed yet; rows[i] is row i.
+  struct InFlight {
+    DecodeTicket ticket;
+    std::vector<Sequence*> rows;
+  };
   void admit();
+  KvAdmission head_admission() const;
   void prefill();
   void decode();
   void preempt(size_t running_index);
@@ -68,9 +98,21 @@ class Scheduler {
   void finish_running(size_t running_index, FinishReason reason, const std::string& error);
   void end_sequence(Sequence& seq, FinishReason reason, const std::string& error);
   void publish_gauges();  // the metrics' gauges, after every change of the queues or the KV pool
+  void remove_running(size_t running_index);
+  size_t running_index(const Sequence& seq) const;
   void checkpoint() const {
     if (config_.check_invariants) check_invariants();
   }
+  // The decode steps (scheduler_decode.cpp).
+  bool overlapping() const;
+  bool chain();
+  std::optional<InFlight> launch(std::vector<Sequence*> rows, std::span<const DecodeSeq> seqs, bool want_logits,
+                                 std::string& error);
+  void finish_in_flight();
+  void complete(InFlight& step);
+  void process(const InFlight& step, const DecodeResult& result);
+  void release(const InFlight& step);
+  void drain();
 
   Backend& backend_;
   SchedulerConfig config_;
@@ -82,6 +124,11 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order; preemption takes from the back
   std::vector<float> logits_;                       // [vocab] prompt-logprob scratch
+  std::optional<InFlight> in_flight_;               // the step launched and not yet processed
+  // Sequences that ended while a step in flight still holds a row of theirs (kept until then).
+  std::vector<std::unique_ptr<Sequence>> retired_;
+  StepTimes times_;
+  uint64_t n_chained_ = 0;
 };
 
 }  // namespace megadecode

@@ -1,7 +1,7 @@
-// The planner's scheduling half: builds each wave's tasks with their waits and arrivals, deals them
-// to the SMs, and records counter totals and the attention items' dynamic arrivals for the validator.
+// The planner's scheduling half: builds each wave's tasks with their waits and arrivals and deals
+// the static waves (every wave but ATTN) to the SMs: the skeleton that planner_assemble.cpp
+// completes with the step's attention items. make_plan is skeleton + items + assembly.
 #include <algorithm>
-#include <numeric>
 #include <set>
 #include <utility>
 
@@ -30,23 +30,6 @@ Task make_task(Op op, int layer, std::initializer_list<int32_t> args, std::initi
   return t;
 }
 
-void check_batch(const BatchState& batch) {
-  std::set<std::pair<int32_t, int>> new_slots;
-  for (size_t i = 0; i < batch.seqs.size(); ++i) {
-    const SeqState& q = batch.seqs[i];
-    MD_REQUIRE(q.n_ctx >= 1, "sequence ", i, ": context length ", q.n_ctx, " < 1");
-    const size_t need = (static_cast<size_t>(q.n_ctx) + batch.kv_block_size - 1) / batch.kv_block_size;
-    MD_REQUIRE(q.block_table.size() >= need, "sequence ", i, ": block table has ", q.block_table.size(),
-               " blocks, context ", q.n_ctx, " needs ", need);
-    for (size_t b = 0; b < need; ++b)
-      MD_REQUIRE(q.block_table[b] >= 0, "sequence ", i, ": block table entry ", b, " is ", q.block_table[b]);
-    const int pos = q.n_ctx - 1;
-    auto slot = std::make_pair(q.block_table[pos / batch.kv_block_size], pos % batch.kv_block_size);
-    MD_REQUIRE(new_slots.insert(slot).second, "sequence ", i, ": its new token's KV slot (block ", slot.first,
-               ", offset ", slot.second, ") is also another sequence's new slot");
-  }
-}
-
 // n tiles of contiguous row blocks [rb0, rb0 + n_rbs): tile i = [rb0 + n_rbs*i/n, rb0 + n_rbs*(i+1)/n).
 std::vector<std::pair<int, int>> cut(int rb0, int n_rbs, int n) {
   std::vector<std::pair<int, int>> out;
@@ -55,29 +38,7 @@ std::vector<std::pair<int, int>> cut(int rb0, int n_rbs, int n) {
   return out;
 }
 
-// Attention items on SMs: largest first, each to the SM with the fewest attention key positions so
-// far (ties: the first SM after `cursor`), so SMs finish their items together.
-std::vector<int> place_items(const std::vector<AttnItem>& items, int n_sms, int cursor) {
-  std::vector<int> order(items.size());
-  std::iota(order.begin(), order.end(), 0);
-  auto len = [&](int i) { return items[i].pos_end - items[i].pos_begin; };
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return len(a) > len(b); });
-  std::vector<int64_t> load(n_sms, 0);
-  std::vector<int> sm_of(items.size());
-  for (int i : order) {
-    int best = -1;
-    for (int k = 0; k < n_sms; ++k) {
-      const int sm = (cursor + k) % n_sms;
-      if (best < 0 || load[sm] < load[best]) best = sm;
-    }
-    sm_of[i] = best;
-    load[best] += len(i);
-  }
-  return sm_of;
-}
-
-void layer_waves(const PlanShape& s, const CounterLayout& c, const std::vector<AttnItem>& items, int L,
-                 std::vector<WaveBuild>& out) {
+void layer_waves(const PlanShape& s, const CounterLayout& c, int L, std::vector<WaveBuild>& out) {
   auto C = [&](int32_t offset) { return layer_counter(c, L, offset); };
   const int G = s.n_kv_heads;
   const Wait after_prev_layer{L > 0 ? layer_counter(c, L - 1, c.down_done) : -1, s.n_sms};
@@ -92,10 +53,7 @@ void layer_waves(const PlanShape& s, const CounterLayout& c, const std::vector<A
     }
   out.push_back(std::move(qkv));
 
-  WaveBuild attn{Op::kAttn, L, {}, {}};
-  for (int i = 0; i < static_cast<int>(items.size()); ++i)
-    attn.tasks.push_back(make_task(Op::kAttn, L, {i}, {{C(c.qkv_done + items[i].group), per_group}}, {}));
-  out.push_back(std::move(attn));
+  out.push_back(WaveBuild{Op::kAttn, L, {}, {}});  // its tasks come with the step's items (attention_task)
 
   WaveBuild oproj{Op::kOProj, L, {}, {}};
   for (const auto& [a, b] : cut(0, s.hidden / 16, s.n_oproj_tasks))
@@ -137,55 +95,65 @@ void final_waves(const PlanShape& s, const CounterLayout& c, std::vector<WaveBui
   out.push_back(std::move(sample));
 }
 
-// Under grid-sync every task of wave w waits on all of wave w-1 instead of its own producers, and
-// also arrives on wave w's counter.
-void grid_sync(const CounterLayout& c, std::vector<WaveBuild>& waves) {
-  for (size_t w = 0; w < waves.size(); ++w)
-    for (Task& t : waves[w].tasks) {
-      t.n_waits = 0;
-      if (w > 0) t.wait[t.n_waits++] = {c.wave_done + static_cast<int32_t>(w) - 1, static_cast<int32_t>(waves[w - 1].tasks.size())};
-      MD_CHECK(t.n_arrives < kMaxArrives, "grid-sync: no room for the wave arrival");
-      t.arrive[t.n_arrives++] = {c.wave_done + static_cast<int32_t>(w), 1};
-    }
+// Under grid-sync every task of wave w waits on all of wave w-1 (prev_tasks of them) instead of
+// its own producers, and also arrives on wave w's counter.
+void grid_sync_task(const CounterLayout& c, int w, int32_t prev_tasks, Task& t) {
+  t.n_waits = 0;
+  if (w > 0) t.wait[t.n_waits++] = {c.wave_done + w - 1, prev_tasks};
+  MD_CHECK(t.n_arrives < kMaxArrives, "grid-sync: no room for the wave arrival");
+  t.arrive[t.n_arrives++] = {c.wave_done + w, 1};
 }
 
-// Round-robin dealing continues where the previous wave ended; placed tasks go where they say.
-void deal(const PlanShape& s, const std::vector<WaveBuild>& waves, const std::vector<AttnItem>& items, Plan& plan) {
-  std::vector<std::vector<std::pair<Task, int>>> lists(s.n_sms);
+void grid_sync(const CounterLayout& c, std::vector<WaveBuild>& waves) {
+  for (size_t w = 0; w < waves.size(); ++w)
+    for (Task& t : waves[w].tasks)
+      grid_sync_task(c, static_cast<int>(w), w > 0 ? static_cast<int32_t>(waves[w - 1].tasks.size()) : 0, t);
+}
+
+// Round-robin dealing continues where the previous wave ended; routed shares go where they say;
+// the ATTN waves (empty here) cut each SM's list into segments and leave the cursor alone.
+void deal_static(const std::vector<WaveBuild>& waves, PlanSkeleton& sk) {
+  const int n_sms = sk.shape.n_sms;
+  std::vector<std::vector<std::pair<Task, int>>> lists(n_sms);
+  std::vector<std::vector<int32_t>> cuts(n_sms);
   int cursor = 0;
   for (size_t w = 0; w < waves.size(); ++w) {
     const WaveBuild& wave = waves[w];
-    plan.waves.push_back({wave.op, wave.layer, static_cast<int>(wave.tasks.size())});
+    sk.waves.push_back({wave.op, wave.layer, static_cast<int>(wave.tasks.size())});
     const int n = static_cast<int>(wave.tasks.size());
     if (wave.op == Op::kAttn) {
-      const std::vector<int> sm_of = place_items(items, s.n_sms, cursor);
-      for (int k = 0; k < n; ++k) lists[sm_of[k]].push_back({wave.tasks[k], static_cast<int>(w)});
+      sk.attn_wave.push_back(static_cast<int>(w));
+      sk.attn_cursor.push_back(cursor);
+      for (int m = 0; m < n_sms; ++m) cuts[m].push_back(static_cast<int32_t>(lists[m].size()));
       continue;
     }
     if (!wave.sm.empty()) {
       for (int k = 0; k < n; ++k) lists[wave.sm[k]].push_back({wave.tasks[k], static_cast<int>(w)});
       continue;
     }
-    for (int k = 0; k < n; ++k) lists[(cursor + k) % s.n_sms].push_back({wave.tasks[k], static_cast<int>(w)});
-    cursor = (cursor + n) % s.n_sms;
+    for (int k = 0; k < n; ++k) lists[(cursor + k) % n_sms].push_back({wave.tasks[k], static_cast<int>(w)});
+    cursor = (cursor + n) % n_sms;
   }
-  plan.list_begin.push_back(0);
-  for (const auto& list : lists) {
-    for (const auto& [task, wave] : list) {
-      plan.tasks.push_back(task);
-      plan.task_wave.push_back(wave);
+  for (int m = 0; m < n_sms; ++m) {
+    const int32_t base = static_cast<int32_t>(sk.static_tasks.size());
+    sk.seg_begin.push_back(base);
+    for (int32_t cut : cuts[m]) sk.seg_begin.push_back(base + cut);
+    for (const auto& [task, wave] : lists[m]) {
+      sk.static_tasks.push_back(task);
+      sk.static_wave.push_back(wave);
     }
-    plan.list_begin.push_back(static_cast<int32_t>(plan.tasks.size()));
   }
+  sk.seg_begin.push_back(static_cast<int32_t>(sk.static_tasks.size()));
 }
 
-// Counter names and totals, and the arrivals the attention items make at run time.
-void describe_counters(const PlanShape& s, const CounterLayout& c, Plan& plan) {
-  plan.counters.assign(c.n_counters, CounterInfo{});
+// Counter kinds, and the totals of the static tasks' arrivals (assemble_plan adds the attention's).
+void describe_counters(const PlanShape& s, const CounterLayout& c, PlanSkeleton& sk) {
+  std::vector<CounterInfo>& info = sk.counter_info;
+  info.assign(c.n_counters, CounterInfo{});
   auto set = [&](int32_t idx, CounterKind kind, int layer, int index) {
-    plan.counters[idx].kind = kind;
-    plan.counters[idx].layer = layer;
-    plan.counters[idx].index = index;
+    info[idx].kind = kind;
+    info[idx].layer = layer;
+    info[idx].index = index;
   };
   const int G = s.n_kv_heads;
   for (int L = 0; L < s.n_layers; ++L) {
@@ -201,36 +169,57 @@ void describe_counters(const PlanShape& s, const CounterLayout& c, Plan& plan) {
   set(c.lm_head_done, CounterKind::kLmHeadDone, -1, 0);
   set(c.sample_done, CounterKind::kSampleDone, -1, 0);
   if (c.wave_done >= 0)
-    for (size_t w = 0; w < plan.waves.size(); ++w) set(c.wave_done + static_cast<int32_t>(w), CounterKind::kWaveDone, -1, static_cast<int>(w));
-
-  for (const Task& t : plan.tasks)
-    for (int j = 0; j < t.n_arrives; ++j) plan.counters[t.arrive[j].counter].total += t.arrive[j].amount;
-
-  // The attention items' arrivals: each (seq, g)'s splits count into its split counter, and the
-  // last of them arrives on attn_done.
-  std::vector<std::vector<std::vector<int32_t>>> by_pair(s.n_layers, std::vector<std::vector<int32_t>>(s.batch * G));
-  for (size_t i = 0; i < plan.tasks.size(); ++i) {
-    const Task& t = plan.tasks[i];
-    if (t.op != static_cast<uint8_t>(Op::kAttn)) continue;
-    const AttnItem& it = plan.attn_items[t.arg[0]];
-    by_pair[t.layer][it.seq * G + it.group].push_back(static_cast<int32_t>(i));
-  }
-  for (int L = 0; L < s.n_layers; ++L) {
-    std::vector<int32_t> all;
-    for (int q = 0; q < s.batch * G; ++q) {
-      const int32_t ctr = layer_counter(c, L, c.attn_split + q);
-      const int n = static_cast<int>(by_pair[L][q].size());
-      plan.dynamic_arrivals.push_back({ctr, n, by_pair[L][q]});
-      plan.counters[ctr].total += n;
-      all.insert(all.end(), by_pair[L][q].begin(), by_pair[L][q].end());
-    }
-    const int32_t done = layer_counter(c, L, c.attn_done);
-    plan.dynamic_arrivals.push_back({done, s.batch * G, std::move(all)});
-    plan.counters[done].total += s.batch * G;
-  }
+    for (size_t w = 0; w < sk.waves.size(); ++w)
+      set(c.wave_done + static_cast<int32_t>(w), CounterKind::kWaveDone, -1, static_cast<int>(w));
+  for (const Task& t : sk.static_tasks)
+    for (int j = 0; j < t.n_arrives; ++j) info[t.arrive[j].counter].total += t.arrive[j].amount;
 }
 
 }  // namespace
+
+void check_batch(const BatchState& batch) {
+  std::set<std::pair<int32_t, int>> new_slots;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const SeqState& q = batch.seqs[i];
+    MD_REQUIRE(q.n_ctx >= 1, "sequence ", i, ": context length ", q.n_ctx, " < 1");
+    const size_t need = (static_cast<size_t>(q.n_ctx) + batch.kv_block_size - 1) / batch.kv_block_size;
+    MD_REQUIRE(q.block_table.size() >= need, "sequence ", i, ": block table has ", q.block_table.size(),
+               " blocks, context ", q.n_ctx, " needs ", need);
+    for (size_t b = 0; b < need; ++b)
+      MD_REQUIRE(q.block_table[b] >= 0, "sequence ", i, ": block table entry ", b, " is ", q.block_table[b]);
+    const int pos = q.n_ctx - 1;
+    auto slot = std::make_pair(q.block_table[pos / batch.kv_block_size], pos % batch.kv_block_size);
+    MD_REQUIRE(new_slots.insert(slot).second, "sequence ", i, ": its new token's KV slot (block ", slot.first,
+               ", offset ", slot.second, ") is also another sequence's new slot");
+  }
+}
+
+PlanSkeleton plan_skeleton(const PlanShape& s) {
+  PlanSkeleton sk;
+  sk.shape = s;
+  const int n_waves = s.n_layers * 6 + (s.lm_head ? 1 : 0) + (s.sample ? 1 : 0);
+  sk.counters = counter_layout(s, n_waves);
+  std::vector<WaveBuild> waves;
+  for (int L = 0; L < s.n_layers; ++L) layer_waves(s, sk.counters, L, waves);
+  final_waves(s, sk.counters, waves);
+  MD_CHECK(static_cast<int>(waves.size()) == n_waves);
+  if (s.grid_sync) grid_sync(sk.counters, waves);
+  deal_static(waves, sk);
+  describe_counters(s, sk.counters, sk);
+  return sk;
+}
+
+Task attention_task(const PlanSkeleton& sk, int layer, int item, int group) {
+  const PlanShape& s = sk.shape;
+  const CounterLayout& c = sk.counters;
+  const int32_t per_group = s.n_qkv_tasks / s.n_kv_heads;
+  Task t = make_task(Op::kAttn, layer, {item}, {{layer_counter(c, layer, c.qkv_done + group), per_group}}, {});
+  if (s.grid_sync) {
+    const int w = sk.attn_wave[layer];
+    grid_sync_task(c, w, sk.waves[w - 1].n_tasks, t);
+  }
+  return t;
+}
 
 Plan make_plan(const ModelConfig& config, const BatchState& batch, const Policy& policy, const PlanOptions& options) {
   check_plannable(config, batch, policy, options);
@@ -238,22 +227,13 @@ Plan make_plan(const ModelConfig& config, const BatchState& batch, const Policy&
   Plan plan;
   plan.policy = policy.name;
   PlanShape s = plan_shape(config, batch, policy, options);
+  const PlanSkeleton sk = plan_skeleton(s);
   plan.attn_items = plan_attention_items(config, batch, policy);
+  assemble_plan(sk, plan.attn_items, place_attention(plan.attn_items, s.n_sms), plan);
   s.n_attn_items = static_cast<int32_t>(plan.attn_items.size());
-
-  const int n_waves = s.n_layers * 6 + (s.lm_head ? 1 : 0) + (s.sample ? 1 : 0);
-  const CounterLayout c = counter_layout(s, n_waves);
-  std::vector<WaveBuild> waves;
-  for (int L = 0; L < s.n_layers; ++L) layer_waves(s, c, plan.attn_items, L, waves);
-  final_waves(s, c, waves);
-  MD_CHECK(static_cast<int>(waves.size()) == n_waves);
-  if (policy.grid_sync) grid_sync(c, waves);
-  deal(s, waves, plan.attn_items, plan);
-
   plan.params.shape = s;
-  plan.params.counters = c;
+  plan.params.counters = sk.counters;
   plan.params.buffers = buffer_layout(s);
-  describe_counters(s, c, plan);
   return plan;
 }
 

@@ -1,6 +1,8 @@
 // Prometheus text exposition of EngineMetrics (names: vLLM's, prefixed megadecode:).
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "engine/metrics.h"
 #include "engine/request.h"
@@ -10,9 +12,11 @@ namespace megadecode {
 
 namespace {
 
+// The shortest of %.15g and %.17g that reads back as v (bucket bounds such as 1e-06 print so).
 std::string number(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 
@@ -48,12 +52,17 @@ struct Writer {
   }
   void histogram(const char* name, const char* help, const Histogram& h) {
     head(name, "histogram", help);
+    histogram_samples(name, h, "");
+  }
+  // One labelled member of a histogram family (extra: ",phase=\"plan\"").
+  void histogram_samples(const char* name, const Histogram& h, const std::string& extra) {
     Histogram::Snapshot s = h.snapshot();
     for (size_t i = 0; i < s.upper_bounds.size(); ++i)
-      sample(std::string(name) + "_bucket", static_cast<double>(s.cumulative[i]), ",le=\"" + number(s.upper_bounds[i]) + "\"");
-    sample(std::string(name) + "_bucket", static_cast<double>(s.cumulative.back()), ",le=\"+Inf\"");
-    sample(std::string(name) + "_sum", s.sum);
-    sample(std::string(name) + "_count", static_cast<double>(s.count));
+      sample(std::string(name) + "_bucket", static_cast<double>(s.cumulative[i]),
+             extra + ",le=\"" + number(s.upper_bounds[i]) + "\"");
+    sample(std::string(name) + "_bucket", static_cast<double>(s.cumulative.back()), extra + ",le=\"+Inf\"");
+    sample(std::string(name) + "_sum", s.sum, extra);
+    sample(std::string(name) + "_count", static_cast<double>(s.count), extra);
   }
 };
 
@@ -91,6 +100,14 @@ std::string render_metrics(EngineMetrics& m, const std::string& model_name) {
   w.histogram("request_queue_time_seconds", "Time from arrival to admission.", m.request_queue_time);
   w.histogram("request_prompt_tokens", "Prompt length of finished sequences.", m.request_prompt_tokens);
   w.histogram("request_generation_tokens", "Generated tokens of finished sequences.", m.request_generation_tokens);
+  w.head("engine_step_seconds", "histogram",
+         "Per scheduler iteration: host time by phase (schedule, plan, stage, launch, output; host = their sum) "
+         "and the wait for the device.");
+  const std::pair<const char*, const Histogram*> phases[] = {
+      {"schedule", &m.step_schedule}, {"plan", &m.step_plan}, {"stage", &m.step_stage}, {"launch", &m.step_launch},
+      {"output", &m.step_output},     {"host", &m.step_host}, {"wait", &m.step_wait}};
+  for (const auto& [phase, h] : phases)
+    w.histogram_samples("engine_step_seconds", *h, std::string(",phase=\"") + phase + "\"");
   return w.out;
 }
 

@@ -1,4 +1,4 @@
-// streaming_decoders, no_text_decoders and the ServedModel builders (see model_text.h).
+// The chat support and the ServedModel builders (see model_text.h).
 #include "server/model_text.h"
 
 #include <algorithm>
@@ -10,38 +10,6 @@
 namespace megadecode {
 
 namespace {
-
-// A model's vocabulary is often padded past the tokenizer's (Qwen3: 151936 vs 151669 ids); a
-// sampled id with no token decodes to nothing, as in vLLM, instead of failing the sequence.
-class StreamingTextDecoder : public TextDecoder {
- public:
-  StreamingTextDecoder(const Tokenizer& tokenizer, bool skip_special)
-      : tokenizer_(tokenizer), detok_(tokenizer, skip_special) {}
-  std::string push(int32_t token) override {
-    if (!has_text(token)) return "";
-    return detok_.push(token);
-  }
-  std::string flush() override { return detok_.flush(); }
-
- private:
-  bool has_text(int32_t token) const {
-    if (token < 0 || token >= tokenizer_.vocab_size()) return false;
-    try {
-      tokenizer_.token_bytes(token);
-      return true;
-    } catch (const Error&) {
-      return false;  // an id inside the range that no token uses
-    }
-  }
-  const Tokenizer& tokenizer_;
-  StreamingDetokenizer detok_;
-};
-
-class NoTextDecoder : public TextDecoder {
- public:
-  std::string push(int32_t /*token*/) override { return ""; }
-  std::string flush() override { return ""; }
-};
 
 void add_end_token(ServedModel& m, int32_t token) {
   if (token >= 0 && std::find(m.eos_token_ids.begin(), m.eos_token_ids.end(), token) == m.eos_token_ids.end())
@@ -62,14 +30,6 @@ ServedModel served_model_base(const std::filesystem::path& model_dir, const std:
 }
 
 }  // namespace
-
-TextDecoderFactory streaming_decoders(const Tokenizer& tokenizer) {
-  return [&tokenizer](bool skip_special) { return std::make_unique<StreamingTextDecoder>(tokenizer, skip_special); };
-}
-
-TextDecoderFactory no_text_decoders() {
-  return [](bool /*skip_special*/) { return std::make_unique<NoTextDecoder>(); };
-}
 
 ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags& flags) {
   ChatSupport support;

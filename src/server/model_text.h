@@ -1,7 +1,7 @@
-// Wiring a real model's text side into the server: the tokenizer's StreamingDetokenizer as the
-// engine's TextDecoder, the chat template and its output formats, and every end token a model
-// names; or, for a server without a tokenizer (--skip-tokenizer-init), decoders that release no
-// text and a model that serves token ids only.
+// Wiring a real model's text side into the server: the engine's TextDecoders over the tokenizer
+// (engine/text_decoders.h), the chat template and its output formats, and every end token a model
+// names; or, for a server without a tokenizer (--skip-tokenizer-init), a model that serves token
+// ids only.
 #pragma once
 
 #include <cstdint>
@@ -11,17 +11,12 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/text_decoders.h"
 #include "model/config.h"
 #include "server/openai_service.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {
-
-// Decoders backed by StreamingDetokenizer over `tokenizer` (which must outlive them).
-TextDecoderFactory streaming_decoders(const Tokenizer& tokenizer);
-
-// Decoders that release no text (--skip-tokenizer-init: the server returns token ids).
-TextDecoderFactory no_text_decoders();
 
 // The server's chat flags (vLLM's names); unset ones follow the template's family.
 struct ChatFlags {

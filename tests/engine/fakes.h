@@ -1,7 +1,8 @@
 // Test doubles for the engine and server: a deterministic fake Backend whose "KV cache" stores
 // (position, token) in each slot and whose next token is a function of the history it reads back
 // through the block table (so any block-table or prefix-cache mistake changes the output or
-// throws), and a byte-level fake tokenizer/decoder.
+// throws), the same backend with steps that run late as on a GPU stream (DeferredFakeBackend), and
+// a byte-level fake tokenizer/decoder.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -190,6 +192,88 @@ class FakeBackend : public Backend {
   std::mutex gate_mutex_;
   std::condition_variable gate_cv_;
   bool gate_closed_ = false;
+};
+
+// FakeBackend with asynchronous decode steps that run late, as on one GPU stream: decode_async()
+// only queues a copy of the step (its spans need not outlive the call); collect(), and prefill()
+// before it writes, run the queued steps in launch order. A chained row (prev_row) takes the token
+// the step before it sampled, when it runs. So the engine can count neither on a step having run
+// at launch nor on its inputs living on; and a block freed while a step that writes it is queued,
+// then given to a prefill, would be overwritten after the prefill (the fake's reads then fail).
+class DeferredFakeBackend : public FakeBackend {
+ public:
+  using FakeBackend::FakeBackend;
+  std::string name() const override { return "deferred-fake"; }
+  bool runs_async() const override { return true; }
+
+  DecodeTicket decode_async(std::span<const DecodeSeq> seqs, bool want_logits) override {
+    Queued q;
+    q.id = next_ticket_++;
+    q.want_logits = want_logits;
+    for (const DecodeSeq& d : seqs) {
+      Row r;
+      r.seq = d;
+      r.token = d.prev_row >= 0 ? -1 : d.chunk.tokens[0];
+      r.table.assign(d.chunk.block_table.begin(), d.chunk.block_table.end());
+      r.history.assign(d.history.begin(), d.history.end());
+      q.rows.push_back(std::move(r));
+    }
+    queue_.push_back(std::move(q));
+    max_in_flight_ = std::max(max_in_flight_, queue_.size() + done_.size());
+    return DecodeTicket{queue_.back().id, {}};
+  }
+  void collect(DecodeTicket ticket, DecodeResult& result) override {
+    run_until(ticket.id);
+    MD_REQUIRE(!done_.empty() && done_.front().first == ticket.id, "deferred fake: ticket ", ticket.id,
+               " collected out of order");
+    result = std::move(done_.front().second);
+    done_.pop_front();
+  }
+  void prefill(const SeqChunk& chunk, std::span<float> last_logits) override {
+    run_until(~uint64_t{0});
+    FakeBackend::prefill(chunk, last_logits);
+  }
+  size_t max_in_flight() const { return max_in_flight_; }
+
+ private:
+  struct Row {
+    DecodeSeq seq;
+    int32_t token;
+    std::vector<int32_t> table, history;
+  };
+  struct Queued {
+    uint64_t id;
+    bool want_logits;
+    std::vector<Row> rows;
+  };
+  void run_until(uint64_t id) {
+    while (!queue_.empty() && queue_.front().id <= id) {
+      Queued q = std::move(queue_.front());
+      queue_.pop_front();
+      std::vector<DecodeSeq> seqs;
+      for (Row& r : q.rows) {
+        if (r.seq.prev_row >= 0) {
+          MD_REQUIRE(static_cast<size_t>(r.seq.prev_row) < last_tokens_.size(), "deferred fake: bad prev_row");
+          r.token = last_tokens_[r.seq.prev_row];
+        }
+        DecodeSeq d = r.seq;
+        d.prev_row = -1;
+        d.chunk.tokens = std::span<const int32_t>(&r.token, 1);
+        d.chunk.block_table = r.table;
+        d.history = r.history;
+        seqs.push_back(d);
+      }
+      DecodeResult result;
+      FakeBackend::decode(seqs, q.want_logits, result);
+      last_tokens_ = result.tokens;
+      done_.emplace_back(q.id, std::move(result));
+    }
+  }
+  uint64_t next_ticket_ = 1;
+  std::deque<Queued> queue_;
+  std::deque<std::pair<uint64_t, DecodeResult>> done_;
+  std::vector<int32_t> last_tokens_;
+  size_t max_in_flight_ = 0;
 };
 
 // Bytes 0..255 are themselves; 256.. are specials. Releases text only at UTF-8 boundaries.

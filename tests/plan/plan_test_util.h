@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -106,6 +107,40 @@ inline int find_task(const Plan& plan, Op op, int layer, int sm = -1, int nth = 
   if (nth < static_cast<int>(all.size())) return all[nth];
   ADD_FAILURE() << "no " << op_name(op) << " task #" << nth << " of L" << layer << " on SM " << sm;
   return -1;
+}
+
+// The first field in which two plans differ ("" when they are equal in every field, bit for bit).
+inline std::string plan_difference(const Plan& a, const Plan& b) {
+  auto bytes_equal = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0);
+  };
+  if (std::memcmp(&a.params, &b.params, sizeof a.params) != 0) return "params";
+  if (a.policy != b.policy) return "policy";
+  if (!bytes_equal(a.tasks, b.tasks)) {
+    for (size_t i = 0; i < std::min(a.tasks.size(), b.tasks.size()); ++i)
+      if (std::memcmp(&a.tasks[i], &b.tasks[i], sizeof(Task)) != 0) return "tasks (first at " + std::to_string(i) + ")";
+    return "tasks (count " + std::to_string(a.tasks.size()) + " vs " + std::to_string(b.tasks.size()) + ")";
+  }
+  if (a.list_begin != b.list_begin) return "list_begin";
+  if (a.task_wave != b.task_wave) return "task_wave";
+  if (a.waves.size() != b.waves.size()) return "waves";
+  for (size_t i = 0; i < a.waves.size(); ++i)
+    if (a.waves[i].op != b.waves[i].op || a.waves[i].layer != b.waves[i].layer || a.waves[i].n_tasks != b.waves[i].n_tasks)
+      return "wave " + std::to_string(i);
+  if (!bytes_equal(a.attn_items, b.attn_items)) return "attn_items";
+  if (a.counters.size() != b.counters.size()) return "counters";
+  for (size_t i = 0; i < a.counters.size(); ++i) {
+    const CounterInfo &x = a.counters[i], &y = b.counters[i];
+    if (x.kind != y.kind || x.layer != y.layer || x.index != y.index || x.total != y.total)
+      return "counter " + std::to_string(i);
+  }
+  if (a.dynamic_arrivals.size() != b.dynamic_arrivals.size()) return "dynamic_arrivals";
+  for (size_t i = 0; i < a.dynamic_arrivals.size(); ++i) {
+    const DynamicArrival &x = a.dynamic_arrivals[i], &y = b.dynamic_arrivals[i];
+    if (x.counter != y.counter || x.max_amount != y.max_amount || x.tasks != y.tasks)
+      return "dynamic arrival " + std::to_string(i);
+  }
+  return "";
 }
 
 // Runs `megadecode plan ARGS` and returns what it printed (errors propagate as exceptions).

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "plan/moe_split.h"
 #include "plan/planner.h"
+#include "plan/planner_internal.h"
 #include "plan/stats.h"
 #include "plan/validator.h"
 #include "plan_test_util.h"
@@ -184,6 +185,39 @@ TEST(Planner, RandomPlansValidateCoverAndDeal) {
 
 // The attention items of a step: per (sequence, group) consecutive splits covering the context,
 // every split but the last at least the minimum and on KV block edges, at most the maximum count.
+// place_attention (a heap, one placement for every layer) against the rule written out: each
+// item, largest first (ties: lower index), to the SM with the fewest key positions so far (ties:
+// the first SM at or after the wave's cursor), for any cursor.
+TEST(Planner, AttentionPlacementIsLargestFirstOnTheLeastLoadedSm) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  for (int round = 0; round < 300; ++round) {
+    const int n_sms = 1 + static_cast<int>(rng.below(40));
+    std::vector<AttnItem> items(rng.below(120) + 1);
+    for (AttnItem& it : items) {
+      it.pos_begin = 0;
+      it.pos_end = 1 + static_cast<int>(rng.below(rng.below(2) ? 4 : 300));  // many ties, or few
+    }
+    const std::vector<int> rel = place_attention(items, n_sms);
+    const int cursor = static_cast<int>(rng.below(n_sms));
+    std::vector<int> order(items.size());
+    std::iota(order.begin(), order.end(), 0);
+    auto len = [&](int i) { return items[i].pos_end - items[i].pos_begin; };
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return len(a) > len(b); });
+    std::vector<int64_t> load(n_sms, 0);
+    for (int i : order) {
+      int best = -1;
+      for (int k = 0; k < n_sms; ++k) {
+        const int sm = (cursor + k) % n_sms;
+        if (best < 0 || load[sm] < load[best]) best = sm;
+      }
+      load[best] += len(i);
+      ASSERT_EQ((rel[i] + cursor) % n_sms, best) << "round " << round << " item " << i;
+    }
+  }
+}
+
 TEST(Planner, AttentionSplitsScaleWithContext) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));

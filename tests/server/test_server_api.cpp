@@ -239,7 +239,11 @@ TEST(ServerApi, SmallEndpoints) {
                            "megadecode:kv_cache_usage_perc", "megadecode:prompt_tokens_total{model_name=\"fake-model\"} 7",
                            "megadecode:generation_tokens_total", "megadecode:time_to_first_token_seconds_bucket",
                            "megadecode:inter_token_latency_seconds_count", "megadecode:e2e_request_latency_seconds_sum",
-                           "# TYPE megadecode:time_to_first_token_seconds histogram"})
+                           "# TYPE megadecode:time_to_first_token_seconds histogram",
+                           "# TYPE megadecode:engine_step_seconds histogram",
+                           "megadecode:engine_step_seconds_bucket{model_name=\"fake-model\",phase=\"schedule\",le=\"1e-06\"}",
+                           "megadecode:engine_step_seconds_count{model_name=\"fake-model\",phase=\"output\"}",
+                           "megadecode:engine_step_seconds_sum{model_name=\"fake-model\",phase=\"wait\"}"})
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
 }
 

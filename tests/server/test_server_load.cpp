@@ -1,5 +1,6 @@
 // Load: 256 concurrent streams with random client disconnects (every request ends cleanly, no KV
-// block leaks, /health still 200), and 1,000 streaming connections held open at once.
+// block leaks, /health still 200), with the plain and the overlapped scheduler loop, and 1,000
+// streaming connections held open at once.
 // sanitize: thread
 #if defined(__SANITIZE_THREAD__)
 #pragma GCC diagnostic ignored "-Wtsan"  // Asio's fences in TSan builds: known, harmless noise
@@ -36,7 +37,7 @@ void check_stream(const testing::StreamOutcome& o, bool want_usage, int index) {
   }
 }
 
-TEST(ServerLoad, ConcurrentStreamsWithRandomDisconnects) {
+void streams_with_random_disconnects(Overlap overlap) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   SplitMix64 rng(seed);
@@ -45,6 +46,7 @@ TEST(ServerLoad, ConcurrentStreamsWithRandomDisconnects) {
   o.block_size = 4;
   o.scheduler.max_num_seqs = 16;
   o.scheduler.max_prefill_tokens = 24;
+  o.scheduler.overlap = overlap;
   o.backend_delay_us = 100;
   testing::TestServer server(o);
   constexpr int kStreams = 256;
@@ -87,7 +89,16 @@ TEST(ServerLoad, ConcurrentStreamsWithRandomDisconnects) {
   EXPECT_EQ(HttpClient(server.port()).request("GET", "/health").status, 200);
   EXPECT_GT(n_cut, 0);
   EXPECT_GT(n_complete, kStreams / 2);
+  uint64_t n_chained = 0;
+  ASSERT_TRUE(server.engine->inspect([&](const Scheduler& s) { n_chained = s.n_chained(); }));
+  std::printf("%llu steps chained\n", static_cast<unsigned long long>(n_chained));
+  if (overlap != Overlap::kOff) EXPECT_GT(n_chained, 0u);
 }
+
+TEST(ServerLoad, ConcurrentStreamsWithRandomDisconnects) { streams_with_random_disconnects(Overlap::kOff); }
+
+// Disconnects land while the next step of the sequence is already launched: its token is dropped.
+TEST(ServerLoad, ConcurrentStreamsWithRandomDisconnectsOverlapped) { streams_with_random_disconnects(Overlap::kAlways); }
 
 TEST(ServerLoad, HoldsAThousandStreamingConnections) {
   const long limit = raise_open_file_limit();

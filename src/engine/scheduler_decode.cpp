@@ -1,0 +1,228 @@
+// Scheduler: the decode steps — the plain step (launch, collect, process), the chained step of the
+// overlapped loop (launch step N+1, then collect and process step N), and output processing.
+#include <algorithm>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "core/stopwatch.h"
+#include "engine/logits.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+
+namespace megadecode {
+
+bool Scheduler::overlapping() const {
+  return config_.overlap == Overlap::kAlways || (config_.overlap == Overlap::kAuto && backend_.runs_async());
+}
+
+void Scheduler::decode() {
+  // Every sequence about to decode needs a block for its next position; take them from the
+  // newest running sequences when the pool is dry.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& s = *running_[i];
+    if (!s.ready_to_decode()) continue;
+    while (!kv_.ensure(s.id, static_cast<int>(s.tokens.size()))) {
+      const size_t victim = running_.size() - 1;
+      preempt(victim);
+      if (victim == i) break;
+    }
+    checkpoint();
+  }
+
+  std::vector<Sequence*> rows;
+  std::vector<DecodeSeq> seqs;
+  bool want_logits = false;
+  for (auto& sp : running_) {
+    Sequence& s = *sp;
+    if (!s.ready_to_decode()) continue;
+    DecodeSeq d;
+    const int pos = static_cast<int>(s.tokens.size()) - 1;
+    d.chunk = SeqChunk{s.id, std::span<const int32_t>(s.tokens).subspan(pos, 1), pos, kv_.table(s.id)};
+    d.sampling = s.req.sampling;
+    if (s.has_penalties()) {
+      d.history = s.tokens;
+      d.history_prompt_len = static_cast<size_t>(s.n_prompt);
+    }
+    want_logits |= s.req.logprobs >= 0 || s.host_may_resample();
+    rows.push_back(&s);
+    seqs.push_back(d);
+  }
+  if (rows.empty()) return;
+
+  std::string error;
+  in_flight_ = launch(rows, seqs, want_logits, error);
+  if (!in_flight_) {
+    for (Sequence* s : rows) finish_running(running_index(*s), FinishReason::kError, error);
+    return;
+  }
+  if (!overlapping()) finish_in_flight();
+}
+
+// Step N+1 over the rows of step N (in flight), each taking the token step N sampled for it.
+bool Scheduler::chain() {
+  if (!in_flight_ || !overlapping()) return false;
+  const std::vector<Sequence*>& rows = in_flight_->rows;
+  // The batch stays: every running sequence is a live row (none ended, none being prefilled) ...
+  if (rows.size() != running_.size()) return false;
+  for (const Sequence* s : rows)
+    if (s->ended || s->has_penalties() || s->host_may_resample()) return false;
+  // ... and nothing waiting could be admitted now.
+  if (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs && kv_.fits(head_admission()))
+    return false;
+  // Step N+1 writes position tokens.size() (step N's token) of every row.
+  for (const Sequence* s : rows)
+    if (!kv_.ensure(s->id, static_cast<int>(s->tokens.size()) + 1)) return false;
+  checkpoint();
+
+  std::vector<DecodeSeq> seqs(rows.size());
+  bool want_logits = false;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const Sequence& s = *rows[r];
+    DecodeSeq& d = seqs[r];
+    d.chunk = SeqChunk{s.id, {}, static_cast<int>(s.tokens.size()), kv_.table(s.id)};
+    d.sampling = s.req.sampling;
+    d.prev_row = static_cast<int>(r);
+    want_logits |= s.req.logprobs >= 0;
+  }
+  std::string error;
+  std::optional<InFlight> next = launch(rows, seqs, want_logits, error);
+  times_.chained = next.has_value();
+  InFlight previous = std::move(*in_flight_);
+  in_flight_ = std::move(next);
+  complete(previous);
+  if (!in_flight_) {
+    // The launch failed: step N's tokens are out; its rows that still run end with the error.
+    for (Sequence* s : previous.rows)
+      if (!s->ended) finish_running(running_index(*s), FinishReason::kError, error);
+  }
+  return true;
+}
+
+std::optional<Scheduler::InFlight> Scheduler::launch(std::vector<Sequence*> rows, std::span<const DecodeSeq> seqs,
+                                                     bool want_logits, std::string& error) {
+  const Stopwatch call;
+  InFlight step;
+  try {
+    step.ticket = backend_.decode_async(seqs, want_logits);
+  } catch (const std::exception& e) {
+    times_.launch_s += call.seconds();
+    log_error("decode step of ", rows.size(), " sequences failed: ", e.what());
+    error = e.what();
+    return std::nullopt;
+  }
+  const DecodeTimes& t = step.ticket.times;
+  times_.plan_s += t.plan_s;
+  times_.stage_s += t.stage_s;
+  times_.compute_s += t.compute_s;
+  times_.launch_s += std::max(0.0, call.seconds() - t.plan_s - t.stage_s - t.compute_s);
+  times_.batch = static_cast<int>(rows.size());
+  for (Sequence* s : rows) ++s->n_in_flight;
+  step.rows = std::move(rows);
+  return step;
+}
+
+void Scheduler::finish_in_flight() {
+  if (!in_flight_) return;
+  InFlight step = std::move(*in_flight_);
+  in_flight_.reset();
+  complete(step);
+}
+
+// Collects the step and processes its tokens; its rows are released whatever happens.
+void Scheduler::complete(InFlight& step) {
+  struct Release {
+    Scheduler* self;
+    const InFlight& step;
+    ~Release() { self->release(step); }
+  } release{this, step};
+  DecodeResult result;
+  const Stopwatch wait;
+  try {
+    backend_.collect(step.ticket, result);
+  } catch (const std::exception& e) {
+    times_.wait_s += wait.seconds();
+    log_error("decode step of ", step.rows.size(), " sequences failed: ", e.what());
+    for (Sequence* s : step.rows)
+      if (!s->ended) finish_running(running_index(*s), FinishReason::kError, e.what());
+    return;
+  }
+  times_.wait_s += wait.seconds();
+  const Stopwatch output;
+  process(step, result);
+  times_.output_s += output.seconds();
+}
+
+void Scheduler::process(const InFlight& step, const DecodeResult& result) {
+  const std::vector<Sequence*>& rows = step.rows;
+  const size_t vocab = logits_.size();
+  MD_CHECK(result.tokens.size() == rows.size(), "backend returned ", result.tokens.size(), " tokens for ",
+           rows.size(), " sequences");
+  const bool have_logits = !result.logits.empty();
+  MD_CHECK(!have_logits || result.logits.size() == rows.size() * vocab, "backend returned ", result.logits.size(),
+           " logits for ", rows.size(), " x ", vocab);
+
+  std::vector<Sequence*> done;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    Sequence& s = *rows[b];
+    if (s.ended) continue;  // stopped or aborted after this step was launched: the token is discarded
+    ++times_.n_processed;
+    int32_t token = result.tokens[b];
+    MD_CHECK(token >= 0 && static_cast<size_t>(token) < vocab, "backend sampled token ", token);
+    std::span<const float> row;
+    if (have_logits) row = std::span<const float>(result.logits).subspan(b * vocab, vocab);
+    if (s.out.end_tokens_banned() && s.out.is_end_token(token)) {
+      MD_CHECK(have_logits, "sequence ", s.id, " needs its logits to resample a banned end token");
+      const int32_t again = sample_with_bans(row, s.req.sampling, static_cast<int64_t>(s.tokens.size()), s.tokens,
+                                             static_cast<size_t>(s.n_prompt), s.banned);
+      if (again >= 0) token = again;
+    }
+    s.n_computed = static_cast<int>(s.tokens.size());
+    kv_.commit(s.id, s.tokens, s.n_computed);
+    s.tokens.push_back(token);
+    std::vector<TokenLogprob> lps;
+    if (s.req.logprobs >= 0) {
+      MD_CHECK(have_logits, "sequence ", s.id, " asked for logprobs; the step returned no logits");
+      lps.push_back(token_logprob(row, token, s.req.logprobs));
+    }
+    OutputProcessor::Step out;
+    std::string error;
+    try {
+      out = s.out.push(token);
+    } catch (const std::exception& e) {
+      // Detokenization failed for this sequence only: end it, keep the batch going.
+      out = OutputProcessor::Step{};
+      out.finished = true;
+      out.reason = FinishReason::kError;
+      error = e.what();
+    }
+    const bool finished = out.finished;
+    emit(s, std::move(out), {token}, std::move(lps), error);
+    if (finished) done.push_back(&s);
+  }
+  for (Sequence* s : done) {
+    kv_.free(s->id);
+    remove_running(running_index(*s));
+  }
+  checkpoint();
+}
+
+void Scheduler::release(const InFlight& step) {
+  for (Sequence* s : step.rows) --s->n_in_flight;
+  std::erase_if(retired_, [](const auto& s) { return s->n_in_flight == 0; });
+}
+
+// Collects the step in flight and drops its tokens (shutdown: every sequence is about to end).
+void Scheduler::drain() {
+  if (!in_flight_) return;
+  InFlight step = std::move(*in_flight_);
+  in_flight_.reset();
+  DecodeResult ignored;
+  try {
+    backend_.collect(step.ticket, ignored);
+  } catch (const std::exception& e) {
+    log_warn("decode step in flight at shutdown failed: ", e.what());
+  }
+  release(step);
+}
+
+}  // namespace megadecode

@@ -1,0 +1,399 @@
+// The overlapped loop (Scheduler with Overlap, issue 22) against the plain one: the same events for
+// every sequence (tokens, text, logprobs, finish reason, stop string, counts) and the same tokens
+// counted, for every sampling mode, stop strings and end tokens that end a sequence while its next
+// step runs, max_tokens, min_tokens, aborts after a given token, preemption and backend failures;
+// on the fake backend run synchronously (Overlap::kAlways), on the deferred fake whose steps run
+// late as on a GPU stream, and on cpu-ref with the tiny model. Invariants after every mutation; no
+// KV block leaks.
+// sanitize: address
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "engine/scheduler.h"
+#include "fakes.h"
+#include "model/loader.h"
+#include "ref/ref_backend.h"
+
+namespace megadecode {
+namespace {
+
+using testing::CollectingSink;
+using testing::DeferredFakeBackend;
+using testing::FakeBackend;
+using testing::fake_decoders;
+
+using Key = std::pair<uint64_t, int>;
+
+// A generator from a fresh seed, printed (MEGADECODE_SEED=... reproduces a run).
+SplitMix64 seeded_rng() {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  return SplitMix64(seed);
+}
+
+std::vector<int32_t> ascii(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
+
+enum class Mode { kGreedy, kTemperature, kTopK, kTopP, kMinP, kPenalties, kMinTokens, kLogprobs, kMixed };
+const char* mode_name(Mode m) {
+  const char* names[] = {"Greedy", "Temperature", "TopK", "TopP", "MinP", "Penalties", "MinTokens", "Logprobs", "Mixed"};
+  return names[static_cast<int>(m)];
+}
+
+// Random requests of one sampling mode (kMixed: any), with stop strings of one or two common
+// characters (they end sequences at every point of a step's text), stop tokens, the fake EOS,
+// max_tokens from 1, several choices per request and shared prompt prefixes.
+std::vector<SequenceRequest> workload(SplitMix64& rng, Mode mode, int n_requests) {
+  std::vector<SequenceRequest> out;
+  const std::string shared = "A shared system prompt, long enough for a block or two. ";
+  const std::string common = "etaoins ";
+  for (int i = 0; i < n_requests; ++i) {
+    SequenceRequest r;
+    r.request_id = static_cast<uint64_t>(i + 1);
+    std::string text = rng.below(2) ? shared.substr(0, rng.below(shared.size())) : "";
+    for (int n = 1 + static_cast<int>(rng.below(20)); n > 0; --n) text += static_cast<char>(33 + rng.below(90));
+    r.prompt = ascii(text);
+    const Mode m = mode == Mode::kMixed ? static_cast<Mode>(rng.below(static_cast<int>(Mode::kMixed))) : mode;
+    SamplingParams& p = r.sampling;
+    p.temperature = m == Mode::kGreedy ? 0.0f : 0.5f + static_cast<float>(rng.below(100)) / 100.0f;
+    p.seed = rng.next();
+    if (m == Mode::kTopK) p.top_k = 1 + static_cast<int>(rng.below(20));
+    if (m == Mode::kTopP) p.top_p = 0.3f + static_cast<float>(rng.below(60)) / 100.0f;
+    if (m == Mode::kMinP) p.min_p = static_cast<float>(rng.below(30)) / 100.0f;
+    if (m == Mode::kPenalties) {
+      p.repetition_penalty = 1.0f + static_cast<float>(rng.below(50)) / 100.0f;
+      p.presence_penalty = static_cast<float>(rng.below(100)) / 100.0f;
+      p.frequency_penalty = static_cast<float>(rng.below(100)) / 100.0f;
+    }
+    r.stop.max_tokens = 1 + static_cast<int>(rng.below(rng.below(4) ? 30 : 3));
+    r.stop.ignore_eos = rng.below(3) == 0 && m != Mode::kMinTokens;
+    r.stop.eos_token_ids = {testing::kFakeEos};
+    if (m == Mode::kMinTokens) {  // end tokens honoured, and often sampled before min_tokens
+      if (rng.below(2)) p.temperature = 0.0f;
+      r.stop.max_tokens = 4 + static_cast<int>(rng.below(20));
+      r.stop.min_tokens = 1 + static_cast<int>(rng.below(r.stop.max_tokens));
+    }
+    if (m == Mode::kLogprobs) r.logprobs = static_cast<int>(rng.below(4));
+    if (rng.below(2)) {
+      r.stop.stop.push_back(std::string(1, common[rng.below(common.size())]));
+      if (rng.below(2)) r.stop.stop.push_back(std::string(1, common[rng.below(common.size())]) + common[rng.below(common.size())]);
+    }
+    if (rng.below(4) == 0) r.stop.stop_token_ids = {static_cast<int32_t>('a' + rng.below(26))};
+    r.stop.include_stop_str_in_output = rng.below(2) == 0;
+    const int n = rng.below(4) == 0 ? 2 : 1;
+    for (int k = 0; k < n; ++k) {
+      SequenceRequest c = r;
+      c.index = k;
+      c.sampling.seed += static_cast<uint64_t>(k);
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+struct RunSetup {
+  int n_blocks = 64;
+  int block_size = 4;
+  SchedulerConfig scheduler;
+  std::map<uint64_t, int> abort_after;  // request id -> abort once it has sent this many tokens (>= 1)
+  int32_t fail_on_token = -1;
+};
+
+struct Outcome {
+  std::map<Key, std::vector<SeqOutput>> events;
+  uint64_t generation_tokens = 0;
+  uint64_t n_chained = 0;
+  size_t max_in_flight = 0;
+};
+
+// Runs the requests to the end; they arrive in three waves (at iterations 0, 4 and 10).
+Outcome run(Backend& backend, const RunSetup& setup, const std::vector<SequenceRequest>& requests) {
+  EngineMetrics metrics;
+  SchedulerConfig cfg = setup.scheduler;
+  cfg.check_invariants = true;
+  Scheduler sched(backend, cfg, fake_decoders(), &metrics);
+  auto sink = std::make_shared<CollectingSink>();
+  std::map<uint64_t, int> pending_aborts = setup.abort_after;
+  Outcome o;
+  for (int it = 0; it < 100000; ++it) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (static_cast<int>(i % 3) * (3 + static_cast<int>(i % 3)) != it) continue;
+      SequenceRequest r = requests[i];
+      r.sink = sink;
+      sched.add(std::move(r));
+    }
+    if (!sched.step() && it > 10) break;
+    // Aborts come between iterations, once the sequence has sent enough tokens.
+    for (auto a = pending_aborts.begin(); a != pending_aborts.end();) {
+      int n_tokens = 0;
+      bool finished = false;
+      for (const SeqOutput& e : sink->events)
+        if (e.request_id == a->first) {
+          n_tokens += static_cast<int>(e.tokens.size());
+          finished |= e.finished;
+        }
+      if (n_tokens >= a->second || finished) {
+        if (!finished) sched.abort(a->first);
+        a = pending_aborts.erase(a);
+      } else {
+        ++a;
+      }
+    }
+  }
+  EXPECT_TRUE(sched.idle());
+  EXPECT_EQ(sched.kv().n_used(), 0) << "KV blocks leaked";
+  sched.check_invariants();
+  for (SeqOutput& e : sink->events) o.events[{e.request_id, e.index}].push_back(std::move(e));
+  o.generation_tokens = metrics.generation_tokens.load();
+  o.n_chained = sched.n_chained();
+  return o;
+}
+
+// Every event of every sequence equal (the prefix-cache hit count depends on timing: not compared).
+void expect_same(const Outcome& want, const Outcome& got, const std::string& what) {
+  EXPECT_EQ(got.generation_tokens, want.generation_tokens) << what << ": tokens counted";
+  ASSERT_EQ(got.events.size(), want.events.size()) << what;
+  for (const auto& [key, w] : want.events) {
+    const std::vector<SeqOutput>& g = got.events.at(key);
+    const std::string who = what + ": request " + std::to_string(key.first) + "." + std::to_string(key.second);
+    ASSERT_EQ(g.size(), w.size()) << who << ": event count";
+    for (size_t i = 0; i < w.size(); ++i) {
+      const SeqOutput &a = w[i], &b = g[i];
+      ASSERT_EQ(b.tokens, a.tokens) << who << " event " << i;
+      EXPECT_EQ(b.text, a.text) << who << " event " << i;
+      EXPECT_EQ(b.finished, a.finished) << who << " event " << i;
+      EXPECT_EQ(b.finish_reason, a.finish_reason) << who << " event " << i;
+      EXPECT_EQ(b.stop_string, a.stop_string) << who << " event " << i;
+      EXPECT_EQ(b.stop_token, a.stop_token) << who << " event " << i;
+      EXPECT_EQ(b.n_completion_tokens, a.n_completion_tokens) << who << " event " << i;
+      EXPECT_EQ(b.n_prompt_tokens, a.n_prompt_tokens) << who << " event " << i;
+      EXPECT_EQ(b.error.empty(), a.error.empty()) << who << " event " << i;
+      ASSERT_EQ(b.logprobs.size(), a.logprobs.size()) << who << " event " << i;
+      for (size_t k = 0; k < a.logprobs.size(); ++k) {
+        EXPECT_EQ(b.logprobs[k].logprob, a.logprobs[k].logprob) << who;
+        ASSERT_EQ(b.logprobs[k].top.size(), a.logprobs[k].top.size()) << who;
+        for (size_t j = 0; j < a.logprobs[k].top.size(); ++j) EXPECT_EQ(b.logprobs[k].top[j].token, a.logprobs[k].top[j].token);
+      }
+    }
+  }
+}
+
+// How much the overlapped loops overlapped, summed over workloads: a test that expects overlap
+// fails when it never happened.
+struct Overlapped {
+  uint64_t n_chained = 0;         // the fewer of the two overlapped loops'
+  bool two_in_flight = false;  // the deferred backend held two steps at once
+};
+
+// The three loops on one workload: plain, overlapped on the synchronous fake, overlapped on the
+// deferred fake. Returns the plain outcome.
+Outcome check_loops(const RunSetup& base, const std::vector<SequenceRequest>& requests, const std::string& what,
+                    Overlapped* overlapped = nullptr) {
+  RunSetup plain = base, sync = base, deferred = base;
+  plain.scheduler.overlap = Overlap::kOff;
+  sync.scheduler.overlap = Overlap::kAlways;
+  deferred.scheduler.overlap = Overlap::kAuto;
+  FakeBackend b0(base.n_blocks, base.block_size), b1(base.n_blocks, base.block_size);
+  DeferredFakeBackend b2(base.n_blocks, base.block_size);
+  for (FakeBackend* b : {&b0, &b1, static_cast<FakeBackend*>(&b2)}) b->fail_on_token(base.fail_on_token);
+  const Outcome want = run(b0, plain, requests);
+  EXPECT_EQ(want.n_chained, 0u);
+  const Outcome got_sync = run(b1, sync, requests);
+  expect_same(want, got_sync, what + " (overlap, synchronous backend)");
+  const Outcome got_deferred = run(b2, deferred, requests);
+  expect_same(want, got_deferred, what + " (overlap, deferred backend)");
+  EXPECT_LE(b2.max_in_flight(), 2u) << what;
+  if (overlapped != nullptr) {
+    overlapped->n_chained += std::min(got_sync.n_chained, got_deferred.n_chained);
+    overlapped->two_in_flight |= b2.max_in_flight() == 2;
+  }
+  return want;
+}
+
+class OverlapSamplingModes : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(OverlapSamplingModes, SameOutputsAsThePlainLoop) {
+  SplitMix64 rng = seeded_rng();
+  Overlapped overlapped;
+  for (int round = 0; round < 4; ++round) {
+    RunSetup s;
+    s.block_size = 1 + static_cast<int>(rng.below(6));
+    s.n_blocks = 200 / s.block_size + static_cast<int>(rng.below(100));
+    s.scheduler.max_num_seqs = 1 + static_cast<int>(rng.below(8));
+    s.scheduler.max_prefill_tokens = 1 + static_cast<int>(rng.below(40));
+    s.scheduler.prefix_caching = rng.below(3) != 0;
+    const std::vector<SequenceRequest> reqs = workload(rng, GetParam(), 3 + static_cast<int>(rng.below(8)));
+    check_loops(s, reqs, std::string(mode_name(GetParam())) + " round " + std::to_string(round), &overlapped);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // Penalties need the host to sample (and min_tokens to resample) between steps: such rows are
+  // chained only once they are past min_tokens, or never.
+  if (GetParam() != Mode::kPenalties) {
+    EXPECT_GT(overlapped.n_chained, 0u) << "the overlapped loops never chained a step";
+    EXPECT_TRUE(overlapped.two_in_flight) << "two steps were never in flight together";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Scheduler, OverlapSamplingModes,
+                         ::testing::Values(Mode::kGreedy, Mode::kTemperature, Mode::kTopK, Mode::kTopP, Mode::kMinP,
+                                           Mode::kPenalties, Mode::kMinTokens, Mode::kLogprobs, Mode::kMixed),
+                         [](const ::testing::TestParamInfo<Mode>& p) { return std::string(mode_name(p.param)); });
+
+// A pool small enough to preempt: chaining stops where a row has no next block, the plain step
+// preempts, and the outputs stay the plain loop's.
+TEST(SchedulerOverlap, PreemptionUnderOverlap) {
+  SplitMix64 rng = seeded_rng();
+  for (int round = 0; round < 6; ++round) {
+    RunSetup s;
+    s.block_size = 1 + static_cast<int>(rng.below(4));
+    s.scheduler.max_num_seqs = 2 + static_cast<int>(rng.below(6));
+    s.scheduler.max_prefill_tokens = 1 + static_cast<int>(rng.below(16));
+    const std::vector<SequenceRequest> reqs = workload(rng, Mode::kMixed, 8);
+    // Room for the longest sequence alone (as the engine's max_model_len guarantees), little more.
+    int most = 0;
+    for (const SequenceRequest& r : reqs)
+      most = std::max(most, static_cast<int>(r.prompt.size()) + r.stop.max_tokens + 1);
+    s.n_blocks = (most + s.block_size - 1) / s.block_size + static_cast<int>(rng.below(6));
+    check_loops(s, reqs, "round " + std::to_string(round));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// A stop string that ends the sequence in the middle of a token's text while its next step runs:
+// that step's token is computed and dropped (one more decode call than the plain loop), never
+// sent, never counted.
+TEST(SchedulerOverlap, StopStringInTheMiddleOfAStepDropsTheChainedToken) {
+  const std::vector<int32_t> prompt = ascii("Once upon a time");
+  const std::vector<int32_t> ref = testing::fake_reference(prompt, SamplingParams{.temperature = 0}, 12);
+  const std::string text = testing::fake_text(ref);
+  SequenceRequest r;
+  r.request_id = 1;
+  r.prompt = prompt;
+  r.sampling.temperature = 0.0f;
+  r.stop.max_tokens = 12;
+  r.stop.ignore_eos = true;
+  r.stop.stop = {text.substr(5, 2)};  // ends inside the 7th token's text at the latest
+  RunSetup s;
+  FakeBackend plain_backend(s.n_blocks, s.block_size);
+  DeferredFakeBackend deferred_backend(s.n_blocks, s.block_size);
+  RunSetup plain = s;
+  plain.scheduler.overlap = Overlap::kOff;
+  const Outcome want = run(plain_backend, plain, {r});
+  const Outcome got = run(deferred_backend, s, {r});
+  expect_same(want, got, "stop string");
+  const SeqOutput& last = want.events.at({1, 0}).back();
+  EXPECT_EQ(last.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(last.stop_string, text.substr(5, 2));
+  const std::string p = plain_backend.call_log(), d = deferred_backend.call_log();
+  EXPECT_EQ(std::count(d.begin(), d.end(), 'd'), std::count(p.begin(), p.end(), 'd') + 1) << p << " vs " << d;
+}
+
+// An end token sampled before min_tokens is replaced on the host: the row is not chained until it
+// is past min_tokens (its next input is the host's token, not the backend's), then it is.
+TEST(SchedulerOverlap, MinTokensResamplesBeforeChaining) {
+  std::vector<int32_t> prompt;
+  int eos_at = -1;
+  for (int32_t c = 33; c < 127 && eos_at < 0; ++c) {
+    prompt = {c, c};
+    auto ref = testing::fake_reference(prompt, SamplingParams{.temperature = 0}, 6);
+    auto it = std::find(ref.begin(), ref.end(), testing::kFakeEos);
+    if (it != ref.end()) eos_at = static_cast<int>(it - ref.begin());
+  }
+  ASSERT_GE(eos_at, 0) << "no prompt reaches EOS in 6 tokens";
+  SequenceRequest r;
+  r.request_id = 1;
+  r.prompt = prompt;
+  r.sampling.temperature = 0.0f;
+  r.stop.max_tokens = eos_at + 12;
+  r.stop.min_tokens = eos_at + 3;
+  r.stop.eos_token_ids = {testing::kFakeEos};
+  Overlapped overlapped;
+  const Outcome o = check_loops(RunSetup{}, {r}, "min_tokens", &overlapped);
+  std::vector<int32_t> tokens;
+  for (const SeqOutput& e : o.events.at({1, 0})) tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+  ASSERT_GE(tokens.size(), static_cast<size_t>(eos_at + 3));
+  EXPECT_NE(tokens[eos_at], testing::kFakeEos) << "the end token was not replaced";
+  EXPECT_GT(overlapped.n_chained, 0u);
+}
+
+// Aborts (a client's disconnect) after a given number of tokens: the token of the step in flight
+// is dropped, the blocks freed, and every sequence's events are the plain loop's.
+TEST(SchedulerOverlap, AbortsAfterTheKthToken) {
+  SplitMix64 rng = seeded_rng();
+  for (int round = 0; round < 6; ++round) {
+    RunSetup s;
+    s.scheduler.max_num_seqs = 1 + static_cast<int>(rng.below(8));
+    std::vector<SequenceRequest> reqs = workload(rng, Mode::kMixed, 8);
+    // An abort ends every choice of a request: requests of one choice only, so that "after the
+    // k-th token" names one point of one sequence in either loop.
+    std::map<uint64_t, int> n_choices;
+    for (const SequenceRequest& r : reqs) ++n_choices[r.request_id];
+    for (const auto& [id, n] : n_choices)
+      if (n == 1 && rng.below(2)) s.abort_after[id] = 1 + static_cast<int>(rng.below(6));
+    const Outcome o = check_loops(s, reqs, "round " + std::to_string(round));
+    int n_aborted = 0;
+    for (const auto& [key, events] : o.events) n_aborted += events.back().finish_reason == FinishReason::kAbort;
+    std::printf("round %d: %d sequences aborted\n", round, n_aborted);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// A backend failure in a step: the step's rows end with an error in both loops, whatever was in
+// flight; nothing leaks.
+TEST(SchedulerOverlap, BackendFailureInAChainedStep) {
+  const std::vector<int32_t> prompt = ascii("failure ahead");
+  const std::vector<int32_t> ref = testing::fake_reference(prompt, SamplingParams{.temperature = 0}, 8);
+  RunSetup s;
+  s.fail_on_token = ref[4];  // the step whose input is the 5th token fails
+  std::vector<SequenceRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    SequenceRequest r;
+    r.request_id = static_cast<uint64_t>(i + 1);
+    r.prompt = i == 0 ? prompt : ascii("other " + std::to_string(i));
+    r.sampling.temperature = 0.0f;
+    r.stop.max_tokens = 8;
+    r.stop.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  const Outcome o = check_loops(s, reqs, "failure");
+  EXPECT_EQ(o.events.at({1, 0}).back().finish_reason, FinishReason::kError);
+}
+
+// cpu-ref on the tiny model: the default decode_async (run at launch) chained by the overlapped
+// loop gives the plain loop's tokens.
+TEST(SchedulerOverlap, CpuRefTinyModel) {
+  SplitMix64 rng = seeded_rng();
+  auto model = std::make_shared<LoadedModel>(synthetic_model("tiny", 3));
+  BackendOptions opt;
+  opt.kv_block_size = 4;
+  opt.n_kv_blocks = 128;
+  opt.n_threads = 2;
+  std::vector<SequenceRequest> reqs;
+  for (int i = 0; i < 5; ++i) {
+    SequenceRequest r;
+    r.request_id = static_cast<uint64_t>(i + 1);
+    for (int n = 2 + static_cast<int>(rng.below(10)); n > 0; --n)
+      r.prompt.push_back(static_cast<int32_t>(rng.below(model->config.vocab_size)));
+    const Mode m = static_cast<Mode>(i % 5);  // greedy, temperature, top-k, top-p, min-p
+    r.sampling.temperature = m == Mode::kGreedy ? 0.0f : 0.9f;
+    r.sampling.seed = rng.next();
+    if (m == Mode::kTopK) r.sampling.top_k = 5;
+    if (m == Mode::kTopP) r.sampling.top_p = 0.7f;
+    if (m == Mode::kMinP) r.sampling.min_p = 0.05f;
+    r.stop.max_tokens = 3 + static_cast<int>(rng.below(8));
+    r.stop.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  Outcome outs[2];
+  for (int k = 0; k < 2; ++k) {
+    ref::RefBackend backend(model->config, model->weights, model, opt);
+    RunSetup s;
+    s.scheduler.overlap = k == 0 ? Overlap::kOff : Overlap::kAlways;
+    outs[k] = run(backend, s, reqs);
+  }
+  expect_same(outs[0], outs[1], "cpu-ref");
+  EXPECT_GT(outs[1].n_chained, 0u);
+}
+
+}  // namespace
+}  // namespace megadecode
