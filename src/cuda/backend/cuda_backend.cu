@@ -13,9 +13,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
-#include "engine/decode_rows.h"
 #include "plan/planner.h"
-#include "plan/step_upload.h"
 #include "sampling/host_sampler.h"
 #include "sampling/params.h"
 
@@ -58,7 +56,6 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   const ModelConfig& c = config();
   const int sms = sm_count();
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
-  planner_ = std::make_unique<StepPlanner>(c, policy_, PlanOptions{.n_sms = n_sms_});
   const size_t block_bytes =
       static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;
   if (options_.n_kv_blocks > 0) {
@@ -223,7 +220,25 @@ void CudaBackend::decode_megakernel(std::span<const DecodeSeq> seqs, bool want_l
   const ModelConfig& c = config();
   MD_REQUIRE(seqs.size() <= static_cast<size_t>(kMkMaxBatch), "decode: batch of ", seqs.size(),
              " sequences; the megakernel runs 1..", kMkMaxBatch);
-  const BatchState batch = check_decode_rows(seqs, c, n_kv_blocks_, options_.kv_block_size);
+  BatchState batch;
+  batch.kv_block_size = options_.kv_block_size;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DecodeSeq& s = seqs[i];
+    MD_REQUIRE(s.chunk.tokens.size() == 1, "decode: sequence ", i, " has ", s.chunk.tokens.size(), " tokens, expected 1");
+    MD_REQUIRE(s.chunk.tokens[0] >= 0 && s.chunk.tokens[0] < c.vocab_size, "decode: sequence ", i, ": token ",
+               s.chunk.tokens[0], " outside the vocabulary");
+    MD_REQUIRE(s.chunk.start_pos >= 0 && s.chunk.start_pos < c.max_position_embeddings, "decode: sequence ", i,
+               ": position ", s.chunk.start_pos, " outside [0, ", c.max_position_embeddings, ")");
+    sampling::validate(s.sampling);
+    const int n_ctx = s.chunk.start_pos + 1;
+    const size_t need = (static_cast<size_t>(n_ctx) + batch.kv_block_size - 1) / batch.kv_block_size;
+    MD_REQUIRE(s.chunk.block_table.size() >= need, "decode: sequence ", i, ": block table covers ",
+               s.chunk.block_table.size(), " blocks, position ", s.chunk.start_pos, " needs ", need);
+    for (size_t b = 0; b < need; ++b)
+      MD_REQUIRE(s.chunk.block_table[b] >= 0 && s.chunk.block_table[b] < n_kv_blocks_, "decode: sequence ", i,
+                 ": block ", s.chunk.block_table[b], " outside the cache's ", n_kv_blocks_, " blocks");
+    batch.seqs.push_back(SeqState{n_ctx, s.chunk.block_table.first(need)});
+  }
   run_step(batch, seqs);
   const int B = static_cast<int>(seqs.size());
   if (routing_log_) {
@@ -284,31 +299,45 @@ void CudaBackend::ensure_capacity(const Plan& plan) {
   grow(ranges_, ranges_capacity_, (plan.waves.size() + 1) * 2 * static_cast<size_t>(n_sms_));
 }
 
-void CudaBackend::upload_inputs(const BatchState& batch, std::span<const DecodeSeq> seqs) {
+void CudaBackend::upload_inputs(std::span<const DecodeSeq> seqs) {
+  const PlanShape& s = plan_.params.shape;
+  const BufferLayout& b = plan_.params.buffers;
+  const int B = s.batch;
   // Host inputs, packed into one pinned buffer laid out like the arena's first buffers.
-  const size_t need = step_inputs_bytes(plan_);
+  const size_t need = b.attn_items.offset + b.attn_items.bytes;
   if (need > staging_bytes_) {
     CUDA_CHECK(cudaFreeHost(staging_));
     CUDA_CHECK(cudaMallocHost(&staging_, need));
     staging_bytes_ = need;
   }
-  std::vector<int32_t> tokens(seqs.size());
-  std::vector<SamplingParams> sampling(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    tokens[i] = seqs[i].chunk.tokens[0];
-    sampling[i] = seqs[i].sampling;
+  std::memset(staging_, 0, need);
+  auto* tok = reinterpret_cast<int32_t*>(staging_ + b.token_ids.offset);
+  auto* len = reinterpret_cast<int32_t*>(staging_ + b.seq_len.offset);
+  auto* bt = reinterpret_cast<int32_t*>(staging_ + b.block_tables.offset);
+  auto* sp = reinterpret_cast<SamplingParams*>(staging_ + b.sampling.offset);
+  for (int i = 0; i < B; ++i) {
+    const DecodeSeq& q = seqs[i];
+    tok[i] = q.chunk.tokens[0];
+    len[i] = q.chunk.start_pos + 1;
+    const size_t nb = std::min<size_t>(q.chunk.block_table.size(), s.max_blocks_per_seq);
+    for (size_t j = 0; j < nb; ++j) bt[static_cast<size_t>(i) * s.max_blocks_per_seq + j] = q.chunk.block_table[j];
+    sp[i] = q.sampling;
   }
-  pack_step_inputs(plan_, batch, tokens, sampling, std::span<uint8_t>(staging_, need));
+  std::memcpy(staging_ + b.attn_items.offset, plan_.attn_items.data(), plan_.attn_items.size() * sizeof(AttnItem));
   CUDA_CHECK(cudaMemcpyAsync(arena_, staging_, need, cudaMemcpyHostToDevice, stream_));
+  // The planner validated the item count against the capacity; check the bytes anyway.
+  MD_CHECK(plan_.attn_items.size() * sizeof(AttnItem) <= b.attn_items.bytes);
 }
 
 void CudaBackend::run_step(const BatchState& batch, std::span<const DecodeSeq> seqs) {
-  plan_ = planner_->plan(batch);  // make_plan's plan, patched from the last step's (StepPlanner)
+  PlanOptions popt;
+  popt.n_sms = n_sms_;
+  plan_ = make_plan(config(), batch, policy_, popt);
   ensure_capacity(plan_);
   if (stuck_task_ >= 0 && stuck_task_ < static_cast<int>(plan_.tasks.size()) && plan_.tasks[stuck_task_].n_waits > 0)
     plan_.tasks[stuck_task_].wait[0].target += 1;
   if (poison_) CUDA_CHECK(cudaMemsetAsync(arena_, 0xff, plan_.params.buffers.total_bytes, stream_));  // NaN
-  upload_inputs(batch, seqs);
+  upload_inputs(seqs);
   if (uploaded_tasks_.size() != plan_.tasks.size() ||
       std::memcmp(uploaded_tasks_.data(), plan_.tasks.data(), plan_.tasks.size() * sizeof(Task)) != 0) {
     CUDA_CHECK(cudaMemcpyAsync(tasks_, plan_.tasks.data(), plan_.tasks.size() * sizeof(Task), cudaMemcpyHostToDevice,
@@ -316,7 +345,20 @@ void CudaBackend::run_step(const BatchState& batch, std::span<const DecodeSeq> s
     uploaded_tasks_ = plan_.tasks;
   }
   // Launch ranges: launch 0 = whole lists (cuda-mk); launch 1 + w = wave w (cuda-ops).
-  const std::vector<int32_t> ranges = launch_ranges(plan_);
+  const size_t n_waves = plan_.waves.size();
+  std::vector<int32_t> ranges((n_waves + 1) * 2 * n_sms_, 0);
+  for (int sm = 0; sm < n_sms_; ++sm) {
+    ranges[sm] = plan_.list_begin[sm];
+    ranges[n_sms_ + sm] = plan_.list_begin[sm + 1];
+    int t = plan_.list_begin[sm];
+    for (size_t w = 0; w < n_waves; ++w) {
+      int32_t* r = ranges.data() + (w + 1) * 2 * n_sms_;
+      r[sm] = t;
+      while (t < plan_.list_begin[sm + 1] && plan_.task_wave[t] == static_cast<int>(w)) ++t;
+      r[n_sms_ + sm] = t;
+    }
+    MD_CHECK(t == plan_.list_begin[sm + 1], "plan lists are not sorted by wave");
+  }
   CUDA_CHECK(cudaMemcpyAsync(ranges_, ranges.data(), ranges.size() * 4, cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable `ranges` must be consumed before it goes away
   launch(stream_);

@@ -29,7 +29,6 @@
 #include "model/routing.h"
 #include "plan/plan.h"
 #include "plan/policy.h"
-#include "plan/step_planner.h"
 
 namespace megadecode::cuda {
 
@@ -104,7 +103,7 @@ class CudaBackend : public Backend {
   void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result,
                           const std::function<void(size_t, std::vector<float>&)>& row);
   void ensure_capacity(const Plan& plan);
-  void upload_inputs(const BatchState& batch, std::span<const DecodeSeq> seqs);
+  void upload_inputs(std::span<const DecodeSeq> seqs);
   void launch(cudaStream_t stream);
   void check_error();
   void record_routing(int64_t seq, int first_pos, int n_tokens, const int32_t* experts, const float* weights);
@@ -121,7 +120,6 @@ class CudaBackend : public Backend {
   uint16_t* kv_ = nullptr;
   cudaStream_t stream_ = nullptr;
 
-  std::unique_ptr<StepPlanner> planner_;
   Plan plan_;
   uint8_t* arena_ = nullptr;
   size_t arena_bytes_ = 0;
