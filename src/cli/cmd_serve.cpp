@@ -6,6 +6,7 @@
 // is the same.
 #include <pthread.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -104,7 +105,7 @@ int cmd_serve(int argc, char** argv) {
              random_weights ? "--random-weights takes no MODEL_DIR\n" : "expected one MODEL_DIR\n", kUsage);
   BackendOptions options = backend_options_from(args, random_weights ? "cuda" : "cpu-ref");
   const bool gpu = options.backend.rfind("cuda", 0) == 0;
-  const int max_num_seqs = int_flag(args, "max-num-seqs", 256, 1, BackendOptions::kMaxBatch);
+  int max_num_seqs = int_flag(args, "max-num-seqs", 256, 1, BackendOptions::kMaxBatch);
   options.max_batch = max_num_seqs;
   const int block_size = options.kv_block_size;
   const int64_t kv_tokens = args.get_int("kv-cache-tokens", gpu ? 0 : 32768);
@@ -149,6 +150,8 @@ int cmd_serve(int argc, char** argv) {
     config = model->config;
     backend = make_backend(config, model->weights, model, options);
   }
+  // The default takes what the backend decodes at most (cuda-mk: 64); a larger value given is an error.
+  if (!args.has("max-num-seqs")) max_num_seqs = std::min(max_num_seqs, backend->max_decode_batch());
   MD_REQUIRE(max_num_seqs <= backend->max_decode_batch(), "--max-num-seqs ", max_num_seqs, ": backend ", backend->name(),
              " decodes at most ", backend->max_decode_batch(), " sequences a step (use --backend cuda, or a smaller "
              "--max-num-seqs)");
