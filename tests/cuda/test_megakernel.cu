@@ -21,27 +21,6 @@ namespace {
 
 constexpr double kTol = 1e-2;
 
-struct Small {
-  ModelConfig config;
-  uint64_t seed;
-  LoadedModel host;
-  std::shared_ptr<cuda::DeviceWeights> dev;
-};
-
-Small& small() {
-  static Small* s = [] {
-    auto* x = new Small;
-    x->config = preset_config("small");
-    x->seed = test_seed();
-    std::printf("small preset, weight seed %llu (MEGADECODE_SEED reproduces)\n",
-                static_cast<unsigned long long>(x->seed));
-    x->host = synthetic_model(x->config, x->seed);
-    x->dev = cuda::DeviceWeights::synthetic(x->config, x->seed);
-    return x;
-  }();
-  return *s;
-}
-
 std::unique_ptr<cuda::CudaBackend> backend(bool per_op, int n_blocks = 16600) {
   BackendOptions o;
   o.backend = per_op ? "cuda-ops" : "cuda-mk";

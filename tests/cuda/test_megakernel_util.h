@@ -17,9 +17,34 @@
 #include "core/rng.h"
 #include "cuda/backend/cuda_backend.h"
 #include "gpu_test_util.h"
+#include "model/loader.h"
+#include "model/presets.h"
 #include "routing_exact.h"
 
 namespace megadecode::test {
+
+// The `small` preset (full widths, 128 experts, 2 layers) with weights of the test's seed, on the
+// host and on the device, made once per test binary.
+struct Small {
+  ModelConfig config;
+  uint64_t seed;
+  LoadedModel host;
+  std::shared_ptr<cuda::DeviceWeights> dev;
+};
+
+inline Small& small() {
+  static Small* s = [] {
+    auto* x = new Small;
+    x->config = preset_config("small");
+    x->seed = test_seed();
+    std::printf("small preset, weight seed %llu (MEGADECODE_SEED reproduces)\n",
+                static_cast<unsigned long long>(x->seed));
+    x->host = synthetic_model(x->config, x->seed);
+    x->dev = cuda::DeviceWeights::synthetic(x->config, x->seed);
+    return x;
+  }();
+  return *s;
+}
 
 // One sequence of a case: its new token at position n_ctx - 1 over the KV history in `table`.
 struct CaseSeq {

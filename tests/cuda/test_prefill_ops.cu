@@ -19,37 +19,16 @@
 #include "cuda/common/weight_pack.cuh"
 #include "cuda/gemm/gemm.h"
 #include "cuda/prefill/prefill_kernels.h"
+#include "gemm_test_util.h"
 #include "gpu_test_util.h"
 
 namespace megadecode::cuda::prefill {
 namespace {
 
 using test::DeviceBuffer;
-
-double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
-
-// |got - want| <= 2^-7 |want| + atol * max |want| over all elements (bf16 outputs: a rounding
-// point or two apart); non-finite outputs fail. Returns the worst ratio to that bound.
-double worst_ratio(const std::vector<float>& got, const std::vector<double>& want, double atol) {
-  double mref = 0;
-  for (double w : want) mref = std::max(mref, std::fabs(w));
-  double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    const double bound = std::ldexp(std::fabs(want[i]), -7) + atol * mref + 1e-30;
-    worst = std::max(worst, std::fabs(got[i] - want[i]) / bound);
-  }
-  return worst;
-}
-
-// Random row-major [rows][k] bf16 weights, packed on the device at dst.
-test::Bf16Data packed_weights(uint16_t* dst, int rows, int k, SplitMix64& rng, float scale) {
-  test::Bf16Data w = test::random_bf16(static_cast<size_t>(rows) * k, rng, scale);
-  DeviceBuffer<uint16_t> raw(w.bits);
-  pack_weight(raw.get(), dst, rows, k, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  return w;
-}
+using test::packed_weights;
+using test::silu_ref;
+using test::worst_ratio;
 
 // Routing with one hot expert (> 1 tile of 128 slots) and a few empty ones; the device lists must
 // equal the host's (expert, token, k) slot order, then the grouped gate/up (SwiGLU) and down GEMMs

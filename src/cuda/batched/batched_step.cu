@@ -9,6 +9,7 @@
 #include "cuda/batched/batched_plan.h"
 #include "cuda/batched/decode_attention.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/workspace_carver.h"
 #include "cuda/common/device_info.h"
 #include "cuda/common/kernels.h"
 #include "cuda/common/moe.cuh"
@@ -40,25 +41,6 @@ struct BatchedStep::Inputs {
 };
 
 namespace {
-
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-
-// Walks the workspace layout; with base == nullptr it only measures.
-class Carver {
- public:
-  explicit Carver(uint8_t* base) : base_(base) {}
-  template <typename T>
-  T* take(int64_t n) {
-    T* p = base_ ? reinterpret_cast<T*>(base_ + off_) : nullptr;
-    off_ += align256(static_cast<size_t>(n) * sizeof(T));
-    return p;
-  }
-  size_t bytes() const { return off_; }
-
- private:
-  uint8_t* base_;
-  size_t off_ = 0;
-};
 
 struct Dims {
   int64_t R, H, qkv_rows, nq, E, K, I, V;
@@ -113,7 +95,7 @@ size_t BatchedStep::workspace_bytes(const ModelConfig& config, int max_rows) {
   const Dims s(config, R);
   size_t n_sem = 0;
   const size_t n_ws = split_workspace_floats(config, R, &n_sem);
-  Carver c(nullptr);
+  WorkspaceCarver c(nullptr);
   c.take<int32_t>(4);
   c.take<float>(s.R * s.H);
   c.take<float>(s.R * s.H);
@@ -168,7 +150,7 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   const size_t n_ws = split_workspace_floats(c, max_rows_, &n_sem);
   arena_bytes_ = workspace_bytes(c, max_rows_);
   CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
-  Carver v(arena_);
+  WorkspaceCarver v(arena_);
   error_ = v.take<int32_t>(4);
   x_ = v.take<float>(s.R * s.H);
   h_ = v.take<float>(s.R * s.H);

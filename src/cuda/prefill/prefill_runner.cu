@@ -7,31 +7,13 @@
 
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/workspace_carver.h"
 #include "cuda/common/kernels.h"
 #include "cuda/gemm/gemm.h"
 #include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {
-
-size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-
-// Walks the workspace layout; with base == nullptr it only measures.
-class Carver {
- public:
-  explicit Carver(uint8_t* base) : base_(base) {}
-  template <typename T>
-  T* take(int64_t n) {
-    T* p = base_ ? reinterpret_cast<T*>(base_ + off_) : nullptr;
-    off_ += align256(static_cast<size_t>(n) * sizeof(T));
-    return p;
-  }
-  size_t bytes() const { return off_; }
-
- private:
-  uint8_t* base_;
-  size_t off_ = 0;
-};
 
 struct Shape {
   int64_t C, H, qkv_rows, nq, E, K, I, V;
@@ -50,7 +32,7 @@ int tile_capacity(const Shape& s) {
 
 size_t PrefillRunner::workspace_bytes(const ModelConfig& config, int max_chunk) {
   const Shape s(config, max_chunk);
-  Carver c(nullptr);
+  WorkspaceCarver c(nullptr);
   c.take<int32_t>(s.C);
   c.take<int32_t>(4);
   c.take<float>(s.C * s.H);
@@ -90,7 +72,7 @@ PrefillRunner::PrefillRunner(const ModelConfig& config, const MkModelWeights& vi
   tile_capacity_ = tile_capacity(s);
   arena_bytes_ = workspace_bytes(cfg, max_chunk);
   CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
-  Carver c(arena_);
+  WorkspaceCarver c(arena_);
   tokens_ = c.take<int32_t>(s.C);
   error_ = c.take<int32_t>(4);
   x_ = c.take<float>(s.C * s.H);
