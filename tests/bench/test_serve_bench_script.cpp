@@ -197,7 +197,8 @@ TEST_F(ServeBenchScript, RunsEveryScenarioOnTwoBackends) {
   for (const std::string& b : kBackends) {
     const std::string text = read_text(dir_ / "raw" / (b + ".server.log"));
     EXPECT_NE(text.find(kTokenIdServer), std::string::npos) << b << ":\n" << text;
-    EXPECT_NE(text.find("shutting down"), std::string::npos) << b << ":\n" << text;
+    EXPECT_NE(text.find("signal 15: draining"), std::string::npos) << b << ":\n" << text;
+    EXPECT_NE(text.find("] shut down"), std::string::npos) << b << ":\n" << text;
   }
 }
 
