@@ -29,13 +29,21 @@ void usage() {
       "usage: megadecode make-model --preset NAME --out DIR [--seed S] [--max-shard-bytes N]\n"
       "                             [--tokenizer-dir DIR | --no-tokenizer] [--config-only]\n"
       "  --config-only   write config.json and generation_config.json only (no weights)\n"
+      "  the bundled tokenizer (Qwen3's) goes with the qwen3 presets; a north-* checkpoint gets one\n"
+      "  only from --tokenizer-dir\n"
       "presets:");
   for (const std::string& p : preset_names()) std::printf(" %s", p.c_str());
   std::printf("\n");
 }
 
-// Qwen3-30B-A3B's generation_config.json (its sampling defaults and special tokens).
-json generation_config() {
+// The generation_config.json of the model family: Qwen3-30B-A3B's sampling defaults and special
+// tokens; for North Mini Code the model card's sampling (temperature 1.0, top-p 0.95) and the
+// config's special tokens.
+json generation_config(const ModelConfig& c) {
+  if (c.model_type == "cohere2_moe") {
+    return {{"bos_token_id", c.bos_token_id}, {"do_sample", true}, {"eos_token_id", c.eos_token_ids},
+            {"temperature", 1.0},             {"top_p", 0.95}};
+  }
   return {{"bos_token_id", 151643}, {"do_sample", true},  {"eos_token_id", {151645, 151643}},
           {"pad_token_id", 151643}, {"temperature", 0.6}, {"top_k", 20},
           {"top_p", 0.95}};
@@ -81,7 +89,9 @@ int cmd_make_model(int argc, char** argv) {
   // Check the tokenizer before spending minutes on weights.
   MD_REQUIRE(!args.has("tokenizer-dir") || !args.flag("no-tokenizer"), "--tokenizer-dir and --no-tokenizer conflict");
   fs::path tokenizer_dir;
-  if (!args.flag("no-tokenizer") && !args.flag("config-only")) {
+  // The bundled tokenizer is Qwen3's: a cohere2_moe checkpoint gets one only from --tokenizer-dir.
+  const bool bundled_fits = config.model_type != "cohere2_moe";
+  if (!args.flag("no-tokenizer") && !args.flag("config-only") && (bundled_fits || args.has("tokenizer-dir"))) {
     tokenizer_dir = args.get("tokenizer-dir", MEGADECODE_SOURCE_DIR "/data/tokenizer/qwen3");
     for (const char* f : kTokenizerFiles) {
       MD_REQUIRE(fs::is_regular_file(tokenizer_dir / f), "tokenizer file ", (tokenizer_dir / f).string(),
@@ -92,7 +102,7 @@ int cmd_make_model(int argc, char** argv) {
 
   fs::create_directories(out);
   write_json((out / "config.json").string(), model_config_to_json(config));
-  write_json((out / "generation_config.json").string(), generation_config());
+  write_json((out / "generation_config.json").string(), generation_config(config));
   if (args.flag("config-only")) {
     std::printf("make-model: wrote the %s config (no weights) to %s\n", args.get("preset", "").c_str(), out.string().c_str());
     return 0;
@@ -112,9 +122,9 @@ int cmd_make_model(int argc, char** argv) {
       fs::copy_file(tokenizer_dir / f, out / f, fs::copy_options::overwrite_existing);
     }
   }
-  std::printf("make-model: wrote %s (%zu parameters, %.3f GB of bf16 weights, seed %lld) to %s\n",
+  std::printf("make-model: wrote %s (%zu parameters, %.3f GB of bf16 weights, seed %lld) to %s%s\n",
               args.get("preset", "").c_str(), n_params, total / 1e9, static_cast<long long>(seed),
-              out.string().c_str());
+              out.string().c_str(), tokenizer_dir.empty() ? " without a tokenizer (serve it with --skip-tokenizer-init)" : "");
   return 0;
 }
 

@@ -134,6 +134,8 @@ int cmd_serve(int argc, char** argv) {
   std::unique_ptr<Backend> backend;
   if (random_weights) {
     config = preset_config(args.require("preset"));
+    MD_REQUIRE(skip_tokenizer || config.model_type != "cohere2_moe", "--random-weights --preset ",
+               args.get("preset", ""), ": the bundled tokenizer is Qwen3's, not this model's; add --skip-tokenizer-init");
     if (!skip_tokenizer)  // tokenizer files only; without a tokenizer, no directory at all
       model_dir = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";
     const auto weights_seed = static_cast<uint64_t>(args.get_int("weights-seed", 0));

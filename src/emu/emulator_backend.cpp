@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "plan/planner.h"
 #include "plan/validator.h"
 #include "sampling/host_sampler.h"
 
@@ -11,7 +12,7 @@ namespace megadecode::emu {
 CpuMkBackend::CpuMkBackend(const ModelConfig& config, const ModelWeights& weights,
                            std::shared_ptr<const void> weights_owner, const BackendOptions& options,
                            const EmulatorOptions& emulator)
-    : config_(config),
+    : config_((check_model_plannable(config), config)),
       weights_(weights),
       weights_owner_(std::move(weights_owner)),
       n_sms_(options.n_threads == 0 ? kDefaultSms : options.n_threads),

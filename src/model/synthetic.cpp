@@ -35,6 +35,7 @@ SyntheticInit init_for_spec(const std::string& name, const std::vector<int64_t>&
   dims.fan_in = shape.size() == 2 ? static_cast<int>(shape[1]) : 1;  // HF Linear: [out, in]
   dims.n_layers = config.n_layers;
   dims.n_experts_per_tok = config.n_experts_per_tok;
+  dims.unnormalised_weights = config.router == RouterKind::kSigmoidTopK && !config.norm_topk_prob;
   return synthetic_init(synthetic_tensor_id(name), kind_of(name), dims);
 }
 

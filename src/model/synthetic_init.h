@@ -38,7 +38,13 @@ struct SyntheticDims {
   int fan_in = 1;             // the input width of a linear layer ([out, in]: in)
   int n_layers = 1;
   int n_experts_per_tok = 1;
+  // The top-k weights are not renormalised (a sigmoid router without norm_topk_prob): each is
+  // sigmoid of a top logit, about 0.8, instead of about 1/k.
+  bool unnormalised_weights = false;
 };
+
+// SyntheticDims::unnormalised_weights: the typical weight it stands for.
+constexpr double kUnnormalisedRouteWeight = 0.8;
 
 // E[silu(z)^2] for z ~ N(0, 1): the variance of silu(gate) * up when gate and up have unit variance.
 constexpr double kSiluSquareMean = 0.3558;
@@ -54,7 +60,8 @@ constexpr double kSiluSquareMean = 0.3558;
 //    sqrt(3/fan_in) / sqrt(2L) adds at most 1/(2L) to the residual's variance.
 //  - expert down reads silu(gate)*up (variance kSiluSquareMean), and the combine of k independent
 //    experts with weights near 1/k divides the variance by k: sqrt(3/fan_in) * sqrt(k / 0.356) /
-//    sqrt(2L) restores 1/(2L). Dense down: the same without the k.
+//    sqrt(2L) restores 1/(2L). Dense down: the same without the k. With unnormalised weights w
+//    (about 0.8 each) the combine multiplies the variance by k w^2 instead: 1 / sqrt(k w^2 0.356).
 //  - router: sqrt(3/hidden) gives unit-variance logits: routing is spread over many experts (no
 //    expert dominates) but the top-k are well separated from the rest, not a near-uniform tie.
 //  - lm_head: sqrt(3/hidden), unit-variance logits over the vocabulary.
@@ -76,7 +83,12 @@ MD_HOST_DEVICE inline SyntheticInit synthetic_init(uint64_t id, SyntheticKind ki
     case SyntheticKind::kNorm: scale = 0.2; offset = 1.0; break;
     case SyntheticKind::kInProj: scale = in_scale; break;
     case SyntheticKind::kOutProj: scale = in_scale * residual; break;
-    case SyntheticKind::kExpertDown: scale = in_scale * sqrt(k / kSiluSquareMean) * residual; break;
+    case SyntheticKind::kExpertDown:
+      scale = dims.unnormalised_weights
+                  ? in_scale * sqrt(1.0 / (k * kUnnormalisedRouteWeight * kUnnormalisedRouteWeight * kSiluSquareMean)) *
+                        residual
+                  : in_scale * sqrt(k / kSiluSquareMean) * residual;
+      break;
     case SyntheticKind::kDenseDown: scale = in_scale * sqrt(1.0 / kSiluSquareMean) * residual; break;
     case SyntheticKind::kRouter: scale = in_scale; break;
     case SyntheticKind::kLmHead: scale = in_scale; break;

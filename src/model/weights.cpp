@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <set>
+#include <string_view>
 
 namespace megadecode {
 namespace {
@@ -9,6 +10,19 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// A ".bias" of a tensor the model has, all zero (a non-zero one is an Error: the model has no
+// biases, so it would be dropped silently).
+bool is_zero_bias(const std::string& name, const TensorView& t, const std::set<std::string>& expected) {
+  constexpr std::string_view kBias = ".bias";
+  if (name.size() <= kBias.size() || name.compare(name.size() - kBias.size(), kBias.size(), kBias) != 0) return false;
+  if (expected.count(name.substr(0, name.size() - kBias.size()) + ".weight") == 0) return false;
+  for (int64_t i = 0; i < t.n_elements(); ++i) {
+    MD_REQUIRE(t.at(i) == 0.0f, "tensor ", name, " in ", t.file, " has a non-zero element (", t.at(i), " at ", i,
+               "); this model has no biases");
+  }
+  return true;
 }
 
 }  // namespace
@@ -20,7 +34,7 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     out.push_back({p + "input_layernorm.weight", {h}});
-    out.push_back({p + "post_attention_layernorm.weight", {h}});
+    if (c.block == BlockKind::kSequential) out.push_back({p + "post_attention_layernorm.weight", {h}});
     out.push_back({p + "self_attn.q_proj.weight", {q, h}});
     out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
     out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
@@ -36,6 +50,12 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
         out.push_back({x + "gate_proj.weight", {c.moe_intermediate_size, h}});
         out.push_back({x + "up_proj.weight", {c.moe_intermediate_size, h}});
         out.push_back({x + "down_proj.weight", {h, c.moe_intermediate_size}});
+      }
+      if (c.shared_intermediate_size > 0) {
+        const std::string x = p + "mlp.shared_experts.";
+        out.push_back({x + "gate_proj.weight", {c.shared_intermediate_size, h}});
+        out.push_back({x + "up_proj.weight", {c.shared_intermediate_size, h}});
+        out.push_back({x + "down_proj.weight", {h, c.shared_intermediate_size}});
       }
     } else {
       out.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, h}});
@@ -62,6 +82,7 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorMap& tensors) {
   for (const auto& [name, t] : tensors) {
     // HF may store the rotary inverse frequencies; they are derived from rope_theta, not read.
     if (name.find("rotary_emb.inv_freq") != std::string::npos) continue;
+    if (c.model_type == "cohere2_moe" && is_zero_bias(name, t, expected)) continue;
     MD_REQUIRE(expected.count(name) != 0, "unexpected tensor ", name, " in ", t.file, " (not part of a ",
                c.model_type, " model of this config)");
   }
@@ -75,7 +96,7 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorMap& tensors) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights& L = w.layers[l];
     L.input_norm = get(p + "input_layernorm.weight");
-    L.post_attn_norm = get(p + "post_attention_layernorm.weight");
+    if (c.block == BlockKind::kSequential) L.post_attn_norm = get(p + "post_attention_layernorm.weight");
     L.q_proj = get(p + "self_attn.q_proj.weight");
     L.k_proj = get(p + "self_attn.k_proj.weight");
     L.v_proj = get(p + "self_attn.v_proj.weight");
@@ -90,6 +111,10 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorMap& tensors) {
       for (int e = 0; e < c.n_experts; ++e) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
         L.experts[e] = {get(x + "gate_proj.weight"), get(x + "up_proj.weight"), get(x + "down_proj.weight")};
+      }
+      if (c.shared_intermediate_size > 0) {
+        const std::string x = p + "mlp.shared_experts.";
+        L.shared = {get(x + "gate_proj.weight"), get(x + "up_proj.weight"), get(x + "down_proj.weight")};
       }
     } else {
       L.mlp_gate = get(p + "mlp.gate_proj.weight");

@@ -18,7 +18,7 @@ struct ExpertWeights {
 
 struct LayerWeights {
   TensorView input_norm;      // [hidden]
-  TensorView post_attn_norm;  // [hidden]
+  TensorView post_attn_norm;  // [hidden]; sequential blocks only
   TensorView q_proj;          // [n_heads*head_dim, hidden]
   TensorView k_proj;          // [n_kv_heads*head_dim, hidden]
   TensorView v_proj;          // [n_kv_heads*head_dim, hidden]
@@ -28,6 +28,7 @@ struct LayerWeights {
   // MoE layers
   TensorView router;                   // [n_experts, hidden]
   std::vector<ExpertWeights> experts;  // n_experts
+  ExpertWeights shared;                // [shared_intermediate, hidden] ...; when the config has shared experts
   // Dense layers
   TensorView mlp_gate;  // [intermediate, hidden]
   TensorView mlp_up;    // [intermediate, hidden]
@@ -49,7 +50,9 @@ struct TensorSpec {
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
 
 // Binds and validates. Errors name the tensor (and its file): missing, unexpected, wrong shape,
-// unsupported dtype.
+// unsupported dtype. A cohere2_moe checkpoint may carry all-zero ".bias" tensors of its linear
+// layers and norms (Cohere's converters write them; the model has no biases): they are ignored,
+// and one with a non-zero element is an Error.
 ModelWeights bind_weights(const ModelConfig& config, const TensorMap& tensors);
 
 }  // namespace megadecode

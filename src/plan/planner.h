@@ -19,6 +19,10 @@
 
 namespace megadecode {
 
+// Error unless the planner (so cpu-mk and the megakernel) runs this model: qwen3_moe with MoE,
+// full-attention RoPE layers. Backends call it before they touch the weights.
+void check_model_plannable(const ModelConfig& config);
+
 Plan make_plan(const ModelConfig& config, const BatchState& batch, const Policy& policy,
                const PlanOptions& options = {});
 

@@ -17,16 +17,21 @@ int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 }  // namespace
 
-void check_plannable(const ModelConfig& c, const BatchState& batch, const Policy& policy, const PlanOptions& opt) {
-  MD_REQUIRE(c.block == BlockKind::kSequential && c.router == RouterKind::kSoftmaxTopK,
-             "the decode planner supports qwen3_moe models (sequential blocks, softmax top-k router); model_type ",
-             c.model_type, " is not supported");
+void check_model_plannable(const ModelConfig& c) {
+  MD_REQUIRE(c.block == BlockKind::kSequential && c.router == RouterKind::kSoftmaxTopK && c.qk_norm &&
+                 c.norm == NormKind::kRms && c.shared_intermediate_size == 0 && c.logit_scale == 1.0f,
+             "the decode planner (cpu-mk and the megakernel) runs qwen3_moe models (sequential blocks, q/k norms, "
+             "softmax top-k router); model_type ", c.model_type, " is not supported there: use backend cpu-ref");
   MD_REQUIRE(c.n_layers > 0 && static_cast<int>(c.layers.size()) == c.n_layers, "config has no layers");
   for (int l = 0; l < c.n_layers; ++l) {
     MD_REQUIRE(c.layers[l].ffn == FfnKind::kMoe, "the decode planner needs MoE layers; layer ", l, " is dense");
     MD_REQUIRE(c.layers[l].sliding_window == 0 && c.layers[l].use_rope,
                "the decode planner supports full-attention RoPE layers only (layer ", l, ")");
   }
+}
+
+void check_plannable(const ModelConfig& c, const BatchState& batch, const Policy& policy, const PlanOptions& opt) {
+  check_model_plannable(c);
   MD_REQUIRE(c.n_kv_heads > 0 && c.n_heads % c.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads");
   MD_REQUIRE(c.n_experts > 0 && c.n_experts < 65536 && c.n_experts_per_tok > 0 && c.n_experts_per_tok <= c.n_experts,
              "bad expert counts");

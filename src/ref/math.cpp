@@ -107,6 +107,16 @@ void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* 
   for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * inv_rms) * weight[i];
 }
 
+void layer_norm(const float* x, const float* weight, float eps, int64_t n, float* out) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const float mean = sum / static_cast<float>(n);
+  float var = 0.0f;
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const float inv_std = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = ((x[i] - mean) * inv_std) * weight[i];
+}
+
 std::vector<float> rope_inv_freq(int head_dim, double theta) {
   MD_REQUIRE(head_dim > 0 && head_dim % 2 == 0, "head_dim ", head_dim, " must be even for RoPE");
   MD_REQUIRE(theta > 0.0 && std::isfinite(theta), "rope_theta must be positive, got ", theta);
@@ -181,6 +191,13 @@ std::vector<float> route_scores(const float* router_logits, const ModelConfig& c
   std::vector<float> scores(router_logits, router_logits + n);
   if (config.router == RouterKind::kSoftmaxTopK) softmax(scores.data(), n);
   return scores;
+}
+
+std::vector<float> route_probabilities(const float* router_logits, const ModelConfig& config) {
+  std::vector<float> p = route_scores(router_logits, config);
+  if (config.router == RouterKind::kSigmoidTopK)
+    for (float& x : p) x = 1.0f / (1.0f + std::exp(-x));
+  return p;
 }
 
 namespace {

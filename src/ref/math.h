@@ -39,6 +39,9 @@ void matvec(const TensorView& w, const float* x, float* y, ThreadPool* pool);
 // normalise first, then multiply by the weight (HF's order; HF casts to the activation dtype between
 // the two, which is the identity here). `out` may alias `x`.
 void rms_norm(const float* x, const float* weight, float eps, int64_t n, float* out);
+// out[n] = ((x - mean) * (1 / sqrt(var + eps))) * weight, var the mean of (x - mean)^2 (Cohere's
+// LayerNorm: no bias). `out` may alias `x`.
+void layer_norm(const float* x, const float* weight, float eps, int64_t n, float* out);
 
 // RoPE inverse frequencies, computed as HF does in fp32: inv_freq[i] = 1 / theta^(float(2i) / head_dim)
 // for i < head_dim / 2 (the quotient and the power in fp32, theta rounded to fp32).
@@ -71,6 +74,9 @@ std::vector<int> top_k(const float* scores, int n, int k);
 std::vector<std::pair<int, float>> route(const float* router_logits, const ModelConfig& config);
 // The scores route() ranks: softmax probabilities (kSoftmaxTopK) or the logits (kSigmoidTopK).
 std::vector<float> route_scores(const float* router_logits, const ModelConfig& config);
+// Each expert's probability before any renormalisation: the softmax, or sigmoid(logit). Ranks as
+// route_scores does (ties aside); the routing audit measures its tie gaps on these.
+std::vector<float> route_probabilities(const float* router_logits, const ModelConfig& config);
 // route() with the experts given (a forced routing, in its order): their weights as route() would
 // weigh them (renormalised over the given experts under norm_topk_prob).
 std::vector<std::pair<int, float>> route_forced(const float* router_logits, const ModelConfig& config,

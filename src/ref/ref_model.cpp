@@ -22,7 +22,7 @@ RefModel::RefModel(const ModelConfig& config, const ModelWeights& weights, Threa
   for (int l = 0; l < config.n_layers; ++l) {
     const LayerWeights& w = weights.layers[l];
     norms_[l].input = load_vector(w.input_norm);
-    norms_[l].post_attn = load_vector(w.post_attn_norm);
+    if (config.block == BlockKind::kSequential) norms_[l].post_attn = load_vector(w.post_attn_norm);
     if (config.qk_norm) {
       norms_[l].q = load_vector(w.q_norm);
       norms_[l].k = load_vector(w.k_norm);
@@ -42,7 +42,8 @@ RefModel::RefModel(const ModelConfig& config, const ModelWeights& weights, Threa
   attn_out_.resize(h);
   ffn_out_.resize(h);
   expert_out_.resize(h);
-  const int inter = std::max(config.intermediate_size, config.moe_intermediate_size);
+  const int inter =
+      std::max({config.intermediate_size, config.moe_intermediate_size, config.shared_intermediate_size});
   gate_.resize(inter);
   up_.resize(inter);
   router_logits_.resize(std::max(config.n_experts, 0));
@@ -77,6 +78,12 @@ float RefModel::round(float x) const { return device_rounding_ ? round_bf16(x) :
 
 void RefModel::norm(const float* x, const std::vector<float>& weight, float* out) const {
   const int h = config_.hidden_size;
+  if (config_.norm == NormKind::kLayer) {
+    layer_norm(x, weight.data(), config_.rms_norm_eps, h, out);
+    if (device_rounding_)
+      for (int i = 0; i < h; ++i) out[i] = round_bf16(out[i]);
+    return;
+  }
   if (!device_rounding_) {
     rms_norm(x, weight.data(), config_.rms_norm_eps, h, out);
     return;
@@ -121,6 +128,8 @@ void RefModel::forward_token(int64_t seq, int32_t token, int pos, std::span<cons
   if (logits == nullptr) return;
   norm(x_.data(), final_norm_, xn_.data());
   matvec(weights_.lm_head, xn_.data(), logits, pool_);
+  if (config_.logit_scale != 1.0f)
+    for (int i = 0; i < config_.vocab_size; ++i) logits[i] *= config_.logit_scale;
 }
 
 void RefModel::attention(int layer, int pos, std::span<const int32_t> block_table, KvStore& kv) {
@@ -184,7 +193,7 @@ void RefModel::ffn(int layer, const TokenRouting* forced, int64_t seq, int pos) 
     const int k = config_.n_experts_per_tok;
     const std::span<const int32_t> experts(forced->experts.data() + static_cast<size_t>(layer) * k, k);
     chosen = route_forced(router_logits_.data(), config_, experts);
-    std::vector<float> scores = route_scores(router_logits_.data(), config_);
+    std::vector<float> scores = route_probabilities(router_logits_.data(), config_);
     bool differs = false;
     const double gap = forced_route_gap(scores, experts, &differs);
     if (audit_) {
@@ -204,6 +213,14 @@ void RefModel::ffn(int layer, const TokenRouting* forced, int64_t seq, int pos) 
     const ExpertWeights& e = w.experts[expert];
     swiglu(e.gate, e.up, e.down, expert_out_.data());
     for (int i = 0; i < config_.hidden_size; ++i) ffn_out_[i] += weight * expert_out_[i];
+  }
+  if (config_.shared_intermediate_size > 0) {  // routed + shared, or their mean
+    swiglu(w.shared.gate, w.shared.up, w.shared.down, expert_out_.data());
+    const bool average = config_.shared_combine == SharedCombine::kAverage;
+    for (int i = 0; i < config_.hidden_size; ++i) {
+      const float sum = ffn_out_[i] + expert_out_[i];
+      ffn_out_[i] = average ? sum * 0.5f : sum;
+    }
   }
 }
 

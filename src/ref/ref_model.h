@@ -1,9 +1,11 @@
-// The fp32 reference forward pass (HF qwen3_moe semantics, DESIGN.md §3), one token at a time.
+// The fp32 reference forward pass (HF qwen3_moe and cohere2_moe semantics, DESIGN.md §3), one
+// token at a time.
 // Prefill and decode run the very same per-token code (a chunk is its tokens in order, each
 // through every layer before the next starts), so prefill + incremental decode reproduces the
 // logits of a full recomputation bitwise. Structure follows ModelConfig's generality: sequential
 // or parallel blocks, per-layer sliding window / NoPE / dense-or-MoE FFN, softmax or sigmoid
-// router, tied embeddings, NeoX or interleaved RoPE.
+// router, shared experts (summed or averaged with the routed ones), RMSNorm or LayerNorm, tied
+// embeddings, NeoX or interleaved RoPE, scaled logits.
 // Options for comparisons with the CUDA paths (tests):
 //  - device rounding: round to bf16 where the device stores bf16 (the RMSNorm outputs, as
 //    bf16(bf16(x * r) * w); the K/V cache; the attention output; SiLU(gate) * up), so that only
@@ -58,7 +60,7 @@ class RefModel {
   void attention(int layer, int pos, std::span<const int32_t> block_table, KvStore& kv);  // xn_ -> attn_out_
   // xn_ -> ffn_out_; `forced`: this token's forced routing or nullptr.
   void ffn(int layer, const TokenRouting* forced, int64_t seq, int pos);
-  void norm(const float* x, const std::vector<float>& weight, float* out) const;  // xn_ = RMSNorm, rounded
+  void norm(const float* x, const std::vector<float>& weight, float* out) const;  // the config's norm, rounded
   float round(float x) const;  // bf16 under device rounding, else x
   // out[hidden] = down(silu(gate xn) * (up xn)).
   void swiglu(const TensorView& gate, const TensorView& up, const TensorView& down, float* out);

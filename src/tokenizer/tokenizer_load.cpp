@@ -117,6 +117,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& model_di
   const std::filesystem::path tokenizer_path = model_dir / "tokenizer.json";
   const std::filesystem::path config_path = model_dir / "tokenizer_config.json";
   const std::string file = tokenizer_path.string();
+  MD_REQUIRE(std::filesystem::exists(tokenizer_path), model_dir.string(),
+             " has no tokenizer.json: give the model its tokenizer files, or serve token ids with "
+             "--skip-tokenizer-init");
   const json tj = read_json(tokenizer_path);
   const json config = read_json(config_path);
   MD_REQUIRE(tj.is_object(), file, ": not a JSON object");

@@ -83,5 +83,27 @@ TEST(BackendFactory, HandsTheOptionsToTheBackendUnchanged) {
   EXPECT_THROW(make_backend_with_random_weights(c, 0, BackendOptions{.backend = "cpu-mk", .n_kv_blocks = 8}), Error);
 }
 
+// A cohere2_moe model runs on cpu-ref; every planned backend refuses it by name before it reads a
+// weight (cpu-mk would otherwise read post-attention norms a parallel block does not have).
+TEST(BackendFactory, Cohere2MoeRunsOnCpuRefAndThePlannedBackendsSaySo) {
+  const ModelConfig c = test::cohere_config();
+  test::TestWeights w = test::random_weights(c, Dtype::kBF16, 5);
+  EXPECT_EQ(make_backend(c, w.weights, w.store, BackendOptions{.backend = "cpu-ref", .n_kv_blocks = 4})->name(),
+            "cpu-ref");
+  std::vector<std::string> refusing = {"cpu-mk"};
+#if defined(MEGADECODE_HAVE_CUDA)
+  refusing.push_back("cuda");
+#endif
+  for (const std::string& name : refusing) {
+    try {
+      make_backend(c, w.weights, w.store, BackendOptions{.backend = name, .n_kv_blocks = 4});
+      ADD_FAILURE() << name << " accepted a cohere2_moe model";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cohere2_moe"), std::string::npos) << name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("cpu-ref"), std::string::npos) << name << ": " << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace megadecode

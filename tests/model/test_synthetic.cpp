@@ -83,6 +83,27 @@ TEST(MakeModel, TinyLoadsBackEqualToInMemoryWeights) {
   EXPECT_TRUE(fs::exists(dir.path() / "tokenizer.json"));
 }
 
+// north-tiny: a cohere2_moe checkpoint (its config, its special tokens, no Qwen3 tokenizer by
+// default) that loads back to the in-memory synthetic model; cpu-mk refuses it by name.
+TEST(MakeModel, NorthTinyIsACohere2MoeCheckpointWithoutTheQwenTokenizer) {
+  const uint64_t seed = printed_seed();
+  TempDir dir("mm-north");
+  ASSERT_EQ(make_model({"--preset", "north-tiny", "--seed", std::to_string(seed), "--out", dir.path().string()}), 0);
+  EXPECT_FALSE(fs::exists(dir.path() / "tokenizer.json"));
+  LoadedModel loaded = load_model(dir.path());
+  EXPECT_EQ(loaded.config.model_type, "cohere2_moe");
+  EXPECT_EQ(loaded.config.block, BlockKind::kParallel);
+  EXPECT_EQ(loaded.config.logit_scale, 0.5f);
+  EXPECT_EQ(loaded.config.layers[4].use_rope, false);
+  EXPECT_EQ(loaded.config.layers[1].sliding_window, 24);
+  expect_same_tensors(loaded.tensors(), synthetic_model("north-tiny", seed).tensors());
+  std::ifstream gen(dir.path() / "generation_config.json");
+  const json g = json::parse(gen);
+  EXPECT_EQ(g["eos_token_id"], json({255001}));
+  EXPECT_EQ(g["bos_token_id"], 5);
+  EXPECT_EQ(g["temperature"], 1.0);
+}
+
 TEST(MakeModel, ShardedTinyLoadsBackTheSame) {
   const uint64_t seed = printed_seed();
   TempDir dir("mm-shards");

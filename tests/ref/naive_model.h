@@ -24,6 +24,16 @@ inline std::vector<double> linear(const TensorView& w, const std::vector<double>
   return y;
 }
 
+// Cohere's LayerNorm: mean-centred, weight only.
+inline void layer(std::vector<double>& x, size_t off, size_t n, const TensorView& w, double eps) {
+  double mean = 0, var = 0;
+  for (size_t i = 0; i < n; ++i) mean += x[off + i];
+  mean /= n;
+  for (size_t i = 0; i < n; ++i) var += (x[off + i] - mean) * (x[off + i] - mean);
+  const double r = 1.0 / std::sqrt(var / n + eps);
+  for (size_t i = 0; i < n; ++i) x[off + i] = (x[off + i] - mean) * r * w.at(i);
+}
+
 inline void rms(std::vector<double>& x, size_t off, size_t n, const TensorView& w, double eps) {
   double ss = 0;
   for (size_t i = 0; i < n; ++i) ss += x[off + i] * x[off + i];
@@ -77,6 +87,11 @@ inline std::vector<double> moe(const ModelConfig& c, const LayerWeights& L, cons
     const double wj = c.norm_topk_prob ? wts[j] / total : wts[j];
     for (size_t i = 0; i < x.size(); ++i) out[i] += wj * y[i];
   }
+  if (c.shared_intermediate_size > 0) {
+    const std::vector<double> y = swiglu(L.shared.gate, L.shared.up, L.shared.down, x);
+    const double f = c.shared_combine == SharedCombine::kAverage ? 0.5 : 1.0;
+    for (size_t i = 0; i < x.size(); ++i) out[i] = (out[i] + y[i]) * f;
+  }
   return out;
 }
 
@@ -87,6 +102,11 @@ inline std::vector<double> naive_logits(const ModelConfig& c, const ModelWeights
   using naive::Mat;
   const int n = static_cast<int>(tokens.size()), h = c.hidden_size, d = c.head_dim;
   const double eps = c.rms_norm_eps;
+  // The model's norm over a whole vector (q/k norms are RMSNorms in every family that has them).
+  auto norm = [&](std::vector<double>& v, const TensorView& weight) {
+    if (c.norm == NormKind::kLayer) naive::layer(v, 0, h, weight, eps);
+    else naive::rms(v, 0, h, weight, eps);
+  };
   *min_route_gap = INFINITY;
   Mat x(n, std::vector<double>(h));
   for (int t = 0; t < n; ++t) {
@@ -97,7 +117,7 @@ inline std::vector<double> naive_logits(const ModelConfig& c, const ModelWeights
     const LayerSpec& spec = c.layers[l];
     Mat xn = x, q(n), k(n), v(n);
     for (int t = 0; t < n; ++t) {
-      naive::rms(xn[t], 0, h, L.input_norm, eps);
+      norm(xn[t], L.input_norm);
       q[t] = naive::linear(L.q_proj, xn[t]);
       k[t] = naive::linear(L.k_proj, xn[t]);
       v[t] = naive::linear(L.v_proj, xn[t]);
@@ -126,7 +146,7 @@ inline std::vector<double> naive_logits(const ModelConfig& c, const ModelWeights
       if (c.block == BlockKind::kSequential) {
         for (int i = 0; i < h; ++i) x[t][i] += o[i];
         ffn_in = x[t];
-        naive::rms(ffn_in, 0, h, L.post_attn_norm, eps);
+        norm(ffn_in, L.post_attn_norm);
       }
       const std::vector<double> f = spec.ffn == FfnKind::kDense
                                         ? naive::swiglu(L.mlp_gate, L.mlp_up, L.mlp_down, ffn_in)
@@ -136,9 +156,9 @@ inline std::vector<double> naive_logits(const ModelConfig& c, const ModelWeights
   }
   std::vector<double> logits(static_cast<size_t>(n) * c.vocab_size);
   for (int t = 0; t < n; ++t) {
-    naive::rms(x[t], 0, h, w.final_norm, eps);
+    norm(x[t], w.final_norm);
     const std::vector<double> y = naive::linear(w.lm_head, x[t]);
-    std::copy(y.begin(), y.end(), logits.begin() + static_cast<size_t>(t) * c.vocab_size);
+    for (int i = 0; i < c.vocab_size; ++i) logits[static_cast<size_t>(t) * c.vocab_size + i] = y[i] * c.logit_scale;
   }
   return logits;
 }

@@ -58,6 +58,26 @@ inline ModelConfig variant_config() {
   return c;
 }
 
+// cohere2_moe-shaped (North Mini Code's structure at test size): a dense full-attention first
+// layer with RoPE, three sliding layers of 5 keys, a full NoPE layer; sigmoid top-3 of 8 without
+// renormalisation; logits * 0.0625; tied embeddings. Variants set shared experts and LayerNorm.
+inline ModelConfig cohere_config() {
+  ModelConfig c = small_moe_config();
+  c.model_type = "cohere2_moe";
+  c.n_layers = 5;
+  c.block = BlockKind::kParallel;
+  c.rope_style = RopeStyle::kInterleaved;
+  c.router = RouterKind::kSigmoidTopK;
+  c.norm_topk_prob = false;
+  c.qk_norm = false;
+  c.tie_word_embeddings = true;
+  c.logit_scale = 0.0625f;
+  c.n_experts_per_tok = 3;
+  c.layers = {LayerSpec{0, true, FfnKind::kDense}, LayerSpec{5, true, FfnKind::kMoe}, LayerSpec{5, true, FfnKind::kMoe},
+              LayerSpec{5, true, FfnKind::kMoe}, LayerSpec{0, false, FfnKind::kMoe}};
+  return c;
+}
+
 // Dense qwen3-shaped.
 inline ModelConfig dense_config() {
   ModelConfig c = small_moe_config();

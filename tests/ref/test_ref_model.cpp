@@ -84,12 +84,72 @@ TEST(RefModel, MatchesTextbookModelDenseAndVariants) {
   expect_close_to_naive(sequential_variant, Dtype::kF32, seed);
 }
 
+// cohere2_moe (North Mini Code): the plain structure, then shared experts averaged under
+// LayerNorm, then shared experts summed with a renormalised softmax router.
+TEST(RefModel, MatchesTextbookModelCohere2Moe) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  ModelConfig c = test::cohere_config();
+  expect_close_to_naive(c, Dtype::kBF16, seed);
+  c.shared_intermediate_size = 2 * c.moe_intermediate_size;
+  c.shared_combine = SharedCombine::kAverage;
+  c.norm = NormKind::kLayer;
+  c.rms_norm_eps = 1e-5f;
+  expect_close_to_naive(c, Dtype::kF32, seed);
+  c.shared_combine = SharedCombine::kSum;
+  c.norm = NormKind::kRms;
+  c.router = RouterKind::kSoftmaxTopK;
+  c.norm_topk_prob = true;
+  expect_close_to_naive(c, Dtype::kBF16, seed);
+}
+
+// Each cohere2_moe feature changes the logits (so the textbook comparison above cannot pass with
+// one of them ignored on both sides by accident): logit_scale, the norm kind, a shared expert, the
+// combine, a window, RoPE on the full dense layer.
+TEST(RefModel, EveryCohere2MoeFeatureChangesTheLogits) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  ModelConfig base = test::cohere_config();
+  base.shared_intermediate_size = base.moe_intermediate_size;
+  base.shared_combine = SharedCombine::kAverage;
+  SplitMix64 rng(seed);
+  test::TestWeights tw = random_weights(base, Dtype::kF32, rng.next());
+  const std::vector<int32_t> tokens = test::random_tokens(rng, 9, base.vocab_size);
+  auto logits = [&](const ModelConfig& c) {
+    ThreadPool pool(2);
+    RefModel model(c, tw.weights, &pool);
+    KvStore kv(c, 4, 4);
+    kv.fill(NAN);
+    return run_all_logits(model, kv, tokens, {0, 1, 2});
+  };
+  const std::vector<float> want = logits(base);
+  std::vector<std::pair<std::string, ModelConfig>> changed;
+  auto add = [&](const char* what, auto edit) {
+    ModelConfig c = base;
+    edit(c);
+    changed.emplace_back(what, c);
+  };
+  add("logit_scale", [](ModelConfig& c) { c.logit_scale = 1.0f; });
+  add("LayerNorm", [](ModelConfig& c) { c.norm = NormKind::kLayer; });
+  add("shared sum", [](ModelConfig& c) { c.shared_combine = SharedCombine::kSum; });
+  add("no window", [](ModelConfig& c) { c.layers[2].sliding_window = 0; });
+  add("no RoPE on layer 0", [](ModelConfig& c) { c.layers[0].use_rope = false; });
+  add("RoPE on layer 4", [](ModelConfig& c) { c.layers[4].use_rope = true; });
+  add("renormalised", [](ModelConfig& c) { c.norm_topk_prob = true; });
+  for (const auto& [what, c] : changed) {
+    const std::vector<float> got = logits(c);
+    double diff = 0;
+    for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, static_cast<double>(std::abs(got[i] - want[i])));
+    EXPECT_GT(diff, 1e-4) << what;
+  }
+}
+
 // Full prefill (logits at every position) versus prefill of a prefix and then one token at a
 // time: bitwise equal, for several block sizes with shuffled tables and NaN-poisoned storage.
 TEST(RefModel, PrefillThenDecodeEqualsFullRecomputationBitwise) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  for (const ModelConfig& c : {test::small_moe_config(), test::variant_config()}) {
+  for (const ModelConfig& c : {test::small_moe_config(), test::variant_config(), test::cohere_config()}) {
     SplitMix64 rng(seed);
     test::TestWeights tw = random_weights(c, Dtype::kBF16, rng.next());
     ThreadPool pool(2);

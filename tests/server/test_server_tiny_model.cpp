@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "cli/backend_factory.h"
 #include "cli/generate_loop.h"
@@ -38,19 +39,32 @@ std::string run(const std::string& cmd) {
   return out;
 }
 
-// The model directory `make-model --preset tiny --seed 0` writes, made once per process.
+// The model directory `make-model --preset PRESET --seed 0` writes.
+fs::path make_model_dir(const std::string& preset) {
+  const fs::path d = fs::temp_directory_path() / ("megadecode_" + preset + "_" + std::to_string(::getpid()));
+  run("'" + megadecode_binary().string() + "' make-model --preset " + preset + " --seed 0 --out '" + d.string() +
+      "' 2>&1");
+  return d;
+}
+
+// The tiny model's directory, made once per process.
 const fs::path& tiny_model_dir() {
-  static const fs::path dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("megadecode_tiny_" + std::to_string(::getpid()));
-    run("'" + megadecode_binary().string() + "' make-model --preset tiny --seed 0 --out '" + d.string() + "' 2>&1");
-    return d;
-  }();
+  static const fs::path dir = make_model_dir("tiny");
+  return dir;
+}
+
+// North Mini Code's structure at test size (cohere2_moe; no tokenizer), made once per process.
+const fs::path& north_tiny_model_dir() {
+  static const fs::path dir = make_model_dir("north-tiny");
   return dir;
 }
 
 class TinyModelTest : public ::testing::Test {
  protected:
-  static void TearDownTestSuite() { fs::remove_all(tiny_model_dir()); }
+  static void TearDownTestSuite() {
+    fs::remove_all(tiny_model_dir());
+    fs::remove_all(north_tiny_model_dir());
+  }
   void SetUp() override {
     ASSERT_TRUE(fs::exists(megadecode_binary())) << megadecode_binary() << " is not built";
     ASSERT_TRUE(fs::exists(tiny_model_dir() / "tokenizer.json")) << "make-model failed (run scripts/setup)";
@@ -59,9 +73,10 @@ class TinyModelTest : public ::testing::Test {
 
 struct TinyStack {
   explicit TinyStack(int kv_blocks = 512, int block_size = 16, int max_num_seqs = 8, int chunk = 32,
-                     bool with_tokenizer = true) {
-    model = std::make_shared<LoadedModel>(load_model(tiny_model_dir()));
-    if (with_tokenizer) tokenizer = Tokenizer::load(tiny_model_dir());
+                     bool with_tokenizer = true, const fs::path& model_dir = tiny_model_dir())
+      : dir(model_dir) {
+    model = std::make_shared<LoadedModel>(load_model(dir));
+    if (with_tokenizer) tokenizer = Tokenizer::load(dir);
     backend = make_backend(model->config, model->weights, model,
                            BackendOptions{.kv_block_size = block_size, .n_kv_blocks = kv_blocks, .n_threads = 2});
     EngineConfig ec;
@@ -69,6 +84,7 @@ struct TinyStack {
     ec.max_model_len = 1024;
     engine = std::make_unique<Engine>(*backend, ec, tokenizer ? streaming_decoders(*tokenizer) : no_text_decoders());
   }
+  fs::path dir;
   std::shared_ptr<LoadedModel> model;
   std::unique_ptr<Tokenizer> tokenizer;  // null: as `serve --skip-tokenizer-init`
   std::unique_ptr<Backend> backend;
@@ -76,14 +92,14 @@ struct TinyStack {
 };
 
 ServedModel tiny_served_model(const TinyStack& stack) {
-  return stack.tokenizer ? served_model(tiny_model_dir(), "tiny", stack.model->config, *stack.tokenizer, ChatFlags{})
-                         : served_model_without_tokenizer(tiny_model_dir(), "tiny", stack.model->config);
+  return stack.tokenizer ? served_model(stack.dir, "tiny", stack.model->config, *stack.tokenizer, ChatFlags{})
+                         : served_model_without_tokenizer(stack.dir, "tiny", stack.model->config);
 }
 
 // TinyStack behind the HTTP server, as `megadecode serve` assembles it.
 struct TinyServer {
-  explicit TinyServer(bool with_tokenizer = true)
-      : stack(512, 16, 8, 32, with_tokenizer), service(*stack.engine, tiny_served_model(stack)) {
+  explicit TinyServer(bool with_tokenizer = true, const fs::path& dir = tiny_model_dir())
+      : stack(512, 16, 8, 32, with_tokenizer, dir), service(*stack.engine, tiny_served_model(stack)) {
     HttpServerConfig hc;
     hc.port = 0;
     http = std::make_unique<HttpServer>(hc, service.handler());
@@ -175,6 +191,42 @@ TEST_F(TinyModelTest, ServedTextEqualsGenerateCli) {
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.json()["choices"][0]["text"].get<std::string>() + "\n", cli) << "prompt: " << prompt;
     EXPECT_EQ(r.json()["usage"]["completion_tokens"], 16);
+  }
+}
+
+// North Mini Code's structure (cohere2_moe, north-tiny: a 24-key sliding window) served as token
+// ids: prompts past the window, chunked prefill of 32 tokens, several requests at once (one batch);
+// every reply equals the generate loop's on its own, and the end token comes from its config.
+TEST_F(TinyModelTest, NorthTinyServedAsIdsPastItsWindowEqualsGenerate) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  TinyServer server(/*with_tokenizer=*/false, north_tiny_model_dir());
+  ASSERT_EQ(server.stack.model->config.model_type, "cohere2_moe");
+  EXPECT_EQ(tiny_served_model(server.stack).eos_token_ids, (std::vector<int32_t>{255001}));
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p;
+    for (int k = 0, n = 20 + static_cast<int>(rng.below(50)); k < n; ++k)
+      p.push_back(static_cast<int32_t>(rng.below(262144)));
+    prompts.push_back(p);
+  }
+  std::vector<std::thread> clients;
+  std::vector<std::vector<int32_t>> got(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] {
+      testing::HttpClient c(server.http->port());
+      const nlohmann::json body = {{"model", "tiny"}, {"prompt", prompts[i]}, {"max_tokens", 14},
+                                   {"temperature", 0}, {"ignore_eos", true}};
+      auto r = c.request("POST", "/v1/completions", body.dump());
+      if (r.status == 200) got[i] = r.json()["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+      else ADD_FAILURE() << r.status << " " << r.body;
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[i].size(), 14u) << "prompt " << i;
+    EXPECT_EQ(got[i], reference_generate(*server.stack.model, prompts[i], 14)) << "prompt " << i;
   }
 }
 

@@ -43,6 +43,7 @@ SyntheticInit init_of(const std::string& name, int64_t fan_in, const ModelConfig
   dims.fan_in = static_cast<int>(fan_in);
   dims.n_layers = c.n_layers;
   dims.n_experts_per_tok = c.n_experts_per_tok;
+  dims.unnormalised_weights = c.router == RouterKind::kSigmoidTopK && !c.norm_topk_prob;
   return synthetic_init(synthetic_tensor_id(name), kind, dims);
 }
 
@@ -53,8 +54,10 @@ std::string lname(int l, const std::string& rest) { return "model.layers." + std
 }  // namespace
 
 void check_supported(const ModelConfig& c) {
-  MD_REQUIRE(c.model_type == "qwen3_moe" && c.block == BlockKind::kSequential && c.router == RouterKind::kSoftmaxTopK,
-             "the CUDA backends run qwen3_moe models; model_type ", c.model_type, " is not supported");
+  MD_REQUIRE(c.model_type == "qwen3_moe" && c.block == BlockKind::kSequential && c.router == RouterKind::kSoftmaxTopK &&
+                 c.norm == NormKind::kRms && c.shared_intermediate_size == 0 && c.logit_scale == 1.0f,
+             "the CUDA backends run qwen3_moe models; model_type ", c.model_type,
+             " is not supported there: use backend cpu-ref");
   MD_REQUIRE(c.qk_norm && c.rope_style == RopeStyle::kNeox, "the CUDA backends need q/k norms and NeoX RoPE");
   for (int l = 0; l < c.n_layers; ++l)
     MD_REQUIRE(c.is_moe_layer(l) && c.layers[l].sliding_window == 0 && c.layers[l].use_rope,
