@@ -59,13 +59,15 @@ void check_params(const SimParams& p) {
   MD_REQUIRE(p.hbm_gbps > 0 && p.sm_stream_gbps > 0 && p.l2_gbps > 0 && p.consume_gbps > 0,
              "simulate: bandwidths must be > 0 (hbm_gbps, sm_stream_gbps, l2_gbps, consume_gbps)");
   MD_REQUIRE(p.hbm_latency_us >= 0 && p.l2_latency_us >= 0 && p.hop_us >= 0 && p.poll_us >= 0 && p.routing_us >= 0 &&
-                 p.pickup_us >= 0 && p.wait_jitter_us >= 0 && p.fill_us >= 0 && p.job_us >= 0,
+                 p.pickup_us >= 0 && p.wait_jitter_us >= 0 && p.fill_us >= 0 && p.job_us >= 0 &&
+                 p.routing_token_us >= 0,
              "simulate: latencies must be >= 0");
   MD_REQUIRE(p.ring_pages >= 1 && p.page_bytes >= 1 && p.l2_ahead_bytes >= 0,
              "simulate: ring_pages and page_bytes must be >= 1, l2_ahead_bytes >= 0");
   MD_REQUIRE(p.attention.kv_gbps > 0 && p.attention.merge_us_per_split >= 0, "simulate: bad attention parameters");
   for (int i = 0; i < kNumOps; ++i)
-    MD_REQUIRE(std::isfinite(p.op_us[i]) && p.op_us[i] >= 0 && std::isfinite(p.pre_wait_us[i]) && p.pre_wait_us[i] >= 0,
+    MD_REQUIRE(std::isfinite(p.op_us[i]) && p.op_us[i] >= 0 && std::isfinite(p.pre_wait_us[i]) && p.pre_wait_us[i] >= 0 &&
+                   std::isfinite(p.row_us[i]) && p.row_us[i] >= 0,
                "simulate: op costs of ", op_name(static_cast<Op>(i)), " must be >= 0");
 }
 

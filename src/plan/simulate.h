@@ -61,6 +61,11 @@ struct SimParams {
   // kernel does first (the up task's norm fill, an attention item's first K/V loads).
   std::array<double, kNumOps> op_us{};
   std::array<double, kNumOps> pre_wait_us{};
+  // What grows with the token rows of the step, per row beyond the first up to 8 (one token
+  // group; the batch-1 and batch-8 traces are what measured it; beyond 8 the windows and token
+  // groups are modelled by fill_us and consume_gbps): a GEMM task's activation fill and epilogue
+  // (added to op_us; the up share's to its pre-wait fill, when it has one).
+  std::array<double, kNumOps> row_us{};
   SimAttention attention;
 
   // Activation fills beyond a task's first, fill_us of consumer time each, where the kernel's
@@ -76,6 +81,7 @@ struct SimParams {
 
   double routing_us = 0;       // the consumers' top-k + share map after the router wait, per 8
                                // tokens (one warp per token)
+  double routing_token_us = 0; // and per token beyond the first, up to 8 (as row_us)
   int64_t l2_ahead_bytes = 0;  // L2 prefetch budget per SM during the routing gap
 
   // Routing: uniform random top-k per token, distinct experts, seeded per layer. The seed also

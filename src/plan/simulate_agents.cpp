@@ -114,7 +114,8 @@ Co consumer(Step& st, SmState& s) {
     co_await st.e.delay(s.consumer, t.pre_us);
     co_await wait_all(st, s, waits.subspan(first), j * 64 + 63, &t0);
     if (t.computes_routing) {
-      co_await st.e.delay(s.consumer, st.e.params.routing_us * t.routing_rounds);
+      co_await st.e.delay(s.consumer, st.e.params.routing_us * t.routing_rounds +
+                                          st.e.params.routing_token_us * (t.routing_rows - 1));
       s.routed[t.layer] = 1;
       wake_loader(st, s, s.loader_waits_for_routing);
     }

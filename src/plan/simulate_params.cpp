@@ -1,7 +1,9 @@
 // The timing model's defaults for the megakernel on the H200 (where each number comes from) and
 // SimParams <-> JSON. Sources: "phase" = the median of that phase or task in the v3 trace
 // (bench/results/trace-cuda-mk-v3-b1-ctx8192.json.gz, batch 1, 8K; a task's time after its waits,
-// regressed on its bytes where its sizes differ); "fit" = fitted to that trace's per-layer
+// regressed on its bytes where its sizes differ); "b8 phase" = the mean per task of a phase in
+// the batch-8 trace of the same kernel (trace-cuda-mk-v3-b8-ctx8192.json.gz of the 2026-12-02
+// run, otherData.ops), against the batch-1 one; "fit" = fitted to that trace's per-layer
 // timeline with the phases held, or to a step time of bench/results/decode-h200.json
 // (docs/perf/notes.md, "Timing model, v3"); "stream" = bench
 // bandwidth's page-stream microbenchmark (bench/results/bandwidth-h200.json); "assumed" = not
@@ -29,7 +31,8 @@ SimParams v3_h200_params() {
 
   p.hop_us = 0.19;           // fit (DEVICE.md: release add -> acquire poll, 0.42-0.44 us one way)
   p.poll_us = 0.0;           // the waiter spins on ld.acquire
-  p.wait_jitter_us = 2.4;    // fit (the trace: work starts scatter over ~3.4 us at every wave)
+  p.wait_jitter_us = 2.0;    // fit (the trace: work starts scatter over ~3.4 us at every wave;
+                             // 2.4 before the attention item got its measured length)
 
   auto op = [&](Op o) -> double& { return p.op_us[static_cast<int>(o)]; };
   auto pre = [&](Op o) -> double& { return p.pre_wait_us[static_cast<int>(o)]; };
@@ -39,26 +42,39 @@ SimParams v3_h200_params() {
   op(Op::kLmHead) = 3.0;     // assumed: as the QKV fill
   op(Op::kExpertUp) = 0.5;   // assumed: the share's jobs after the routing
   pre(Op::kExpertUp) = 4.61; // phase: the h norm fill (3.2 us) and the setup before the router wait
-  op(Op::kExpertDown) = 0.2; // fit with job_us (phase: 14.1 us for 186 KB in 8 jobs at batch 1)
+  op(Op::kExpertDown) = 4.2; // fit with job_us (phase: 14.1 us for 186 KB in 8 jobs at batch 1):
+                             // 4.2 + 8 x 0.3, the 6.6 us of batch 1
   op(Op::kSample) = 22.0;    // v1 fit: the sampler is unchanged (one CTA per token)
   // Attention items: the prologue (q/k norm, RoPE), the K/V loop and the epilogue after the QKV
   // wait; the first K/V loads are issued before it.
   pre(Op::kAttn) = 2.05;     // phase: the item's start to its QKV wait
-  op(Op::kAttn) = 7.3;       // fit (phase: 11.8 us after the wait for 128 KB of K/V)
+  op(Op::kAttn) = 10.3;      // phase: the attention task is 15.3 us for 128 KB in both traces
+                             // (2.05 before the wait, 10.3 + 2.8 of K/V after it); it was fitted
+                             // at 7.3 on the batch-1 waves, where the jitter hid 3 us of it
   p.attention = {46.5, 0.18};  // fit: the K/V loop's rate, the last arriver's merge per split
   p.fill_us = 2.5;           // fit: the batch-32 step time (118.3 ms; -2.0 %); batch 64 then +1.8 %
-  p.job_us = 0.8;            // fit: the batch-8 step time (17.97 ms; -3 %, -13 % without); the down
-                             // share's jobs grow with the active experts (8 at batch 1, ~50 at 8)
+  p.job_us = 0.3;            // fit: the batch-8 step time (18.08 ms: +1.4 %); the down share's
+                             // jobs grow with the active experts (8 at batch 1, ~50 at 8). It was
+                             // 0.8 before the row costs below: it carried them
+  // Row costs, per row beyond the first up to 8 (b8 phase: the fills 3.3 -> 6.3 us QKV, 1.0 -> 6.2
+  // O-proj, 2.9 -> 5.8 router, 3.2 -> 6.2 up, 3.3 -> 6.0 LM head; routing 5.0 -> 11.0).
+  p.row_us[static_cast<int>(Op::kQkv)] = 0.43;
+  p.row_us[static_cast<int>(Op::kOProj)] = 0.74;
+  p.row_us[static_cast<int>(Op::kRouter)] = 0.42;
+  p.row_us[static_cast<int>(Op::kExpertUp)] = 0.43;
+  p.row_us[static_cast<int>(Op::kLmHead)] = 0.39;
+  p.routing_token_us = 0.86;
   p.routing_us = 5.0;        // phase: top-k by one warp per token, the share map (per 8 tokens)
   p.l2_ahead_bytes = 192 << 10;  // loader: the next layer's weights during the routing gap
   return p;
 }
 
 nlohmann::json sim_params_json(const SimParams& p) {
-  nlohmann::json ops = nlohmann::json::object(), pre = nlohmann::json::object();
+  nlohmann::json ops = nlohmann::json::object(), pre = nlohmann::json::object(), row = nlohmann::json::object();
   for (int i = 0; i < kNumOps; ++i) {
     ops[op_name(static_cast<Op>(i))] = p.op_us[i];
     pre[op_name(static_cast<Op>(i))] = p.pre_wait_us[i];
+    row[op_name(static_cast<Op>(i))] = p.row_us[i];
   }
   return {{"hbm_gbps", p.hbm_gbps},
           {"hbm_latency_us", p.hbm_latency_us},
@@ -74,12 +90,14 @@ nlohmann::json sim_params_json(const SimParams& p) {
           {"wait_jitter_us", p.wait_jitter_us},
           {"op_us", ops},
           {"pre_wait_us", pre},
+          {"row_us", row},
           {"attention",
            {{"kv_gbps", p.attention.kv_gbps},
             {"merge_us_per_split", p.attention.merge_us_per_split}}},
           {"fill_us", p.fill_us},
           {"job_us", p.job_us},
           {"routing_us", p.routing_us},
+          {"routing_token_us", p.routing_token_us},
           {"l2_ahead_bytes", p.l2_ahead_bytes},
           {"routing_seed", p.routing_seed}};
 }
@@ -100,12 +118,12 @@ void take(const nlohmann::json& j, const std::string& key, T& out) {
 SimParams sim_params_from_json(const nlohmann::json& j, SimParams p) {
   MD_REQUIRE(j.is_object(), "sim params: expected a JSON object");
   for (const auto& [key, v] : j.items()) {
-    if (key == "op_us" || key == "pre_wait_us") {
+    if (key == "op_us" || key == "pre_wait_us" || key == "row_us") {
       MD_REQUIRE(v.is_object(), "sim params: \"", key, "\" must be an object of op name -> us");
       for (const auto& [name, us] : v.items()) {
         const int i = op_index(name);
         MD_REQUIRE(i < kNumOps, "sim params: unknown op \"", name, "\" in \"", key, "\"");
-        take(us, name, (key == "op_us" ? p.op_us : p.pre_wait_us)[i]);
+        take(us, name, (key == "op_us" ? p.op_us : key == "pre_wait_us" ? p.pre_wait_us : p.row_us)[i]);
       }
     } else if (key == "attention") {
       MD_REQUIRE(v.is_object(), "sim params: \"attention\" must be an object");
@@ -129,6 +147,7 @@ SimParams sim_params_from_json(const nlohmann::json& j, SimParams p) {
     else if (key == "fill_us") take(v, key, p.fill_us);
     else if (key == "job_us") take(v, key, p.job_us);
     else if (key == "routing_us") take(v, key, p.routing_us);
+    else if (key == "routing_token_us") take(v, key, p.routing_token_us);
     else if (key == "l2_ahead_bytes") take(v, key, p.l2_ahead_bytes);
     else if (key == "routing_seed") take(v, key, p.routing_seed);
     else throw Error(cat("sim params: unknown key \"", key, "\""));

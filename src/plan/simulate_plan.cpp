@@ -151,6 +151,7 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
   GemmGeo geo[kNumGemmKinds];
   gemm_geometry(s, megakernel_layout(sp.token_groups), geo);
   sp.lists.resize(sp.n_sms);
+  const int rows = std::min(s.batch, 8);  // row_us and routing_token_us: rows of one token group
   for (int sm = 0; sm < sp.n_sms; ++sm) {
     for (int32_t i = plan.list_begin[sm]; i < plan.list_begin[sm + 1]; ++i) {
       const Task& t = plan.tasks[i];
@@ -165,7 +166,8 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
       switch (st.cls) {
         case SimClass::kGemm:
           st.bytes = row(op).amount(s, t);
-          st.cost_us = us + p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(t.arg[0], t.arg[1])));
+          st.cost_us = us + p.row_us[static_cast<int>(op)] * (rows - 1) +
+                       p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(t.arg[0], t.arg[1])));
           break;
         case SimClass::kTiny: st.cost_us = us * static_cast<double>(row(op).amount(s, t)); break;
         case SimClass::kRouted: {
@@ -175,10 +177,12 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
           if (op == Op::kExpertUp) {
             st.computes_routing = true;
             st.routing_rounds = (s.batch + 7) / 8;
+            st.routing_rows = rows;
             // The whole-K fill before the router wait, after the O-proj wait (ops.cuh op_gemm); a
             // windowed share fills per window instead (counted above).
             st.pre_after_waits = 1;
             if (geo[kGemmUp].n_windows() > 1) st.pre_us = 0;
+            else st.pre_us += p.row_us[static_cast<int>(op)] * (rows - 1);
           }
           break;
         }

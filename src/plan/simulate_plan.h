@@ -60,6 +60,7 @@ struct SimTask {
                                   // (routing_us x routing_rounds), which lets the loader past the
                                   // layer's routed tasks
   int routing_rounds = 1;         // rounds of 8 tokens (one per consumer warp)
+  int routing_rows = 1;           // tokens of the first round (routing_token_us for each beyond one)
 };
 
 struct SimPlan {
