@@ -305,13 +305,8 @@ void put_token_ids(const ModelConfig& c, json& j) {
   else if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids;
 }
 
-// What Cohere2MoeConfig writes, with the per-layer lists spelled out (so nothing is derived).
-json cohere2_moe_to_json(const ModelConfig& c) {
-  MD_CHECK(c.block == BlockKind::kParallel && !c.qk_norm && c.rope_style == RopeStyle::kInterleaved);
-  MD_CHECK(c.router == RouterKind::kSigmoidTopK || c.norm_topk_prob);
-  MD_CHECK(c.shared_intermediate_size % c.moe_intermediate_size == 0);
-  json j;
-  j["architectures"] = {"Cohere2MoeForCausalLM"};
+// The fields both families write alike: the type, the attention shape, the vocabulary.
+void put_shape(const ModelConfig& c, json& j) {
   j["model_type"] = c.model_type;
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
@@ -323,6 +318,16 @@ json cohere2_moe_to_json(const ModelConfig& c) {
   j["head_dim"] = c.head_dim;
   j["vocab_size"] = c.vocab_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
+}
+
+// What Cohere2MoeConfig writes, with the per-layer lists spelled out (so nothing is derived).
+json cohere2_moe_to_json(const ModelConfig& c) {
+  MD_CHECK(c.block == BlockKind::kParallel && !c.qk_norm && c.rope_style == RopeStyle::kInterleaved);
+  MD_CHECK(c.router == RouterKind::kSigmoidTopK || c.norm_topk_prob);
+  MD_CHECK(c.shared_intermediate_size % c.moe_intermediate_size == 0);
+  json j;
+  j["architectures"] = {"Cohere2MoeForCausalLM"};
+  put_shape(c, j);
   if (c.norm == NormKind::kRms) {
     j["rms_norm_eps"] = c.rms_norm_eps;
     j["layer_norm_eps"] = 1e-5;
@@ -391,17 +396,7 @@ json model_config_to_json(const ModelConfig& c) {
   json j;
   bool moe = c.model_type == "qwen3_moe";
   j["architectures"] = {moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"};
-  j["model_type"] = c.model_type;
-  j["attention_bias"] = false;
-  j["attention_dropout"] = 0.0;
-  j["hidden_act"] = "silu";
-  j["hidden_size"] = c.hidden_size;
-  j["num_hidden_layers"] = c.n_layers;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["vocab_size"] = c.vocab_size;
-  j["max_position_embeddings"] = c.max_position_embeddings;
+  put_shape(c, j);
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
   j["rope_scaling"] = nullptr;
