@@ -26,6 +26,7 @@
 #include "cuda/common/device_info.h"
 #include "cuda/common/kernels.h"
 #include "cuda/common/weight_pack.cuh"
+#include "cuda/batched/batched_step.h"
 #include "cuda/gemm/gemm.h"
 
 namespace megadecode {
@@ -200,7 +201,8 @@ int bench_gemm(int argc, char** argv) {
     return cuda::median_event_ms(stream, 3, reps, [&] { CUDA_CHECK(cudaGraphLaunch(g, stream)); }) / per_graph;
   };
 
-  // ---- dense: the batched step's projections (with its K splits) and the LM head ----
+  // ---- dense: the batched step's projections (with its K splits; rows past its 1024 unsplit, as a
+  // prefill piece runs them) and the LM head ----
   nlohmann::json dense = nlohmann::json::array();
   const Shape shapes[] = {{"qkv", 5120, 2048}, {"o_proj", 2048, 4096}, {"router", 128, 2048}, {"lm_head", 151936, 2048}};
   std::printf("dense GEMMs (weights rotate over copies past the L2)\n");
@@ -237,6 +239,9 @@ int bench_gemm(int argc, char** argv) {
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int64_t r64 : rows_list) {
       const int nb = static_cast<int>(r64);
+      // Rows past the batched step's are a prefill piece's, which does not split K.
+      const bool prefill = nb > cuda::batched::BatchedStep::kMaxRows;
+      const int splits_r = prefill ? 1 : splits;
       auto ours = [&](int c) {
         cuda::gemm::GemmArgs a;
         a.w = packed[c];
@@ -247,7 +252,7 @@ int bench_gemm(int argc, char** argv) {
         a.n_tokens = nb;
         a.y = y_ours;
         a.y_stride = s.n;
-        a.k_splits = splits;
+        a.k_splits = splits_r;
         a.workspace = split_ws;
         a.semaphores = split_sem;
         cuda::gemm::gemm(a, cuda::gemm::Epilogue::kStore, stream);
@@ -269,10 +274,11 @@ int bench_gemm(int argc, char** argv) {
       CUDA_CHECK(cudaGraphExecDestroy(g_theirs));
       m.bytes = double(w_bytes) + double(nb) * s.k * 2 + double(nb) * s.n * 4;
       m.flops = 2.0 * s.n * s.k * nb;
-      print_row(s.name, s.n, nb, m, ceiling);
+      print_row(prefill ? (std::string(s.name) + " (pf)").c_str() : s.name, s.n, nb, m, ceiling);
       nlohmann::json rec = record_json(m, ceiling);
-      rec.update({{"shape", s.name}, {"n", s.n}, {"k", s.k}, {"rows", nb}, {"k_splits", splits},
-                  {"token_groups", cuda::gemm::dense_tile_groups(s.n, nb, splits, n_sms)}, {"weight_copies", copies}});
+      rec.update({{"shape", s.name}, {"n", s.n}, {"k", s.k}, {"rows", nb}, {"k_splits", splits_r},
+                  {"user", prefill ? "prefill" : "batched step"},
+                  {"token_groups", cuda::gemm::dense_tile_groups(s.n, nb, splits_r, n_sms)}, {"weight_copies", copies}});
       dense.push_back(rec);
     }
     for (int c = 0; c < copies; ++c) {

@@ -214,18 +214,33 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       const bool last = *split_flag != 0;  // read before the next tile's first barrier rewrites it
       if (!last) continue;
       __threadfence();
+      // Split by split, every element's load of a split in flight at once (one L2 round trip per
+      // split, not one per element and split); each element still adds 0 + p0 + p1 + ... in order.
 #pragma unroll
       for (int m = 0; m < C::kRB; ++m)
 #pragma unroll
         for (int j = 0; j < C::kGW; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int rl = (my_rb + m) * 16 + g + 8 * (e >> 1), tl = (my_g0 + j) * 8 + 2 * t4 + (e & 1);
-            float v = 0.0f;
-            for (int sp = 0; sp < s.splits; ++sp)
-              v += __ldcg(part + static_cast<int64_t>(sp) * (kTileRows * C::kTokens) + tl * kTileRows + rl);
-            acc[m][j][e] = v;
-          }
+          for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
+      for (int sp = 0; sp < s.splits; ++sp) {
+        const float* ps = part + static_cast<int64_t>(sp) * (kTileRows * C::kTokens);
+        float p[C::kRB][C::kGW][4];
+#pragma unroll
+        for (int m = 0; m < C::kRB; ++m)
+#pragma unroll
+          for (int j = 0; j < C::kGW; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int rl = (my_rb + m) * 16 + g + 8 * (e >> 1), tl = (my_g0 + j) * 8 + 2 * t4 + (e & 1);
+              p[m][j][e] = __ldcg(ps + tl * kTileRows + rl);
+            }
+#pragma unroll
+        for (int m = 0; m < C::kRB; ++m)
+#pragma unroll
+          for (int j = 0; j < C::kGW; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][j][e] += p[m][j][e];
+      }
     } else if (!active) {
       continue;
     }
