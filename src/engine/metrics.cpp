@@ -58,6 +58,8 @@ EngineMetrics::EngineMetrics()
                            240.0, 480.0, 960.0, 1920.0, 7680.0}),
       request_queue_time({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                           240.0, 480.0, 960.0, 1920.0, 7680.0}),
+      request_prefill_time({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                            60.0, 120.0}),
       request_prompt_tokens(token_buckets()),
       request_generation_tokens(token_buckets()),
       step_schedule(step_buckets()),

@@ -53,7 +53,8 @@ struct EngineMetrics {
   Histogram time_to_first_token;
   Histogram inter_token_latency;
   Histogram e2e_request_latency;
-  Histogram request_queue_time;
+  Histogram request_queue_time;    // arrival to the first step that computes its tokens
+  Histogram request_prefill_time;  // that step to the first generated token
   Histogram request_prompt_tokens;
   Histogram request_generation_tokens;
   // Per scheduler iteration that launched or processed a decode step (StepTimes), seconds: the

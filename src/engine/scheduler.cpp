@@ -124,7 +124,6 @@ void Scheduler::admit() {
       s.admitted_once = true;
       s.n_cached = cached;
       if (metrics_ != nullptr) {
-        metrics_->request_queue_time.observe(seconds(Clock::now() - s.req.arrival));
         metrics_->prefix_cache_queries += s.n_prompt;
         metrics_->prefix_cache_hits += cached;
       }
@@ -142,6 +141,7 @@ void Scheduler::prefill() {
     const int target = static_cast<int>(s.tokens.size()) - 1;
     bool failed = false;
     while (s.n_computed < target && budget > 0) {
+      s.start(metrics_);
       const bool want_lp = s.req.prompt_logprobs && !s.first_token_done;
       // Prompt logprobs need each position's logits; prefill reports only the chunk's last.
       const int chunk = want_lp ? 1 : std::min(target - s.n_computed, budget);
@@ -189,6 +189,7 @@ void Scheduler::emit(Sequence& s, OutputProcessor::Step&& step, std::vector<int3
   if (metrics_ != nullptr && !tokens.empty()) {
     if (!s.first_token_done) {
       metrics_->time_to_first_token.observe(seconds(now - s.req.arrival));
+      metrics_->request_prefill_time.observe(seconds(now - s.start_time));
       metrics_->prompt_tokens += s.n_prompt;
     } else {
       metrics_->inter_token_latency.observe(seconds(now - s.last_token_time));

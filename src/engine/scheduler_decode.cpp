@@ -35,6 +35,7 @@ void Scheduler::decode() {
   for (auto& sp : running_) {
     Sequence& s = *sp;
     if (!s.ready_to_decode()) continue;
+    s.start(metrics_);
     DecodeSeq d;
     const int pos = static_cast<int>(s.tokens.size()) - 1;
     d.chunk = SeqChunk{s.id, std::span<const int32_t>(s.tokens).subspan(pos, 1), pos, kv_.table(s.id)};

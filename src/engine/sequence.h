@@ -1,6 +1,7 @@
 // The scheduler's record of one sequence (private to scheduler.cpp and scheduler_decode.cpp).
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct Scheduler::Sequence {
   int n_computed = 0;  // tokens whose KV is written; the last token is always uncomputed
   int n_cached = 0;    // prompt tokens served from the prefix cache at the first admission
   bool admitted_once = false;
+  bool started = false;  // a step has computed any of its tokens (queue time ends, prefill time starts)
+  Clock::time_point start_time;
   bool first_token_done = false;
   bool ended = false;   // its last event is sent: tokens of steps still in flight are discarded
   int n_in_flight = 0;  // launched steps holding a row of it, not yet processed
@@ -32,6 +35,14 @@ struct Scheduler::Sequence {
   std::vector<std::optional<TokenLogprob>> prompt_lp;  // [n_prompt] with prompt_logprobs
   Clock::time_point last_token_time;
 
+  // The first step that computes any of its tokens: its queue time (arrival to now) is observed.
+  void start(EngineMetrics* metrics) {
+    if (started) return;
+    started = true;
+    start_time = Clock::now();
+    if (metrics != nullptr)
+      metrics->request_queue_time.observe(std::chrono::duration<double>(start_time - req.arrival).count());
+  }
   bool ready_to_decode() const { return n_computed == static_cast<int>(tokens.size()) - 1; }
   bool has_penalties() const { return req.sampling.has_penalties(); }
   // Whether the token the backend samples next may be replaced on the host (min_tokens bans).

@@ -97,7 +97,11 @@ std::string render_metrics(EngineMetrics& m, const std::string& model_name) {
   w.histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.", m.time_to_first_token);
   w.histogram("inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", m.inter_token_latency);
   w.histogram("e2e_request_latency_seconds", "Time from arrival to the end of a sequence.", m.e2e_request_latency);
-  w.histogram("request_queue_time_seconds", "Time from arrival to admission.", m.request_queue_time);
+  w.histogram("request_queue_time_seconds",
+              "Time from arrival to the first step that computes the request's tokens (admission, and prompts ahead of it).",
+              m.request_queue_time);
+  w.histogram("request_prefill_time_seconds", "Time from the request's first computed step to its first token.",
+              m.request_prefill_time);
   w.histogram("request_prompt_tokens", "Prompt length of finished sequences.", m.request_prompt_tokens);
   w.histogram("request_generation_tokens", "Generated tokens of finished sequences.", m.request_generation_tokens);
   w.head("engine_step_seconds", "histogram",

@@ -91,6 +91,7 @@ class FakeBackend : public Backend {
     pause();
     maybe_fail(chunk.tokens);
     log_.push_back('p');
+    prefill_seqs_.push_back(chunk.seq_id);
     n_prefill_tokens_ += chunk.tokens.size();
     for (size_t i = 0; i < chunk.tokens.size(); ++i) write(chunk, chunk.start_pos + static_cast<int>(i), chunk.tokens[i]);
     if (!last_logits.empty()) {
@@ -125,6 +126,11 @@ class FakeBackend : public Backend {
     return log_;
   }
   size_t n_prefill_tokens() const { return n_prefill_tokens_; }
+  // The sequence of every prefill call, in call order.
+  std::vector<int64_t> prefill_seqs() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return prefill_seqs_;
+  }
   size_t max_batch() const { return max_batch_; }
   // A chunk containing this token makes prefill/decode throw (error-path tests).
   void fail_on_token(int32_t token) { fail_token_ = token; }
@@ -185,6 +191,7 @@ class FakeBackend : public Backend {
   std::vector<int64_t> slots_;  // [n_blocks * block_size] (position << 32) | token
   std::string log_;  // 'p' per prefill call, 'd' per decode call
   size_t n_prefill_tokens_ = 0;
+  std::vector<int64_t> prefill_seqs_;
   size_t max_batch_ = 0;
   std::atomic<int32_t> fail_token_{-1};
   std::atomic<bool> fail_all_{false};

@@ -3,7 +3,9 @@
 // sanitize: address
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "engine/scheduler.h"
 #include "fakes.h"
@@ -194,6 +196,56 @@ TEST(Scheduler, ChunkedPrefillInterleavesWithDecode) {
   EXPECT_EQ(log.find("pp"), std::string::npos) << log;
   auto results = collect(*sink);
   EXPECT_EQ(results[key(2)].tokens, fake_reference(ascii(std::string(60, 'y')), SamplingParams{.temperature = 0}, 2));
+}
+
+// Prompts are prefilled first come, first served: each iteration's budget goes to the oldest
+// prompt still being prefilled, so a later prompt's first chunk comes only after every earlier
+// prompt is in, and first tokens arrive in arrival order. Queue time (arrival to the first
+// computing step) and prefill time (that step to the first token) are observed once per request,
+// preemption and a prompt with nothing to prefill included.
+TEST(Scheduler, PromptsArePrefilledFirstComeFirstServedWithQueueAndPrefillTimes) {
+  FakeBackend backend(64, 4);
+  EngineMetrics metrics;
+  Scheduler sched(backend, SchedulerConfig{.max_prefill_tokens = 16, .check_invariants = true}, fake_decoders(),
+                  &metrics);
+  auto sink = std::make_shared<CollectingSink>();
+  const int lengths[] = {40, 30, 20, 1};
+  for (int i = 0; i < 4; ++i)
+    sched.add(make_request(static_cast<uint64_t>(i + 1), ascii(std::string(lengths[i], static_cast<char>('a' + i))),
+                           3, sink));
+  run_to_idle(sched);
+  const std::vector<int64_t> order = backend.prefill_seqs();
+  ASSERT_FALSE(order.empty());
+  EXPECT_TRUE(std::is_sorted(order.begin(), order.end())) << "a later prompt was prefilled before an earlier one ended";
+  EXPECT_EQ(std::set<int64_t>(order.begin(), order.end()).size(), 3u) << "the 1-token prompt has nothing to prefill";
+  std::vector<uint64_t> first_token_order;
+  for (const SeqOutput& e : sink->events)
+    if (!e.tokens.empty() &&
+        std::find(first_token_order.begin(), first_token_order.end(), e.request_id) == first_token_order.end())
+      first_token_order.push_back(e.request_id);
+  // The 1-token prompt decodes from the first step, beside the prompts being prefilled.
+  EXPECT_EQ(first_token_order, (std::vector<uint64_t>{4, 1, 2, 3}));
+  const auto queue = metrics.request_queue_time.snapshot(), prefill = metrics.request_prefill_time.snapshot();
+  EXPECT_EQ(queue.count, 4u);
+  EXPECT_EQ(prefill.count, 4u);
+  EXPECT_EQ(metrics.time_to_first_token.snapshot().count, 4u);
+  EXPECT_GE(queue.sum, 0.0);
+  EXPECT_GE(prefill.sum, 0.0);
+  // TTFT = queue + prefill time, request by request, so also summed.
+  EXPECT_NEAR(metrics.time_to_first_token.snapshot().sum, queue.sum + prefill.sum, 1e-6);
+}
+
+TEST(Scheduler, QueueTimeIsObservedOncePerRequestThroughPreemption) {
+  FakeBackend backend(6, 4);  // 24 KV slots: three 10-token sequences growing to 22 must preempt
+  EngineMetrics metrics;
+  Scheduler sched(backend, SchedulerConfig{.max_prefill_tokens = 64, .check_invariants = true}, fake_decoders(),
+                  &metrics);
+  auto sink = std::make_shared<CollectingSink>();
+  for (int i = 0; i < 3; ++i) sched.add(make_request(static_cast<uint64_t>(i + 1), ascii(std::string(10, 'q')), 12, sink));
+  run_to_idle(sched);
+  ASSERT_GT(sched.n_preemptions(), 0u);
+  EXPECT_EQ(metrics.request_queue_time.snapshot().count, 3u);
+  EXPECT_EQ(metrics.request_prefill_time.snapshot().count, 3u);
 }
 
 TEST(Scheduler, AbortFreesWaitingAndRunning) {
