@@ -56,7 +56,8 @@ def scenario_record(backend, scenario, j):
 
 def stall_record(backend, j):
     r = {k: j.get(k) for k in ("background_streams", "input_len", "output_len", "long_prompt_len", "before_tokens",
-                               "complete", "error", "long_ttft_ms", "itl_p99_ratio", "itl_max_ratio")}
+                               "complete", "error", "long_ttft_ms", "itl_p99_ratio", "itl_max_ratio",
+                               "itl_p99_during_over_p50_before")}
     r = {"scenario": "stall", "backend": backend, **r}
     for w in ("before", "during"):
         if w in j:
@@ -131,16 +132,18 @@ def markdown(out):
     if out["decode_stall"]:
         lines += ["Decode stall: stream inter-token latency (ms, p50 / p99 / max) before a long prompt arrives and "
                   "from its arrival to its first token.", "",
-                  "| backend | streams | long prompt | long TTFT ms | before | during | p99 during / before |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| backend | streams | long prompt | long TTFT ms | before | during | p99 during / before "
+                  "| p99 during / p50 before |",
+                  "|---|---|---|---|---|---|---|---|"]
         for s in out["decode_stall"]:
             if not s.get("complete"):
                 lines.append(f"| {s['backend']} | {s['background_streams']} | {s['long_prompt_len']} | incomplete: "
-                             f"{s.get('error', '')} | | | |")
+                             f"{s.get('error', '')} | | | | |")
                 continue
             w = {k: " / ".join(fmt(s[k][f"itl_ms_{q}"], 1) for q in ("p50", "p99", "max")) for k in ("before", "during")}
             lines.append(f"| {s['backend']} | {s['background_streams']} | {s['long_prompt_len']} | {fmt(s['long_ttft_ms'])} "
-                         f"| {w['before']} | {w['during']} | {fmt(s['itl_p99_ratio'], 2)}x |")
+                         f"| {w['before']} | {w['during']} | {fmt(s['itl_p99_ratio'], 2)}x "
+                         f"| {fmt(s.get('itl_p99_during_over_p50_before'), 2)}x |")
         lines.append("")
     if out["missing"]:
         lines += [f"Missing runs: {', '.join(out['missing'])}.", ""]

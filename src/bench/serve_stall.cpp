@@ -178,6 +178,8 @@ json stall_json(const StallOptions& o, const StallReport& r) {
   j["during"] = window_json(r.during);
   j["itl_p99_ratio"] = r.before.itl.p99 > 0 ? r.during.itl.p99 / r.before.itl.p99 : 0.0;
   j["itl_max_ratio"] = r.before.itl.max > 0 ? r.during.itl.max / r.before.itl.max : 0.0;
+  // The stall target's ratio: the streams' p99 during the prompt over their p50 before it.
+  j["itl_p99_during_over_p50_before"] = r.before.itl.median > 0 ? r.during.itl.p99 / r.before.itl.median : 0.0;
   return j;
 }
 

@@ -172,6 +172,9 @@ TEST(BenchServeStall, WindowsAreConsistentAndShowTheStall) {
   EXPECT_GE(during["itl_ms"]["max"].get<double>(), stall_ms);
   EXPECT_GE(during["itl_ms"]["max"].get<double>(), before["itl_ms"]["p99"].get<double>());
   EXPECT_GE(j["itl_max_ratio"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j["itl_p99_during_over_p50_before"].get<double>(),
+                   during["itl_ms"]["p99"].get<double>() / before["itl_ms"]["p50"].get<double>());
+  EXPECT_GT(j["itl_p99_during_over_p50_before"].get<double>(), 1.0) << "the stall is in the window";
   for (const json& n : j["stream_tokens"]) EXPECT_GT(n.get<int>(), before_tokens);
   EXPECT_TRUE(server.drained());  // the streams were cancelled; the server freed their blocks
 }
