@@ -21,15 +21,45 @@ constexpr int kH200SmemOptin = 232448;  // the H200's opt-in shared memory per b
 TEST(GemmPlan, EveryTileConfigurationFitsTwoStagesAndItsWarps) {
   for (int nt : {1, 2, 4, 8, 16}) {
     ASSERT_TRUE(valid_token_groups(nt));
-    EXPECT_EQ(warps_m(nt) * (kConsumerWarps / warps_m(nt)), kConsumerWarps) << nt;
-    EXPECT_EQ(kTileRowBlocks % warps_m(nt), 0) << nt;
-    EXPECT_EQ(nt % (kConsumerWarps / warps_m(nt)), 0) << "token groups split evenly over the warps, nt " << nt;
+    EXPECT_EQ(kConsumerWarps, kTileRowBlocks) << "one row block per consumer warp";
+    EXPECT_EQ(kConsumerWarps % 4, 0) << "whole warpgroups";
     EXPECT_EQ(kSplitUnitKb % stage_kb(nt), 0) << "a split unit is whole stages, nt " << nt;
-    EXPECT_EQ(stage_x_pitch(nt) % 16, 0) << "bulk copies land 16-byte aligned";
+    EXPECT_EQ(stage_weight_bytes(nt) % 128, 0) << "the activation area starts 128-byte aligned";
     EXPECT_EQ(stage_bytes(nt) % 128, 0);
+    EXPECT_GE(stage_bytes(nt), stage_weight_bytes(nt) + stage_kb(nt) * 8 * nt * 32) << "every token's k of the stage";
     EXPECT_GE((kH200SmemOptin - 256) / stage_bytes(nt), 3) << "at least three stages in flight, nt " << nt;
   }
   for (int nt : {0, 3, 5, 32}) EXPECT_FALSE(valid_token_groups(nt));
+}
+
+// The activation area is the wgmma B operand, K-major without swizzle: every (token, 16-byte
+// piece) lands once, 16-byte aligned, inside the area; a core matrix (8 tokens of one piece) is 128
+// contiguous bytes, token t's row at 16 (t % 8); the two pieces of a k block are one LBO (128 bytes)
+// apart and consecutive 8-token groups one SBO (256 bytes); k block kk starts at kk x the k-block size.
+TEST(GemmPlan, StageActivationsAreTheWgmmaCoreMatrixLayout) {
+  for (int nt : {1, 2, 4, 8, 16}) {
+    const int pieces = 2 * stage_kb(nt), tokens = 8 * nt, area = stage_kb(nt) * stage_x_kb_bytes(nt);
+    std::vector<int> hits(area / 16, 0);
+    for (int t = 0; t < tokens; ++t)
+      for (int c = 0; c < pieces; ++c) {
+        const int off = stage_x_offset(nt, t, c);
+        ASSERT_EQ(off % 16, 0);
+        ASSERT_GE(off, 0);
+        ASSERT_LT(off, area) << "nt " << nt << " token " << t << " piece " << c;
+        ++hits[off / 16];
+        // The core matrix: 128-byte aligned, its 8 tokens' rows in order.
+        const int first = stage_x_offset(nt, t & ~7, c);
+        EXPECT_EQ(first % kCoreMatrixBytes, 0);
+        EXPECT_EQ(off, first + (t % 8) * 16);
+        // LBO: the second piece of a k block; SBO: the next 8-token group; the k block's start.
+        if (c % 2 == 1) EXPECT_EQ(off, stage_x_offset(nt, t, c - 1) + kCoreMatrixBytes);
+        if (t >= 8) EXPECT_EQ(off, stage_x_offset(nt, t - 8, c) + kXGroupBytes);
+        EXPECT_EQ(stage_x_offset(nt, 0, c & ~1), (c / 2) * stage_x_kb_bytes(nt));
+      }
+    for (size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i], 1) << "nt " << nt << " 16-byte unit " << i;
+    EXPECT_EQ(kXGroupBytes, 2 * kCoreMatrixBytes);
+    EXPECT_EQ(stage_x_kb_bytes(nt), nt * kXGroupBytes);
+  }
 }
 
 TEST(GemmPlan, DenseTokenGroupsHoldTheTokensUpTo128) {

@@ -1,6 +1,6 @@
 // One k16 step of a GEMM whose A operand is packed weights (weight_pack.cuh): the accumulator
-// loop every weight GEMM shares (the skinny decode GEMM of the megakernel and its standalone
-// kernel, the prefill GEMM). acc[m][j] += A(row block m) * B(token group j) on mma.sync
+// loop of the megakernel's weight GEMMs (gemm.cuh) and the page-stream microbenchmark (the GEMM
+// engine runs wgmma, cuda/gemm). acc[m][j] += A(row block m) * B(token group j) on mma.sync
 // m16n8k16 (bf16 in, fp32 accumulate); each lane loads its 16 bytes of row block m's 512-byte
 // fragment tile, a_tile(m) (shared memory). Every accumulator gets one MMA per call, so the k
 // order of a sum is the caller's loop order. Row blocks m >= n_m are absent (a short page group).
@@ -13,10 +13,7 @@
 
 namespace megadecode::cuda {
 
-// kPure: the MMAs as pure register operations (ptx::mma_bf16_16816_pure), so the compiler may
-// pipeline them with the next step's shared-memory loads (the GEMM engine); the megakernel keeps
-// the volatile form and its instruction order.
-template <int kM, int kN, bool kPure = false, class ATile>
+template <int kM, int kN, class ATile>
 __device__ __forceinline__ void packed_mma_k16(float (&acc)[kM][kN][4], ATile a_tile, const uint32_t (&b0)[kN],
                                                const uint32_t (&b1)[kN], int n_m = kM) {
   const int lane = threadIdx.x & 31;
@@ -27,11 +24,7 @@ __device__ __forceinline__ void packed_mma_k16(float (&acc)[kM][kN][4], ATile a_
     const uint32_t a[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      if constexpr (kPure) {
-        ptx::mma_bf16_16816_pure(acc[m][j], a, b0[j], b1[j]);
-      } else {
-        ptx::mma_bf16_16816(acc[m][j], a, b0[j], b1[j]);
-      }
+      ptx::mma_bf16_16816(acc[m][j], a, b0[j], b1[j]);
     }
   }
 }

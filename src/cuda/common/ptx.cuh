@@ -125,8 +125,8 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The same MMA as a pure register operation (not volatile): the compiler may schedule it across
-// the shared-memory loads around it (software pipelining), which the volatile form forbids.
+// The same MMA as a pure register operation (not volatile; decode attention): the compiler may
+// schedule it across the shared-memory loads around it, which the volatile form forbids.
 // Register operands only, so no memory order is at stake.
 __device__ __forceinline__ void mma_bf16_16816_pure(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

@@ -2,14 +2,17 @@
 // + gridDim.x, ... (gemm_plan.h numbering). Warp 8 (the producer) issues, per tile and k stage,
 // one cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and
 // the activation rows' 16-byte pieces with cp.async (a bulk copy per row costs the copy engine more
-// than its bytes: at 64 rows, 72 copies a stage ran at 35 % of the read ceiling), into ring slot
-// it % n_stages; both complete on full[slot] (the bulk bytes as tx, each producer lane's
-// cp.asyncs as one arrival). It waits for empty[slot] before reusing a slot, so the weight stream
-// runs ahead across tile boundaries.
-// Warps 0..7 (the consumers) wait full[slot], run their MMAs, release the slot, and at a tile's end
-// store its epilogue from registers (lane (g, t) holds rows g and g + 8 and tokens 2t, 2t + 1 of
-// each 16 x 8 accumulator). Nothing else synchronises the roles: the producer never waits for the
-// consumers' epilogue, and the consumers meet only at named barrier 1 (split-K tiles).
+// than its bytes: at 64 rows, 72 copies a stage ran at 35 % of the read ceiling) into the wgmma B
+// layout (gemm_plan.h), into ring slot it % n_stages; both complete on full[slot] (the bulk bytes as
+// tx, each producer lane's cp.asyncs as one arrival). It waits for empty[slot] before reusing a
+// slot, so the weight stream runs ahead across tile boundaries.
+// Warps 0..7 (the consumers, two warpgroups) wait full[slot], fence the cp.async bytes (generic
+// proxy) before the wgmmas read them (async proxy), load their row block's A fragments, issue one
+// wgmma per k block, commit them as a group and wait for it before releasing the slot (the two
+// warpgroups' groups overlap each other). At a tile's end the consumers store its epilogue from registers (lane (g, t)
+// holds rows g and g + 8 and tokens 2t, 2t + 1 of each 8-token group). Nothing else synchronises
+// the roles: the producer never waits for the consumers' epilogue, and the consumers meet only at
+// named barrier 1 (split-K tiles).
 #include <algorithm>
 #include <mutex>
 
@@ -17,35 +20,30 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_info.h"
 #include "cuda/common/moe.cuh"
-#include "cuda/common/packed_mma.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/weight_pack.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemm.h"
 
 namespace megadecode::cuda::gemm {
 namespace {
 
 constexpr int kHeaderBytes = 256;  // full[kMaxStages], empty[kMaxStages], the split flag
-constexpr int kRowsOffset = kHeaderBytes;  // the producer's int64 X row offsets of a tile's tokens
-constexpr int kStagesOffset = kRowsOffset + 8 * 8 * kMaxTokenGroups;
+constexpr int kStagesOffset = kHeaderBytes;
 constexpr int kFullArrivals = 1 + 32;      // the expect_tx arrival + each producer lane's cp.asyncs
 constexpr int kConsumerThreads = kConsumerWarps * 32;
 constexpr int kSplitBar = 1;       // named barrier of the consumers
 
 template <int kNT>
 struct Cfg {
-  static constexpr int kWM = warps_m(kNT);              // warps along the row blocks
-  static constexpr int kWN = kConsumerWarps / kWM;      // warps along the token groups
-  static constexpr int kRB = kTileRowBlocks / kWM;      // row blocks per warp
-  static constexpr int kGW = kNT / kWN;                 // token groups per warp
   static constexpr int kKB = stage_kb(kNT);
   static constexpr int kWBytes = stage_weight_bytes(kNT);
-  static constexpr int kPitch = stage_x_pitch(kNT);
+  static constexpr int kXKb = stage_x_kb_bytes(kNT);   // one k block of the activation area
   static constexpr int kStage = stage_bytes(kNT);
   static constexpr int kTokens = 8 * kNT;
   static constexpr int kChunks = kKB * 2;               // 16-byte pieces of a token's stage row
-  static constexpr int kTokPerPass = 32 / kChunks;      // tokens the producer warp covers per pass
-  static_assert(kGW >= 1 && kWM * kWN == kConsumerWarps && kRB * kWM == kTileRowBlocks);
+  static_assert(kChunks % 4 == 0, "the producer's piece passes");
+  static_assert(kConsumerWarps == kTileRowBlocks, "one row block per consumer warp");
   static_assert(kSplitUnitKb % kKB == 0, "a split unit is whole stages");
 };
 
@@ -86,19 +84,27 @@ __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, i
 }
 
 template <int kNT>
-__device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8_t* stages, int64_t* x_rows,
-                                        uint64_t* full, uint64_t* empty, int n_stages) {
+__device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
+                                        uint64_t* empty, int n_stages) {
   using C = Cfg<kNT>;
   const int lane = threadIdx.x & 31;
-  const int my_chunk = lane % C::kChunks, my_tok = lane / C::kChunks;  // this lane's piece of a pass
+  // Activation pieces: lane (t8, cq) copies token t8 + 8 tp's pieces 4 cp + cq, for every token
+  // group tp and piece pass cp. One cp.async instruction covers 8 tokens x 4 consecutive pieces:
+  // 64 contiguous bytes of each token row (whole sectors), and each phase of 8 lanes writes one
+  // core matrix row by row (8 distinct bank groups: no conflicts).
+  const int t8 = lane & 7, cq = lane >> 3;
   const uint64_t policy = ptx::policy_evict_first();
   uint32_t it = 0;
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
-    __syncwarp();  // every lane is past the previous tile's reads of x_rows
-    for (int i = lane; i < ti.n_tok; i += 32)
-      x_rows[i] = static_cast<int64_t>(a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) * a.x_stride;
-    __syncwarp();
+    int64_t rows[kNT];  // this lane's tokens' X row offsets, for the whole tile (no per-stage lookups)
+#pragma unroll
+    for (int tp = 0; tp < kNT; ++tp) {
+      const int i = tp * 8 + t8;
+      rows[tp] = i < ti.n_tok ? static_cast<int64_t>(a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) *
+                                    a.x_stride
+                              : 0;
+    }
     for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, ++it) {
       const uint32_t slot = it % n_stages, phase = (it / n_stages) & 1;
       ptx::mbar_wait(&empty[slot], phase ^ 1);
@@ -111,38 +117,21 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8
         ptx::bulk_g2s(st + lane * C::kKB * kPackTileBytes,
                       ti.w + (static_cast<int64_t>(ti.rb0 + lane) * s.n_kb + kb) * (kPackRows * kPackK), w_bytes,
                       &full[slot], policy);
-      if (my_chunk < 2 * nkb) {
-        const uint16_t* src = a.x + kb * kPackK + my_chunk * 8;
-        uint8_t* dst = st + C::kWBytes + my_chunk * 16;
-        for (int i = my_tok; i < ti.n_tok; i += C::kTokPerPass) ptx::cp_async_16(dst + i * C::kPitch, src + x_rows[i], 16);
+      // Pieces past the tile's K are zero-filled (source size 0): the consumers multiply them.
+      uint8_t* dst = st + C::kWBytes;
+#pragma unroll
+      for (int tp = 0; tp < kNT; ++tp) {
+        const int i = tp * 8 + t8;
+        if (i >= ti.n_tok) break;  // tokens fill the groups in order
+#pragma unroll
+        for (int cp = 0; cp < C::kChunks / 4; ++cp) {
+          const int piece = cp * 4 + cq;
+          const bool in_k = piece < 2 * nkb;
+          ptx::cp_async_16(dst + stage_x_offset(kNT, i, piece), a.x + rows[tp] + (in_k ? kb * kPackK + piece * 8 : 0),
+                           in_k ? 16 : 0);
+        }
       }
       ptx::cp_async_mbar_arrive_noinc(&full[slot]);  // this lane's pieces, as one arrival
-    }
-  }
-}
-
-// The B fragments (tokens as the MMA's N side) of token groups [g0, g0 + kGW) at k block kk.
-template <int kNT>
-__device__ __forceinline__ void load_b(const uint8_t* xs, int g0, int kk, uint32_t (&b0)[Cfg<kNT>::kGW],
-                                       uint32_t (&b1)[Cfg<kNT>::kGW]) {
-  using C = Cfg<kNT>;
-  const int lane = threadIdx.x & 31;
-  if constexpr (C::kGW == 1) {
-    uint32_t r[2];
-    ptx::ldmatrix_x2(r, xs + (g0 * 8 + (lane & 7)) * C::kPitch + kk * 32 + ((lane >> 3) & 1) * 16);
-    b0[0] = r[0];
-    b1[0] = r[1];
-  } else {
-#pragma unroll
-    for (int jj = 0; jj < C::kGW / 2; ++jj) {
-      // Matrices: (tokens +0..7, k 0..7), (+0..7, k 8..15), (+8..15, k 0..7), (+8..15, k 8..15).
-      uint32_t r[4];
-      ptx::ldmatrix_x4(r, xs + (g0 * 8 + jj * 16 + (lane >> 4) * 8 + (lane & 7)) * C::kPitch + kk * 32 +
-                              ((lane >> 3) & 1) * 16);
-      b0[2 * jj] = r[0];
-      b1[2 * jj] = r[1];
-      b0[2 * jj + 1] = r[2];
-      b1[2 * jj + 1] = r[3];
     }
   }
 }
@@ -151,51 +140,64 @@ template <int kNT, Epilogue kEpi>
 __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
                                         uint64_t* empty, int n_stages, int* split_flag) {
   using C = Cfg<kNT>;
+  constexpr int kRB = 1, kGW = kNT, my_g0 = 0;  // the split and epilogue code's view: one row block, all tokens
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int wm = warp % C::kWM, wn = warp / C::kWM;
-  const int my_rb = wm * C::kRB, my_g0 = wn * C::kGW;
+  const int my_rb = warp;  // this warp's row block
   uint32_t it = 0;
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
-    const int n_m = min(C::kRB, ti.n_rb - my_rb);
-    const bool active = n_m > 0 && my_g0 * 8 < ti.n_tok;  // uniform per warp
-    float acc[C::kRB][C::kGW][4];
+    const int n_m = ti.n_rb > my_rb ? 1 : 0;
+    const bool active = n_m > 0;  // this warp's rows exist (uniform per warp)
+    float acc[kRB][kGW][4];
 #pragma unroll
-    for (int m = 0; m < C::kRB; ++m)
+    for (int j = 0; j < kGW; ++j)
 #pragma unroll
-      for (int j = 0; j < C::kGW; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
+    ptx::wgmma_fence_operands(acc[0]);
     for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, ++it) {
       const uint32_t slot = it % n_stages, phase = (it / n_stages) & 1;
       ptx::mbar_wait(&full[slot], phase);
-      if (active) {
-        const uint8_t* st = stages + slot * C::kStage;
-        auto step = [&](int kk) {
-          uint32_t b0[C::kGW], b1[C::kGW];
-          load_b<kNT>(st + C::kWBytes, my_g0, kk, b0, b1);
-          packed_mma_k16<C::kRB, C::kGW, true>(
-              acc, [&](int m) { return st + ((my_rb + m) * C::kKB + kk) * kPackTileBytes; }, b0, b1, n_m);
-        };
-        if (ti.kb1 - kb >= C::kKB) {  // a whole stage: unrolled, so loads run ahead of the MMAs
+      __syncwarp();  // converged for the .aligned wgmma instructions
+      // Every warpgroup runs every k block of the stage, straight-line (a wgmma under a branch
+      // serialises them all): a missing row block or k block multiplies zeros (its A fragment is
+      // zero here; the producer zero-fills the activation pieces past the tile's K).
+      ptx::fence_proxy_async_shared();  // the producer's cp.async bytes, seen here, before the async proxy reads them
+      const uint8_t* st = stages + slot * C::kStage;
+      const int nkb = min(C::kKB, ti.kb1 - kb);
+      uint32_t frag[C::kKB][4];
 #pragma unroll
-          for (int kk = 0; kk < C::kKB; ++kk) step(kk);
-        } else {
-          for (int kk = 0; kk < ti.kb1 - kb; ++kk) step(kk);
-        }
+      for (int kk = 0; kk < C::kKB; ++kk) {
+        uint4 f = make_uint4(0u, 0u, 0u, 0u);
+        if (active && kk < nkb)
+          f = *reinterpret_cast<const uint4*>(st + (my_rb * C::kKB + kk) * kPackTileBytes + lane * 16);
+        frag[kk][0] = f.x;
+        frag[kk][1] = f.y;
+        frag[kk][2] = f.z;
+        frag[kk][3] = f.w;
       }
+      const uint32_t x0 = ptx::smem_addr(st + C::kWBytes);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < C::kKB; ++kk)
+        ptx::wgmma_bf16_rs<kNT>(acc[0], frag[kk], ptx::wgmma_desc(x0 + kk * C::kXKb, kCoreMatrixBytes, kXGroupBytes),
+                                1);
+      ptx::wgmma_commit();
+      // The group done before the slot is released and before the next stage's fragments are
+      // loaded (the A registers of a pending wgmma may not be written).
+      ptx::wgmma_wait<0>();
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
     }
+    ptx::wgmma_fence_operands(acc[0]);  // the accumulators are read only after the last wait
 
     if (s.splits > 1) {
       // This split's partial, then the last of the tile's splits to arrive adds all in split order.
       const int64_t block = static_cast<int64_t>(ti.c.column) * s.row_tiles + ti.c.row_tile;
       float* part = a.workspace + (block * s.splits) * (kTileRows * C::kTokens);
 #pragma unroll
-      for (int m = 0; m < C::kRB; ++m)
+      for (int m = 0; m < kRB; ++m)
 #pragma unroll
-        for (int j = 0; j < C::kGW; ++j)
+        for (int j = 0; j < kGW; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int rl = (my_rb + m) * 16 + g + 8 * (e >> 1), tl = (my_g0 + j) * 8 + 2 * t4 + (e & 1);
@@ -217,27 +219,27 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       // Split by split, every element's load of a split in flight at once (one L2 round trip per
       // split, not one per element and split); each element still adds 0 + p0 + p1 + ... in order.
 #pragma unroll
-      for (int m = 0; m < C::kRB; ++m)
+      for (int m = 0; m < kRB; ++m)
 #pragma unroll
-        for (int j = 0; j < C::kGW; ++j)
+        for (int j = 0; j < kGW; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
       for (int sp = 0; sp < s.splits; ++sp) {
         const float* ps = part + static_cast<int64_t>(sp) * (kTileRows * C::kTokens);
-        float p[C::kRB][C::kGW][4];
+        float p[kRB][kGW][4];
 #pragma unroll
-        for (int m = 0; m < C::kRB; ++m)
+        for (int m = 0; m < kRB; ++m)
 #pragma unroll
-          for (int j = 0; j < C::kGW; ++j)
+          for (int j = 0; j < kGW; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int rl = (my_rb + m) * 16 + g + 8 * (e >> 1), tl = (my_g0 + j) * 8 + 2 * t4 + (e & 1);
               p[m][j][e] = __ldcg(ps + tl * kTileRows + rl);
             }
 #pragma unroll
-        for (int m = 0; m < C::kRB; ++m)
+        for (int m = 0; m < kRB; ++m)
 #pragma unroll
-          for (int j = 0; j < C::kGW; ++j)
+          for (int j = 0; j < kGW; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[m][j][e] += p[m][j][e];
       }
@@ -248,10 +250,10 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
     // Epilogue from registers.
     const int rb_tile0 = ti.rb0 + my_rb;
 #pragma unroll
-    for (int m = 0; m < C::kRB; ++m) {
+    for (int m = 0; m < kRB; ++m) {
       if (m >= n_m) break;
 #pragma unroll
-      for (int j = 0; j < C::kGW; ++j) {
+      for (int j = 0; j < kGW; ++j) {
         const int tl0 = (my_g0 + j) * 8 + 2 * t4;
         if constexpr (kEpi == Epilogue::kSwiGlu) {
           const int col = (rb_tile0 + m) * 8 + g;  // gate row g and up row g + 8 of the row block
@@ -285,7 +287,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, con
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
   int* split_flag = reinterpret_cast<int*>(empty + kMaxStages);
-  int64_t* x_rows = reinterpret_cast<int64_t*>(smem + kRowsOffset);
   uint8_t* stages = smem + kStagesOffset;
   Shape s = shape_in;
   if (a.tiles != nullptr) {  // the list was written by an earlier launch
@@ -301,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, con
   }
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
-    produce<kNT>(a, s, stages, x_rows, full, empty, n_stages);
+    produce<kNT>(a, s, stages, full, empty, n_stages);
   } else {
     consume<kNT, kEpi>(a, s, stages, full, empty, n_stages, split_flag);
   }

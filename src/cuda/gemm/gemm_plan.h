@@ -5,10 +5,11 @@
 // Plain C++ (MD_HOST_DEVICE), no CUDA types.
 //
 // A work tile is 128 weight rows (8 packed row blocks) x T tokens (T = 8 * token groups) over one
-// range of K. Weights are the mma.sync A operand in the packed layout (weight_pack.cuh); tokens the
-// B operand. Sum order: every output (token, row) is one warp's MMA chain over its K range in
-// increasing k, and the ranges of a split GEMM are added in split order: nothing depends on the
-// token count, the tile's other tokens or the tile size, so results are bitwise batch-invariant.
+// range of K. Weights are the MMA's A operand in the packed layout (weight_pack.cuh); tokens the B
+// operand. Sum order: every output (token, row) is one warpgroup's wgmma chain over its K range in
+// increasing k (one k16 step per instruction, whatever its N), and the ranges of a split GEMM are
+// added in split order: nothing depends on the token count, the tile's other tokens or the tile
+// size, so results are bitwise batch-invariant.
 #pragma once
 
 #include <cstdint>
@@ -29,19 +30,27 @@ constexpr int kMaxStages = 8;
 MD_HOST_DEVICE constexpr int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
 // ---- tile configuration per token groups (kNT = tokens / 8 of a tile: 1, 2, 4, 8 or 16) ----
-// Warps: kWarpsM along the row blocks x (8 / kWarpsM) along the token groups. Up to 64 tokens every
-// warp owns one row block and all tokens (a weight fragment feeds kNT MMAs); at 128 tokens the
-// prefill layout, 2 x 4 warps of 4 row blocks x 32 tokens (fewer shared-memory loads per MMA).
-// A pipeline stage holds kStageKb k blocks of the tile's 8 row blocks (one bulk copy per row block)
-// and of its tokens' activation rows (one bulk copy per token, pitch + 16 bytes: conflict-free
-// ldmatrix).
+// MMAs: wgmma m64nNk16 (N = 8 kNT tokens), the A operand from registers. Consumer warp w owns
+// packed row block w of the tile (16 weight rows; warpgroup w / 4 covers rows 64 (w / 4) .. + 63)
+// and all the tile's tokens: each lane's 16-byte fragment of the row block feeds one wgmma.
+// A pipeline stage holds kStageKb k blocks of the tile's 8 row blocks (one bulk copy per row block,
+// kStageKb x 512 contiguous bytes) and of its tokens' activations, laid out as the wgmma B operand
+// (K-major, no swizzle): per k block, per 8-token group, two 128-byte core matrices (k 0..7, then
+// k 8..15), each 8 token rows of 16 bytes. The producer writes a token's stage row as 16-byte
+// pieces (cp.async), piece c = k block c / 2, half c % 2.
 MD_HOST_DEVICE constexpr bool valid_token_groups(int nt) { return nt == 1 || nt == 2 || nt == 4 || nt == 8 || nt == 16; }
-MD_HOST_DEVICE constexpr int warps_m(int nt) { return nt <= 8 ? 8 : 2; }
 MD_HOST_DEVICE constexpr int stage_kb(int nt) { return nt <= 8 ? 8 : 4; }
 MD_HOST_DEVICE constexpr int stage_weight_bytes(int nt) { return kTileRowBlocks * stage_kb(nt) * 512; }
-MD_HOST_DEVICE constexpr int stage_x_pitch(int nt) { return stage_kb(nt) * 32 + 16; }
+constexpr int kCoreMatrixBytes = 128;                    // 8 rows x 16 bytes
+constexpr int kXGroupBytes = 2 * kCoreMatrixBytes;       // one 8-token group of one k block (the SBO)
+MD_HOST_DEVICE constexpr int stage_x_kb_bytes(int nt) { return nt * kXGroupBytes; }  // one k block, all tokens
+// Byte offset, within a stage's activation area, of token `tok`'s 16-byte piece `piece`.
+MD_HOST_DEVICE constexpr int stage_x_offset(int nt, int tok, int piece) {
+  return (piece >> 1) * stage_x_kb_bytes(nt) + (tok >> 3) * kXGroupBytes + (piece & 1) * kCoreMatrixBytes +
+         (tok & 7) * 16;
+}
 MD_HOST_DEVICE constexpr int stage_bytes(int nt) {
-  return (stage_weight_bytes(nt) + 8 * nt * stage_x_pitch(nt) + 127) / 128 * 128;
+  return (stage_weight_bytes(nt) + stage_kb(nt) * stage_x_kb_bytes(nt) + 127) / 128 * 128;
 }
 
 // Token groups of a tile for a dense GEMM of n_tokens rows (one tile column when it fits).
