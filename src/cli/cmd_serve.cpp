@@ -35,7 +35,7 @@ constexpr const char* kUsage =
     "usage: megadecode serve (MODEL_DIR | --random-weights --preset NAME [--weights-seed S])\n"
     "         [--host H (127.0.0.1)] [--port P (8000)] [--backend cpu-ref|cpu-mk|cuda|cuda-mk|cuda-ops|cuda-batched]\n"
     "         [--served-model-name NAME] [--max-num-seqs N (256)] [--max-model-len N]\n"
-    "         [--max-num-batched-tokens N (256)] [--block-size B (16)] [--kv-cache-tokens N]\n"
+    "         [--max-num-batched-tokens N (2048)] [--block-size B (16)] [--kv-cache-tokens N]\n"
     "         [--gpu-memory-utilization F (0.9)] [--no-enable-prefix-caching] [--max-waiting N (1024)]\n"
     "         [--io-threads N (2)] [--max-body-bytes N (8 MiB)] [--threads N (all)] [--prefill-chunk N]\n"
     "         [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
@@ -162,7 +162,7 @@ int cmd_serve(int argc, char** argv) {
 
   EngineConfig ec;
   ec.scheduler.max_num_seqs = max_num_seqs;
-  ec.scheduler.max_prefill_tokens = int_flag(args, "max-num-batched-tokens", 256, 1, 1 << 20);
+  ec.scheduler.max_prefill_tokens = int_flag(args, "max-num-batched-tokens", 2048, 1, 1 << 20);
   ec.scheduler.prefix_caching = !args.flag("no-enable-prefix-caching");
   ec.scheduler.overlap = args.flag("disable-overlap-schedule") ? Overlap::kOff : Overlap::kAuto;
   ec.scheduler.log_steps = args.flag("log-steps");
