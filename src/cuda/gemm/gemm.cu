@@ -4,7 +4,7 @@
 // cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and the
 // activation rows' 16-byte pieces with cp.async (a bulk copy per row costs the copy engine more than
 // its bytes: at 64 rows, 72 copies a stage ran at 35 % of the read ceiling) into the wgmma B layout
-// (gemm_plan.h), into ring slot it % n_stages; both complete on full[slot] (the bulk bytes as tx,
+// (gemm_plan.h), into the next ring slot; both complete on full[slot] (the bulk bytes as tx,
 // each producer lane's cp.asyncs as one arrival). It waits for empty[slot] before reusing a slot, so
 // the weight stream runs ahead across tile boundaries.
 // Warps 0..7 (the consumers, two warpgroups) wait full[slot], fence the cp.async bytes (generic
@@ -58,6 +58,14 @@ struct Tile {
   TileCoord c;
 };
 
+// The next ring slot; the phase parity flips each time the ring wraps.
+__device__ __forceinline__ void advance_ring(int& slot, uint32_t& phase, int n_stages) {
+  if (++slot == n_stages) {
+    slot = 0;
+    phase ^= 1;
+  }
+}
+
 struct Shape {
   int row_tiles, n_rb, n_kb, splits, columns, total;
 };
@@ -96,15 +104,15 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8
   // core matrix row by row (8 distinct bank groups: no conflicts).
   const int t8 = lane & 7, cq = lane >> 3;
   const uint64_t policy = ptx::policy_evict_first();
-  uint32_t it = 0;
+  int slot = 0;
+  uint32_t phase = 0;  // ring position: slot, and the parity of its passes
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
     __syncwarp();  // every lane is past the previous tile's reads of x_rows
     for (int i = lane; i < ti.n_tok; i += 32)
       x_rows[i] = static_cast<int64_t>(a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) * a.x_stride;
     __syncwarp();
-    for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, ++it) {
-      const uint32_t slot = it % n_stages, phase = (it / n_stages) & 1;
+    for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, advance_ring(slot, phase, n_stages)) {
       ptx::mbar_wait(&empty[slot], phase ^ 1);
       const int nkb = min(C::kKB, ti.kb1 - kb);
       const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes;
@@ -139,22 +147,23 @@ template <int kNT, Epilogue kEpi>
 __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
                                         uint64_t* empty, int n_stages, int* split_flag) {
   using C = Cfg<kNT>;
-  constexpr int kRB = 1, kGW = kNT, my_g0 = 0;  // the split and epilogue code's view: one row block, all tokens
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int my_rb = warp;  // this warp's row block
-  uint32_t it = 0;
+  // Accumulator (j, e) of lane (g, t4): tile row my_rb * 16 + g + 8 (e / 2), tile token 8 j + 2 t4 + e % 2.
+  const auto acc_row = [&](int e) { return my_rb * 16 + g + 8 * (e >> 1); };
+  const auto acc_token = [&](int j, int e) { return j * 8 + 2 * t4 + (e & 1); };
+  int slot = 0;
+  uint32_t phase = 0;
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
-    const int n_m = ti.n_rb > my_rb ? 1 : 0;
-    const bool active = n_m > 0;  // this warp's rows exist (uniform per warp)
-    float acc[kRB][kGW][4];
+    const bool active = ti.n_rb > my_rb;  // this warp's rows exist (uniform per warp)
+    float acc[kNT][4];
 #pragma unroll
-    for (int j = 0; j < kGW; ++j)
+    for (int j = 0; j < kNT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.0f;
-    ptx::wgmma_fence_operands(acc[0]);
-    for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, ++it) {
-      const uint32_t slot = it % n_stages, phase = (it / n_stages) & 1;
+      for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+    ptx::wgmma_fence_operands(acc);
+    for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, advance_ring(slot, phase, n_stages)) {
       ptx::mbar_wait(&full[slot], phase);
       __syncwarp();  // converged for the .aligned wgmma instructions
       // Every warpgroup runs every k block of the stage, straight-line (a wgmma under a branch
@@ -178,8 +187,7 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < C::kKB; ++kk)
-        ptx::wgmma_bf16_rs<kNT>(acc[0], frag[kk], ptx::wgmma_desc(x0 + kk * C::kXKb, kCoreMatrixBytes, kXGroupBytes),
-                                1);
+        ptx::wgmma_bf16_rs<kNT>(acc, frag[kk], ptx::wgmma_desc(x0 + kk * C::kXKb, kCoreMatrixBytes, kXGroupBytes), 1);
       ptx::wgmma_commit();
       // The group done before the slot is released and before the next stage's fragments are
       // loaded (the A registers of a pending wgmma may not be written).
@@ -187,21 +195,19 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
     }
-    ptx::wgmma_fence_operands(acc[0]);  // the accumulators are read only after the last wait
+    ptx::wgmma_fence_operands(acc);  // the accumulators are read only after the last wait
 
     if (s.splits > 1) {
       // This split's partial, then the last of the tile's splits to arrive adds all in split order.
       const int64_t block = static_cast<int64_t>(ti.c.column) * s.row_tiles + ti.c.row_tile;
       float* part = a.workspace + (block * s.splits) * (kTileRows * C::kTokens);
+      const auto part_index = [&](int split, int j, int e) {
+        return static_cast<int64_t>(split) * (kTileRows * C::kTokens) + acc_token(j, e) * kTileRows + acc_row(e);
+      };
 #pragma unroll
-      for (int m = 0; m < kRB; ++m)
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
-        for (int j = 0; j < kGW; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int rl = (my_rb + m) * 16 + g + 8 * (e >> 1), tl = (my_g0 + j) * 8 + 2 * t4 + (e & 1);
-            part[static_cast<int64_t>(ti.c.split) * (kTileRows * C::kTokens) + tl * kTileRows + rl] = acc[m][j][e];
-          }
+        for (int e = 0; e < 4; ++e) part[part_index(ti.c.split, j, e)] = acc[j][e];
       __threadfence();  // this thread's partial before the arrival (release, with the barrier)
       ptx::named_barrier_sync(kSplitBar, kConsumerThreads);
       if (threadIdx.x == 0) {
@@ -218,55 +224,40 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       // Split by split, fully unrolled so the loads of a split are in flight at once (one L2 round
       // trip per split, not one per element and split); each element adds 0 + p0 + p1 + ... in order.
 #pragma unroll
-      for (int m = 0; m < kRB; ++m)
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
-        for (int j = 0; j < kGW; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[m][j][e] = 0.0f;
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
       for (int sp = 0; sp < s.splits; ++sp) {
-        const float* ps = part + static_cast<int64_t>(sp) * (kTileRows * C::kTokens);
 #pragma unroll
-        for (int m = 0; m < kRB; ++m)
+        for (int j = 0; j < kNT; ++j)
 #pragma unroll
-          for (int j = 0; j < kGW; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int rl = (my_rb + m) * 16 + g + 8 * (e >> 1), tl = (my_g0 + j) * 8 + 2 * t4 + (e & 1);
-              acc[m][j][e] += __ldcg(ps + tl * kTileRows + rl);
-            }
+          for (int e = 0; e < 4; ++e) acc[j][e] += __ldcg(part + part_index(sp, j, e));
       }
-    } else if (!active) {
-      continue;
     }
+    if (!active) continue;
 
     // Epilogue from registers.
-    const int rb_tile0 = ti.rb0 + my_rb;
+    const int rb = ti.rb0 + my_rb;  // the matrix's packed row block
 #pragma unroll
-    for (int m = 0; m < kRB; ++m) {
-      if (m >= n_m) break;
+    for (int j = 0; j < kNT; ++j) {
+      if constexpr (kEpi == Epilogue::kSwiGlu) {
+        const int col = rb * 8 + g;  // gate row g and up row g + 8 of the row block
 #pragma unroll
-      for (int j = 0; j < kGW; ++j) {
-        const int tl0 = (my_g0 + j) * 8 + 2 * t4;
-        if constexpr (kEpi == Epilogue::kSwiGlu) {
-          const int col = (rb_tile0 + m) * 8 + g;  // gate row g and up row g + 8 of the row block
+        for (int e = 0; e < 2; ++e) {
+          const int tl = acc_token(j, e);
+          if (tl >= ti.n_tok || col >= a.n_rows / 2) continue;
+          uint16_t* y = static_cast<uint16_t*>(a.y);
+          y[static_cast<int64_t>(ti.tok0 + tl) * a.y_stride + col] = float_to_bf16_bits(silu(acc[j][e]) * acc[j][e + 2]);
+        }
+      } else {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int tl = tl0 + e;
-            if (tl >= ti.n_tok || col >= a.n_rows / 2) continue;
-            uint16_t* y = static_cast<uint16_t*>(a.y);
-            y[static_cast<int64_t>(ti.tok0 + tl) * a.y_stride + col] =
-                float_to_bf16_bits(silu(acc[m][j][e]) * acc[m][j][e + 2]);
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = (rb_tile0 + m) * 16 + g + 8 * (e >> 1), tl = tl0 + (e & 1);
-            if (tl >= ti.n_tok || row >= a.n_rows) continue;
-            const int64_t out = ti.tok0 + tl;
-            float v = acc[m][j][e];
-            if constexpr (kEpi == Epilogue::kResidual) v = a.residual[out * a.residual_stride + row] + v;
-            static_cast<float*>(a.y)[out * a.y_stride + row] = v;
-          }
+        for (int e = 0; e < 4; ++e) {
+          const int row = ti.rb0 * 16 + acc_row(e), tl = acc_token(j, e);
+          if (tl >= ti.n_tok || row >= a.n_rows) continue;
+          const int64_t out = ti.tok0 + tl;
+          float v = acc[j][e];
+          if constexpr (kEpi == Epilogue::kResidual) v = a.residual[out * a.residual_stride + row] + v;
+          static_cast<float*>(a.y)[out * a.y_stride + row] = v;
         }
       }
     }
@@ -374,14 +365,14 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
              a.k_splits, " outside 1..min(", kMaxSplits, ", k / 128)");
   if (a.tiles != nullptr) {
     MD_REQUIRE(a.n_tiles != nullptr && a.tile_capacity >= 1, "gemm: grouped mode needs n_tiles and a tile capacity >= 1");
-    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: grouped mode needs the list's token_groups (1, 2, 4, 8 or 16), got ",
+    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: grouped mode needs the list's token_groups (1, 2, 4, 8, 16 or 32), got ",
                a.token_groups);
     MD_REQUIRE(a.k_splits == 1, "gemm: grouped GEMMs do not split K");
   } else {
     MD_REQUIRE(a.n_tokens >= 0, "gemm: ", a.n_tokens, " tokens");
     if (a.n_tokens == 0) return;
     if (a.token_groups == 0) a.token_groups = dense_tile_groups(a.n_rows, a.n_tokens, a.k_splits, sm_count());
-    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: token_groups ", a.token_groups, " is not one of 1, 2, 4, 8, 16");
+    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: token_groups ", a.token_groups, " is not one of 1, 2, 4, 8, 16, 32");
   }
   if (a.k_splits > 1)
     MD_REQUIRE(epilogue != Epilogue::kSwiGlu && a.workspace != nullptr && a.semaphores != nullptr,
