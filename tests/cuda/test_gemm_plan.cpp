@@ -19,7 +19,7 @@ namespace {
 constexpr int kH200SmemOptin = 232448;  // the H200's opt-in shared memory per block
 
 TEST(GemmPlan, EveryTileConfigurationFitsTwoStagesAndItsWarps) {
-  for (int nt : {1, 2, 4, 8, 16, 32}) {
+  for (int nt : {1, 2, 4, 8, 16}) {
     ASSERT_TRUE(valid_token_groups(nt));
     EXPECT_EQ(kConsumerWarps, kTileRowBlocks) << "one row block per consumer warp";
     EXPECT_EQ(kConsumerWarps % 4, 0) << "whole warpgroups";
@@ -29,7 +29,7 @@ TEST(GemmPlan, EveryTileConfigurationFitsTwoStagesAndItsWarps) {
     EXPECT_GE(stage_bytes(nt), stage_weight_bytes(nt) + stage_kb(nt) * 8 * nt * 32) << "every token's k of the stage";
     EXPECT_GE((kH200SmemOptin - 256) / stage_bytes(nt), 3) << "at least three stages in flight, nt " << nt;
   }
-  for (int nt : {0, 3, 5, 24, 64}) EXPECT_FALSE(valid_token_groups(nt));
+  for (int nt : {0, 3, 5, 32}) EXPECT_FALSE(valid_token_groups(nt));
 }
 
 // The activation area is the wgmma B operand, K-major without swizzle: every (token, 16-byte
@@ -37,7 +37,7 @@ TEST(GemmPlan, EveryTileConfigurationFitsTwoStagesAndItsWarps) {
 // contiguous bytes, token t's row at 16 (t % 8); the two pieces of a k block are one LBO (128 bytes)
 // apart and consecutive 8-token groups one SBO (256 bytes); k block kk starts at kk x the k-block size.
 TEST(GemmPlan, StageActivationsAreTheWgmmaCoreMatrixLayout) {
-  for (int nt : {1, 2, 4, 8, 16, 32}) {
+  for (int nt : {1, 2, 4, 8, 16}) {
     const int pieces = 2 * stage_kb(nt), tokens = 8 * nt, area = stage_kb(nt) * stage_x_kb_bytes(nt);
     std::vector<int> hits(area / 16, 0);
     for (int t = 0; t < tokens; ++t)
@@ -62,24 +62,24 @@ TEST(GemmPlan, StageActivationsAreTheWgmmaCoreMatrixLayout) {
   }
 }
 
-TEST(GemmPlan, DenseTokenGroupsHoldTheTokensUpTo256) {
+TEST(GemmPlan, DenseTokenGroupsHoldTheTokensUpTo128) {
   for (int n = 1; n <= 4096; ++n) {
     const int nt = dense_token_groups(n);
     ASSERT_TRUE(valid_token_groups(nt));
-    if (n <= 256) {
+    if (n <= 128) {
       EXPECT_GE(8 * nt, n);
       if (nt > 1) {
         EXPECT_LT(4 * nt, n) << "the smallest tile that holds " << n;
       }
     } else {
-      EXPECT_EQ(nt, 32);
+      EXPECT_EQ(nt, 16);
     }
   }
   // Grouped: about twice the mean rows per expert (decode batch 64: 4 rows -> 8-token tiles; 256: 16 -> 32).
   EXPECT_EQ(grouped_token_groups(64 * 8, 128), 1);
   EXPECT_EQ(grouped_token_groups(128 * 8, 128), 2);
   EXPECT_EQ(grouped_token_groups(256 * 8, 128), 4);
-  EXPECT_EQ(grouped_token_groups(2048 * 8, 128), 32);  // prefill pieces: 256-token tiles
+  EXPECT_EQ(grouped_token_groups(2048 * 8, 128), 16);
   EXPECT_EQ(grouped_token_groups(1, 128), 1);
 }
 
@@ -121,7 +121,7 @@ TEST(GemmPlan, UnderfilledDenseGemmsTakeSmallerTokenTiles) {
   EXPECT_EQ(dense_tile_groups(128, 64, 8, 132), 1);    // router at 64 rows: 64 tiles, not 8
   EXPECT_EQ(dense_tile_groups(128, 256, 8, 132), 2);   // 16 columns x 8 splits = 128 tiles
   EXPECT_EQ(dense_tile_groups(5120, 64, 3, 132), 8);   // QKV: 120 tiles, one wave already
-  EXPECT_EQ(dense_tile_groups(151936, 256, 1, 132), 32);  // the LM head at 256 rows: one 256-token column
+  EXPECT_EQ(dense_tile_groups(151936, 256, 1, 132), 16);
   for (int rows : {16, 128, 2048, 5120})
     for (int n : {1, 7, 64, 200, 256})
       for (int splits : {1, 3, 8}) {

@@ -1,19 +1,18 @@
 // The many-row GEMM kernel (gemm.h): one persistent CTA per SM walks work tiles t = blockIdx.x,
-// + gridDim.x, ... (gemm_plan.h numbering). Warps 8-11 are the producer warpgroup: they hand their
-// registers to the consumers (setmaxnreg) and warp 8 alone issues, per tile and k stage, one
-// cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and the
-// activation rows' 16-byte pieces with cp.async (a bulk copy per row costs the copy engine more than
-// its bytes: at 64 rows, 72 copies a stage ran at 35 % of the read ceiling) into the wgmma B layout
-// (gemm_plan.h), into the next ring slot; both complete on full[slot] (the bulk bytes as tx,
-// each producer lane's cp.asyncs as one arrival). It waits for empty[slot] before reusing a slot, so
-// the weight stream runs ahead across tile boundaries.
+// + gridDim.x, ... (gemm_plan.h numbering). Warp 8 (the producer) issues, per tile and k stage,
+// one cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and
+// the activation rows' 16-byte pieces with cp.async (a bulk copy per row costs the copy engine more
+// than its bytes: at 64 rows, 72 copies a stage ran at 35 % of the read ceiling) into the wgmma B
+// layout (gemm_plan.h), into the next ring slot; both complete on full[slot] (the bulk bytes as
+// tx, each producer lane's cp.asyncs as one arrival). It waits for empty[slot] before reusing a
+// slot, so the weight stream runs ahead across tile boundaries.
 // Warps 0..7 (the consumers, two warpgroups) wait full[slot], fence the cp.async bytes (generic
 // proxy) before the wgmmas read them (async proxy), load their row block's A fragments, issue one
 // wgmma per k block, commit them as a group and wait for it before releasing the slot (the two
-// warpgroups' groups overlap each other). At a tile's end the consumers store its epilogue from
-// registers (lane (g, t) holds rows g and g + 8 and tokens 2t, 2t + 1 of each 8-token group).
-// Nothing else synchronises the roles: the producer never waits for the consumers' epilogue, and
-// the consumers meet only at named barrier 1 (split-K tiles).
+// warpgroups' groups overlap each other). At a tile's end the consumers store its epilogue from registers (lane (g, t)
+// holds rows g and g + 8 and tokens 2t, 2t + 1 of each 8-token group). Nothing else synchronises
+// the roles: the producer never waits for the consumers' epilogue, and the consumers meet only at
+// named barrier 1 (split-K tiles).
 #include <algorithm>
 #include <mutex>
 
@@ -30,8 +29,7 @@ namespace megadecode::cuda::gemm {
 namespace {
 
 constexpr int kHeaderBytes = 256;  // full[kMaxStages], empty[kMaxStages], the split flag
-constexpr int kRowsOffset = kHeaderBytes;  // the producer's int64 X row offsets of a tile's tokens
-constexpr int kStagesOffset = kRowsOffset + 8 * 8 * kMaxTokenGroups;
+constexpr int kStagesOffset = kHeaderBytes;
 constexpr int kFullArrivals = 1 + 32;      // the expect_tx arrival + each producer lane's cp.asyncs
 constexpr int kConsumerThreads = kConsumerWarps * 32;
 constexpr int kSplitBar = 1;       // named barrier of the consumers
@@ -94,8 +92,8 @@ __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, i
 }
 
 template <int kNT>
-__device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8_t* stages, int64_t* x_rows,
-                                        uint64_t* full, uint64_t* empty, int n_stages) {
+__device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
+                                        uint64_t* empty, int n_stages) {
   using C = Cfg<kNT>;
   const int lane = threadIdx.x & 31;
   // Activation pieces: lane (t8, cq) copies token t8 + 8 tp's pieces 4 cp + cq, for every token
@@ -108,10 +106,14 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8
   uint32_t phase = 0;  // ring position: slot, and the parity of its passes
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
-    __syncwarp();  // every lane is past the previous tile's reads of x_rows
-    for (int i = lane; i < ti.n_tok; i += 32)
-      x_rows[i] = static_cast<int64_t>(a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) * a.x_stride;
-    __syncwarp();
+    int64_t rows[kNT];  // this lane's tokens' X row offsets, for the whole tile (no per-stage lookups)
+#pragma unroll
+    for (int tp = 0; tp < kNT; ++tp) {
+      const int i = tp * 8 + t8;
+      rows[tp] = i < ti.n_tok ? static_cast<int64_t>(a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) *
+                                    a.x_stride
+                              : 0;
+    }
     for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, advance_ring(slot, phase, n_stages)) {
       ptx::mbar_wait(&empty[slot], phase ^ 1);
       const int nkb = min(C::kKB, ti.kb1 - kb);
@@ -125,16 +127,15 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8
                       &full[slot], policy);
       // Pieces past the tile's K are zero-filled (source size 0): the consumers multiply them.
       uint8_t* dst = st + C::kWBytes;
-#pragma unroll 4
+#pragma unroll
       for (int tp = 0; tp < kNT; ++tp) {
         const int i = tp * 8 + t8;
         if (i >= ti.n_tok) break;  // tokens fill the groups in order
-        const int64_t row = x_rows[i];
 #pragma unroll
         for (int cp = 0; cp < C::kChunks / 4; ++cp) {
           const int piece = cp * 4 + cq;
           const bool in_k = piece < 2 * nkb;
-          ptx::cp_async_16(dst + stage_x_offset(kNT, i, piece), a.x + row + (in_k ? kb * kPackK + piece * 8 : 0),
+          ptx::cp_async_16(dst + stage_x_offset(kNT, i, piece), a.x + rows[tp] + (in_k ? kb * kPackK + piece * 8 : 0),
                            in_k ? 16 : 0);
         }
       }
@@ -270,7 +271,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, con
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
   int* split_flag = reinterpret_cast<int*>(empty + kMaxStages);
-  int64_t* x_rows = reinterpret_cast<int64_t*>(smem + kRowsOffset);
   uint8_t* stages = smem + kStagesOffset;
   Shape s = shape_in;
   if (a.tiles != nullptr) {  // the list was written by an earlier launch
@@ -286,10 +286,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, con
   }
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
-    ptx::setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x < kConsumerThreads + 32) produce<kNT>(a, s, stages, x_rows, full, empty, n_stages);
+    produce<kNT>(a, s, stages, full, empty, n_stages);
   } else {
-    ptx::setmaxnreg_inc<kConsumerRegs>();
     consume<kNT, kEpi>(a, s, stages, full, empty, n_stages, split_flag);
   }
 }
@@ -330,8 +328,7 @@ void launch_groups(const GemmArgs& a, int token_groups, cudaStream_t stream) {
     case 2: return launch<2, kEpi>(a, stream);
     case 4: return launch<4, kEpi>(a, stream);
     case 8: return launch<8, kEpi>(a, stream);
-    case 16: return launch<16, kEpi>(a, stream);
-    default: return launch<32, kEpi>(a, stream);
+    default: return launch<16, kEpi>(a, stream);
   }
 }
 
@@ -365,14 +362,14 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
              a.k_splits, " outside 1..min(", kMaxSplits, ", k / 128)");
   if (a.tiles != nullptr) {
     MD_REQUIRE(a.n_tiles != nullptr && a.tile_capacity >= 1, "gemm: grouped mode needs n_tiles and a tile capacity >= 1");
-    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: grouped mode needs the list's token_groups (1, 2, 4, 8, 16 or 32), got ",
+    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: grouped mode needs the list's token_groups (1, 2, 4, 8 or 16), got ",
                a.token_groups);
     MD_REQUIRE(a.k_splits == 1, "gemm: grouped GEMMs do not split K");
   } else {
     MD_REQUIRE(a.n_tokens >= 0, "gemm: ", a.n_tokens, " tokens");
     if (a.n_tokens == 0) return;
     if (a.token_groups == 0) a.token_groups = dense_tile_groups(a.n_rows, a.n_tokens, a.k_splits, sm_count());
-    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: token_groups ", a.token_groups, " is not one of 1, 2, 4, 8, 16, 32");
+    MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: token_groups ", a.token_groups, " is not one of 1, 2, 4, 8, 16");
   }
   if (a.k_splits > 1)
     MD_REQUIRE(epilogue != Epilogue::kSwiGlu && a.workspace != nullptr && a.semaphores != nullptr,

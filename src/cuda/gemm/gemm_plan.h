@@ -4,9 +4,9 @@
 // GEMMs that would not fill the GPU, and the per-expert tile list of the grouped expert GEMMs.
 // Plain C++ (MD_HOST_DEVICE), no CUDA types.
 //
-// A work tile is 128 weight rows (8 packed row blocks) x T tokens (T = 8 * token groups, up to 256)
-// over one range of K. Weights are the MMA's A operand in the packed layout (weight_pack.cuh);
-// tokens the B operand. Sum order: every output (token, row) is one warpgroup's wgmma chain over its K range in
+// A work tile is 128 weight rows (8 packed row blocks) x T tokens (T = 8 * token groups) over one
+// range of K. Weights are the MMA's A operand in the packed layout (weight_pack.cuh); tokens the B
+// operand. Sum order: every output (token, row) is one warpgroup's wgmma chain over its K range in
 // increasing k (one k16 step per instruction, whatever its N), and the ranges of a split GEMM are
 // added in split order: nothing depends on the token count, the tile's other tokens or the tile
 // size, so results are bitwise batch-invariant.
@@ -21,24 +21,15 @@ namespace megadecode::cuda::gemm {
 constexpr int kTileRowBlocks = 8;                       // packed row blocks (16 rows) per tile
 constexpr int kTileRows = kTileRowBlocks * 16;           // 128 weight rows
 constexpr int kConsumerWarps = 8;
-// + one producer warpgroup, of which one warp copies: warpgroups so that the consumers can take the
-// producer's registers (setmaxnreg). A thread gets kLaunchRegs at launch (the 64K registers over
-// 384 threads); setmaxnreg.inc only takes what the CTA's own .dec released (it blocks otherwise: a
-// hang), so the consumers' gain must fit in the producers' loss.
-constexpr int kThreads = (kConsumerWarps + 4) * 32;
-constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;  // 168
-constexpr int kConsumerRegs = 216, kProducerRegs = 64;
-static_assert(kConsumerWarps * 32 * (kConsumerRegs - kLaunchRegs) <= 128 * (kLaunchRegs - kProducerRegs),
-              "setmaxnreg.inc would wait forever for registers the producers never released");
-static_assert(kConsumerRegs % 8 == 0 && kProducerRegs % 8 == 0 && kProducerRegs >= 24 && kConsumerRegs <= 256);
-constexpr int kMaxTokenGroups = 32;                      // 256 tokens per tile at most
+constexpr int kThreads = (kConsumerWarps + 1) * 32;      // + one producer warp
+constexpr int kMaxTokenGroups = 16;                      // 128 tokens per tile at most
 constexpr int kSplitUnitKb = 8;                          // K splits fall on multiples of 128 k
 constexpr int kMaxSplits = 32;
 constexpr int kMaxStages = 8;
 
 MD_HOST_DEVICE constexpr int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// ---- tile configuration per token groups (kNT = tokens / 8 of a tile: 1, 2, 4, 8, 16 or 32) ----
+// ---- tile configuration per token groups (kNT = tokens / 8 of a tile: 1, 2, 4, 8 or 16) ----
 // MMAs: wgmma m64nNk16 (N = 8 kNT tokens), the A operand from registers. Consumer warp w owns
 // packed row block w of the tile (16 weight rows; warpgroup w / 4 covers rows 64 (w / 4) .. + 63)
 // and all the tile's tokens: each lane's 16-byte fragment of the row block feeds one wgmma.
@@ -47,9 +38,7 @@ MD_HOST_DEVICE constexpr int ceil_div(int64_t a, int64_t b) { return static_cast
 // (K-major, no swizzle): per k block, per 8-token group, two 128-byte core matrices (k 0..7, then
 // k 8..15), each 8 token rows of 16 bytes. The producer writes a token's stage row as 16-byte
 // pieces (cp.async), piece c = k block c / 2, half c % 2.
-MD_HOST_DEVICE constexpr bool valid_token_groups(int nt) {
-  return nt == 1 || nt == 2 || nt == 4 || nt == 8 || nt == 16 || nt == 32;
-}
+MD_HOST_DEVICE constexpr bool valid_token_groups(int nt) { return nt == 1 || nt == 2 || nt == 4 || nt == 8 || nt == 16; }
 MD_HOST_DEVICE constexpr int stage_kb(int nt) { return nt <= 8 ? 8 : 4; }
 MD_HOST_DEVICE constexpr int stage_weight_bytes(int nt) { return kTileRowBlocks * stage_kb(nt) * 512; }
 constexpr int kCoreMatrixBytes = 128;                    // 8 rows x 16 bytes
@@ -64,10 +53,9 @@ MD_HOST_DEVICE constexpr int stage_bytes(int nt) {
   return (stage_weight_bytes(nt) + stage_kb(nt) * stage_x_kb_bytes(nt) + 127) / 128 * 128;
 }
 
-// Token groups of a tile for a dense GEMM of n_tokens rows (one tile column when it fits). Past 128
-// tokens a tile takes 256 (m64n256 wgmma): a stage then moves 24 KB from the L2 per 1M MACs, not 32.
+// Token groups of a tile for a dense GEMM of n_tokens rows (one tile column when it fits).
 MD_HOST_DEVICE constexpr int dense_token_groups(int n_tokens) {
-  return n_tokens <= 8 ? 1 : n_tokens <= 16 ? 2 : n_tokens <= 32 ? 4 : n_tokens <= 64 ? 8 : n_tokens <= 128 ? 16 : 32;
+  return n_tokens <= 8 ? 1 : n_tokens <= 16 ? 2 : n_tokens <= 32 ? 4 : n_tokens <= 64 ? 8 : 16;
 }
 // Token groups of a grouped (per-expert) GEMM's tiles, chosen from the mean rows per expert without
 // the routing (which stays on the device): a tile holds about twice the mean, so an expert rarely
@@ -121,7 +109,7 @@ MD_HOST_DEVICE constexpr int dense_tiles(int n_rows, int n_tokens, int token_gro
   return ceil_div(n_rows, kTileRows) * splits * ceil_div(n_tokens, 8 * token_groups);
 }
 
-// Token groups of a dense GEMM's tiles: the smallest tile that holds the tokens (up to 256), halved
+// Token groups of a dense GEMM's tiles: the smallest tile that holds the tokens (up to 128), halved
 // while the GEMM would leave more than half the SMs idle (the router: one row tile). Any tile size
 // gives the same sums (see the top of this file).
 MD_HOST_DEVICE constexpr int dense_tile_groups(int n_rows, int n_tokens, int splits, int n_sms) {
