@@ -41,7 +41,7 @@ constexpr const char* kUsage =
     "         [--chat-template FILE] [--tool-call-parser hermes|qwen3_coder|none]\n"
     "         [--reasoning-parser qwen3|none] [--skip-tokenizer-init] [--shutdown-timeout S (30)]\n"
     "         [--api-key KEY] [--protect-metrics] [--ssl-certfile CERT.pem --ssl-keyfile KEY.pem]\n"
-    "         [--log-steps] [--disable-overlap-schedule]\n"
+    "         [--log-steps] [--disable-overlap-schedule] [--no-mixed-steps] [--mixed-itl-ratio F (1.6)]\n"
     "  --backend: default cpu-ref for a model directory, cuda with --random-weights. cuda picks each decode\n"
     "  step's path: the megakernel for small batches, the batched step above the measured crossover;\n"
     "  cuda-mk (batches <= 64) and cuda-batched force one path.\n"
@@ -63,7 +63,12 @@ constexpr const char* kUsage =
     "  --ssl-certfile, --ssl-keyfile: serve HTTPS only (PEM files).\n"
     "  --log-steps: one log line per decode step: the host's time by phase and the wait for the device.\n"
     "  --disable-overlap-schedule: process each step's tokens before launching the next (SGLang's flag;\n"
-    "  by default, on a backend that decodes asynchronously, step N+1 runs while the host processes N).\n";
+    "  by default, on a backend that decodes asynchronously, step N+1 runs while the host processes N).\n"
+    "  --no-mixed-steps: run prompts as separate prefill calls only. By default, on a backend that mixes\n"
+    "  (cuda, cuda-batched), while any stream decodes the prompts ride in its decode step (chunked prefill\n"
+    "  in the step), as many prompt tokens a step as keep that step within --mixed-itl-ratio x the time of\n"
+    "  a step without them (measured as the server runs); with no stream decoding a prompt is prefilled\n"
+    "  in pieces of --max-num-batched-tokens.\n";
 
 int int_flag(const Args& args, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = args.get_int(name, fallback);
@@ -91,9 +96,9 @@ int cmd_serve(int argc, char** argv) {
                    "max-num-batched-tokens", "block-size", "kv-cache-tokens", "max-waiting", "io-threads",
                    "max-body-bytes", "threads", "gpu-memory-utilization", "preset", "weights-seed", "prefill-chunk",
                    "chat-template", "tool-call-parser", "reasoning-parser", "shutdown-timeout", "api-key",
-                   "ssl-certfile", "ssl-keyfile"},
+                   "ssl-certfile", "ssl-keyfile", "mixed-itl-ratio"},
                   {"no-enable-prefix-caching", "random-weights", "skip-tokenizer-init", "help", "protect-metrics",
-                   "log-steps", "disable-overlap-schedule"});
+                   "log-steps", "disable-overlap-schedule", "no-mixed-steps"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
     return 0;
@@ -166,6 +171,10 @@ int cmd_serve(int argc, char** argv) {
   ec.scheduler.prefix_caching = !args.flag("no-enable-prefix-caching");
   ec.scheduler.overlap = args.flag("disable-overlap-schedule") ? Overlap::kOff : Overlap::kAuto;
   ec.scheduler.log_steps = args.flag("log-steps");
+  ec.scheduler.mixed_steps = !args.flag("no-mixed-steps");
+  ec.scheduler.mixed_itl_ratio = args.get_double("mixed-itl-ratio", 1.6);
+  MD_REQUIRE(ec.scheduler.mixed_itl_ratio > 1.0 && ec.scheduler.mixed_itl_ratio <= 100.0,
+             "--mixed-itl-ratio must be in (1, 100], got ", ec.scheduler.mixed_itl_ratio);
   ec.max_model_len = int_flag(args, "max-model-len", 0, 0, 1 << 30);
   ec.max_waiting = int_flag(args, "max-waiting", 1024, 1, 1 << 20);
   Engine engine(*backend, ec, tokenizer ? streaming_decoders(*tokenizer) : no_text_decoders());

@@ -22,6 +22,17 @@ void check_backend_options(const BackendOptions& o) {
 }
 
 DecodeTicket Backend::decode_async(std::span<const DecodeSeq> seqs, bool want_logits) {
+  return decode_async_mixed({}, seqs, want_logits);
+}
+
+void Backend::decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                           DecodeResult& result) {
+  for (const SeqChunk& p : prompts) prefill(p, {});
+  decode(seqs, want_logits, result);
+}
+
+DecodeTicket Backend::decode_async_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                                         bool want_logits) {
   // Rows chained to the previous step take its token, as a device would read it from its output.
   std::vector<DecodeSeq> resolved(seqs.begin(), seqs.end());
   std::vector<int32_t> inputs(seqs.size());
@@ -38,7 +49,11 @@ DecodeTicket Backend::decode_async(std::span<const DecodeSeq> seqs, bool want_lo
   }
   FinishedStep step{next_ticket_++, {}};
   const Stopwatch compute;
-  decode(resolved, want_logits, step.result);
+  if (prompts.empty()) {
+    decode(resolved, want_logits, step.result);
+  } else {
+    decode_mixed(prompts, resolved, want_logits, step.result);
+  }
   DecodeTicket ticket{step.ticket, {}};
   ticket.times.compute_s = compute.seconds();
   last_tokens_ = step.result.tokens;

@@ -127,6 +127,19 @@ class Backend {
   // nothing to overlap; they resolve prev_row from the tokens of the step they ran last.
   virtual DecodeTicket decode_async(std::span<const DecodeSeq> seqs, bool want_logits);
   virtual void collect(DecodeTicket ticket, DecodeResult& result);
+
+  // A mixed step (chunked prefill in the decode step): the prompt pieces `prompts` (of sequences
+  // not in `seqs`; each writes its K/V as prefill() does, nothing is sampled for it) and the decode
+  // step of `seqs`, in one call. A backend whose max_mixed_prompt_rows() is > 0 runs both in one
+  // pass over the weights (every expert read once for both kinds of rows) and takes up to that many
+  // prompt tokens; the default runs prefill() on each piece, then decode(): the same K/V and tokens.
+  virtual void decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                            DecodeResult& result);
+  virtual int max_mixed_prompt_rows() const { return 0; }
+  // decode_async() with prompt pieces: the default runs decode_mixed() (prompts empty: decode()). A
+  // backend that overrides decode_async() and mixes overrides this too.
+  virtual DecodeTicket decode_async_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                                  bool want_logits);
   // True when decode_async() returns before the step's work is done (a device runs it), so that
   // the engine gains by launching step N+1 before it processes step N's tokens.
   virtual bool runs_async() const { return false; }

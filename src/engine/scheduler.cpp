@@ -23,10 +23,13 @@ Scheduler::Scheduler(Backend& backend, const SchedulerConfig& config, TextDecode
       decoders_(std::move(decoders)),
       metrics_(metrics),
       kv_(backend.n_kv_blocks(), backend.kv_block_size(), config.prefix_caching),
-      logits_(static_cast<size_t>(backend.config().vocab_size)) {
+      logits_(static_cast<size_t>(backend.config().vocab_size)),
+      prompt_share_(PromptShare::Params{.ratio = config.mixed_itl_ratio}) {
   MD_REQUIRE(config_.max_num_seqs >= 1, "max_num_seqs must be at least 1, got ", config_.max_num_seqs);
   MD_REQUIRE(config_.max_prefill_tokens >= 1, "the prefill chunk must be at least 1 token, got ",
              config_.max_prefill_tokens);
+  MD_REQUIRE(config_.mixed_itl_ratio > 1.0 && config_.mixed_itl_ratio <= 100.0,
+             "the mixed steps' ITL ratio must be in (1, 100], got ", config_.mixed_itl_ratio);
   MD_CHECK(decoders_ != nullptr);
 }
 
@@ -83,8 +86,18 @@ bool Scheduler::step() {
   } else {
     finish_in_flight();
     admit();
-    prefill();
+    // With mixed steps, prompts ride in the decode step while anything decodes.
+    const bool decoding = std::any_of(running_.begin(), running_.end(), [](const auto& s) { return s->ready_to_decode(); });
+    prefill(mixing() && decoding);
     decode();
+  }
+  // The prompt share's estimates, from iterations that ran one decode step and no prefill call.
+  if (times_.batch > 0 && times_.prefill_s == 0.0) {
+    if (times_.mixed_tokens > 0) {
+      prompt_share_.mixed_step(iteration.seconds(), times_.mixed_tokens);
+    } else {
+      prompt_share_.plain_step(iteration.seconds());
+    }
   }
   // Scheduling is what the iteration spent outside the measured phases.
   times_.schedule_s = std::max(0.0, iteration.seconds() - times_.plan_s - times_.stage_s - times_.launch_s -
@@ -134,11 +147,17 @@ void Scheduler::admit() {
   }
 }
 
-void Scheduler::prefill() {
+bool Scheduler::mixing() const { return config_.mixed_steps && backend_.max_mixed_prompt_rows() > 0; }
+
+void Scheduler::prefill(bool logprob_prompts_only) {
   int budget = config_.max_prefill_tokens;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = *running_[i];
     const int target = static_cast<int>(s.tokens.size()) - 1;
+    if (logprob_prompts_only && !(s.req.prompt_logprobs && !s.first_token_done)) {
+      ++i;
+      continue;
+    }
     bool failed = false;
     while (s.n_computed < target && budget > 0) {
       s.start(metrics_);

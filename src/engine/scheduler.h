@@ -2,7 +2,12 @@
 //   1. admit waiting sequences (FIFO) while a slot and their prompt's KV blocks are free, reusing
 //      prefix-cached blocks;
 //   2. prefill at most max_prefill_tokens prompt tokens (chunked across iterations), so running
-//      sequences keep decoding between the chunks of a long prompt;
+//      sequences keep decoding between the chunks of a long prompt; with mixed steps (a backend
+//      whose max_mixed_prompt_rows() > 0, and config.mixed_steps), while any sequence decodes the
+//      prompt pieces instead ride in its decode step (Backend::decode_async_mixed), first come first
+//      served, as many prompt tokens as PromptShare allows: the streams' step stays within
+//      mixed_itl_ratio x a step without prompt tokens. Only when nothing decodes (or for prompts
+//      that want prompt logprobs) does a prompt run as separate prefill calls at the full budget;
 //   3. decode every sequence whose prompt is in: one token each, in one backend call; a sequence
 //      that needs a new block when none is free preempts the newest running sequence (its blocks
 //      are freed; it waits again at the front and recomputes its tokens when readmitted).
@@ -30,6 +35,7 @@
 #include "engine/backend.h"
 #include "engine/metrics.h"
 #include "engine/output_processor.h"
+#include "engine/prompt_share.h"
 #include "engine/request.h"
 #include "engine/step_times.h"
 #include "kv/kv_cache.h"
@@ -50,6 +56,11 @@ struct SchedulerConfig {
   bool check_invariants = false;  // run the KV and scheduler checkers after every mutation
   Overlap overlap = Overlap::kAuto;
   bool log_steps = false;  // log one line per iteration that decoded (step_line)
+  bool mixed_steps = true;  // prompt pieces ride in the decode step when the backend mixes them
+  double mixed_itl_ratio = 1.6;  // PromptShare's bound: a mixed step's time over a plain step's
+  // The bound protects streams mid-generation: while no row of the step has generated this many
+  // tokens (a burst of new requests), a mixed step carries the full prompt budget instead.
+  int mixed_settled_tokens = 16;
 };
 
 class Scheduler {
@@ -76,6 +87,8 @@ class Scheduler {
   const StepTimes& last_step() const { return times_; }
   // Iterations that launched a step before processing the previous one's tokens.
   uint64_t n_chained() const { return n_chained_; }
+  // The mixed steps' prompt-share estimates.
+  const PromptShare& prompt_share() const { return prompt_share_; }
 
   // KV invariants plus: every running sequence holds a table, no waiting one does, and the
   // tables cover what was computed and what the step in flight writes.
@@ -87,11 +100,15 @@ class Scheduler {
   struct InFlight {
     DecodeTicket ticket;
     std::vector<Sequence*> rows;
+    std::vector<std::pair<Sequence*, int>> pieces;  // a mixed step's prompt pieces: (sequence, tokens)
   };
   void admit();
   KvAdmission head_admission() const;
-  void prefill();
+  void prefill(bool logprob_prompts_only);
   void decode();
+  bool mixing() const;
+  // A mixed step's prompt pieces (first come, first served) for a step whose rows are `rows`.
+  std::vector<std::pair<Sequence*, int>> prompt_pieces(const std::vector<Sequence*>& rows);
   void preempt(size_t running_index);
   void emit(Sequence& seq, OutputProcessor::Step&& step, std::vector<int32_t> tokens, std::vector<TokenLogprob> logprobs,
             const std::string& error = "");
@@ -107,7 +124,7 @@ class Scheduler {
   bool overlapping() const;
   bool chain();
   std::optional<InFlight> launch(std::vector<Sequence*> rows, std::span<const DecodeSeq> seqs, bool want_logits,
-                                 std::string& error);
+                                 std::string& error, std::vector<std::pair<Sequence*, int>> pieces = {});
   void finish_in_flight();
   void complete(InFlight& step);
   void process(const InFlight& step, const DecodeResult& result);
@@ -129,6 +146,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> retired_;
   StepTimes times_;
   uint64_t n_chained_ = 0;
+  PromptShare prompt_share_;
 };
 
 }  // namespace megadecode

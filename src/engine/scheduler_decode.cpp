@@ -49,14 +49,38 @@ void Scheduler::decode() {
     seqs.push_back(d);
   }
   if (rows.empty()) return;
+  std::vector<std::pair<Sequence*, int>> pieces = mixing() ? prompt_pieces(rows) : std::vector<std::pair<Sequence*, int>>{};
 
   std::string error;
-  in_flight_ = launch(rows, seqs, want_logits, error);
+  in_flight_ = launch(rows, seqs, want_logits, error, pieces);
   if (!in_flight_) {
     for (Sequence* s : rows) finish_running(running_index(*s), FinishReason::kError, error);
+    for (auto [s, n] : pieces)
+      if (!s->ended) finish_running(running_index(*s), FinishReason::kError, error);
     return;
   }
   if (!overlapping()) finish_in_flight();
+}
+
+std::vector<std::pair<Scheduler::Sequence*, int>> Scheduler::prompt_pieces(const std::vector<Sequence*>& rows) {
+  std::vector<std::pair<Sequence*, int>> pieces;
+  const int cap = std::min(config_.max_prefill_tokens, backend_.max_mixed_prompt_rows());
+  const bool settled = std::any_of(rows.begin(), rows.end(), [&](const Sequence* s) {
+    return static_cast<int>(s->tokens.size()) - s->n_prompt >= config_.mixed_settled_tokens;
+  });
+  int share = settled ? prompt_share_.tokens(cap) : cap;
+  for (auto& sp : running_) {  // admission order: first come, first served
+    if (share <= 0) break;
+    Sequence& s = *sp;
+    const int target = static_cast<int>(s.tokens.size()) - 1;
+    if (s.ended || s.n_computed >= target || (s.req.prompt_logprobs && !s.first_token_done)) continue;
+    if (std::find(rows.begin(), rows.end(), &s) != rows.end()) continue;
+    const int n = std::min(target - s.n_computed, share);
+    s.start(metrics_);
+    pieces.push_back({&s, n});
+    share -= n;
+  }
+  return pieces;
 }
 
 // Step N+1 over the rows of step N (in flight), each taking the token step N sampled for it.
@@ -100,11 +124,20 @@ bool Scheduler::chain() {
 }
 
 std::optional<Scheduler::InFlight> Scheduler::launch(std::vector<Sequence*> rows, std::span<const DecodeSeq> seqs,
-                                                     bool want_logits, std::string& error) {
+                                                     bool want_logits, std::string& error,
+                                                     std::vector<std::pair<Sequence*, int>> pieces) {
   const Stopwatch call;
   InFlight step;
   try {
-    step.ticket = backend_.decode_async(seqs, want_logits);
+    if (pieces.empty()) {
+      step.ticket = backend_.decode_async(seqs, want_logits);
+    } else {
+      std::vector<SeqChunk> prompts;
+      for (auto [s, n] : pieces)
+        prompts.push_back(SeqChunk{s->id, std::span<const int32_t>(s->tokens).subspan(s->n_computed, n), s->n_computed,
+                                   kv_.table(s->id)});
+      step.ticket = backend_.decode_async_mixed(prompts, seqs, want_logits);
+    }
   } catch (const std::exception& e) {
     times_.launch_s += call.seconds();
     log_error("decode step of ", rows.size(), " sequences failed: ", e.what());
@@ -118,7 +151,12 @@ std::optional<Scheduler::InFlight> Scheduler::launch(std::vector<Sequence*> rows
   times_.launch_s += std::max(0.0, call.seconds() - t.plan_s - t.stage_s - t.compute_s);
   times_.batch = static_cast<int>(rows.size());
   for (Sequence* s : rows) ++s->n_in_flight;
+  for (auto [s, n] : pieces) {
+    ++s->n_in_flight;
+    times_.mixed_tokens += n;
+  }
   step.rows = std::move(rows);
+  step.pieces = std::move(pieces);
   return step;
 }
 
@@ -145,10 +183,18 @@ void Scheduler::complete(InFlight& step) {
     log_error("decode step of ", step.rows.size(), " sequences failed: ", e.what());
     for (Sequence* s : step.rows)
       if (!s->ended) finish_running(running_index(*s), FinishReason::kError, e.what());
+    for (auto [s, n] : step.pieces)
+      if (!s->ended) finish_running(running_index(*s), FinishReason::kError, e.what());
     return;
   }
   times_.wait_s += wait.seconds();
   const Stopwatch output;
+  // The prompt pieces' K/V is written: their sequences advance (unless they ended meanwhile).
+  for (auto [s, n] : step.pieces) {
+    if (s->ended) continue;
+    s->n_computed += n;
+    kv_.commit(s->id, s->tokens, s->n_computed);
+  }
   process(step, result);
   times_.output_s += output.seconds();
 }
@@ -209,6 +255,7 @@ void Scheduler::process(const InFlight& step, const DecodeResult& result) {
 
 void Scheduler::release(const InFlight& step) {
   for (Sequence* s : step.rows) --s->n_in_flight;
+  for (auto [s, n] : step.pieces) --s->n_in_flight;
   std::erase_if(retired_, [](const auto& s) { return s->n_in_flight == 0; });
 }
 

@@ -15,6 +15,7 @@ struct StepTimes {
   int batch = 0;         // rows launched this iteration (0: none)
   int n_processed = 0;   // rows whose tokens were processed this iteration (discarded ones excluded)
   bool chained = false;  // launched before the previous step's tokens were processed (overlap)
+  int mixed_tokens = 0;  // prompt tokens that rode in this iteration's decode step (a mixed step)
   // Host phases, seconds.
   double schedule_s = 0.0;  // admission, block tables, building the batch, bookkeeping
   double plan_s = 0.0;      // the backend's plan (DecodeTimes)

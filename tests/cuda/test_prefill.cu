@@ -11,10 +11,14 @@
 //    rounding, logits within 1e-2;
 //  - bitwise invariance to the piece size and to how the prompt is split into calls, and
 //    determinism (the same prefill twice);
-//  - Errors for bad tokens and block tables.
+//  - Errors for bad tokens and block tables;
+//  - mixed steps (cuda-batched: prompt pieces riding in decode steps): the prompt routing-exact
+//    against cpu-ref (last-token logits, every K/V element, a decode step after), and the decode
+//    rows' tokens and logits bitwise those of the same step without the pieces.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -235,6 +239,120 @@ TEST(Prefill, MatchesCpuRefOnSmallPreset) {
     EXPECT_EQ(dc.n_nan, 0) << "prompt " << n << ": NaN logits in the decode step";
     EXPECT_LE(dc.rel, 1e-2) << "prompt " << n << ": decode after prefill";
   }
+}
+
+// Mixed steps: a prompt in random pieces riding in decode steps of three streams (cuda-batched),
+// routing-exact against cpu-ref; each step's decode rows bitwise equal to the step rerun alone.
+TEST(Prefill, MixedStepsMatchCpuRefAndKeepDecodeRowsBitwise) {
+  MD_REQUIRE_GPU();
+  const ModelConfig c = preset_config("small");
+  const uint64_t seed = seed_for("mixed steps vs cpu-ref and the plain step");
+  const LoadedModel host = synthetic_model(c, seed);
+  BackendOptions o;
+  o.backend = "cuda-batched";
+  o.n_kv_blocks = kBlocks;
+  o.kv_block_size = kBs;
+  o.prefill_chunk = 512;
+  o.max_batch = 8;
+  cuda::CudaBackend be(device_weights(c, seed), o);
+  be.set_poison_activations(true);
+  ASSERT_EQ(be.max_mixed_prompt_rows(), 512) << "the prefill chunk bounds a mixed step's prompt rows";
+  SplitMix64 rng(seed ^ 0x51ed27a1c0ffee11ull);
+  const int n = gpu_quick() ? 700 : 1500;
+  // Blocks: the prompt's first, then each stream's (disjoint, shuffled).
+  std::vector<int32_t> perm(kBlocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int i = kBlocks - 1; i > 0; --i) std::swap(perm[i], perm[rng.below(i + 1)]);
+  Prompt p;
+  for (int i = 0; i < n; ++i) p.tokens.push_back(static_cast<int32_t>(rng.below(c.vocab_size)));
+  const int pb = (n + 1 + kBs - 1) / kBs;
+  p.table.assign(perm.begin(), perm.begin() + pb);
+  p.table.resize(pb);
+  constexpr int kStreams = 3;
+  std::vector<Prompt> streams(kStreams);
+  int next_block = pb;
+  for (int s = 0; s < kStreams; ++s) {
+    for (int i = 0, len = 20 + static_cast<int>(rng.below(300)); i < len; ++i)
+      streams[s].tokens.push_back(static_cast<int32_t>(rng.below(c.vocab_size)));
+    const int nb = (static_cast<int>(streams[s].tokens.size()) + 64 + kBs - 1) / kBs;  // room for the steps
+    streams[s].table.assign(perm.begin() + next_block, perm.begin() + next_block + nb);
+    next_block += nb;
+  }
+  ASSERT_LE(next_block, kBlocks);
+  poison_kv(be);
+  BackendOptions ro;
+  ro.kv_block_size = kBs;
+  ro.n_kv_blocks = kBlocks;
+  ref::RefBackend ref(c, host.weights, nullptr, ro);
+  ref.kv_store().fill(std::nanf(""));
+  ref.set_device_rounding(true);
+  RoutingLog routing(c.n_layers, c.n_experts_per_tok);
+  be.set_routing_capture(&routing);
+  // The streams' prompts (but their last tokens) as plain prefill calls, sequence ids 1..3.
+  std::vector<int> pos(kStreams);
+  std::vector<int32_t> next(kStreams);
+  for (int s = 0; s < kStreams; ++s) {
+    SeqChunk a{s + 1, std::span<const int32_t>(streams[s].tokens).first(streams[s].tokens.size() - 1), 0,
+               streams[s].table};
+    be.prefill(a, {});
+    pos[s] = static_cast<int>(streams[s].tokens.size()) - 1;
+    next[s] = streams[s].tokens.back();
+  }
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  int done = 0, steps = 0;
+  while (done < n) {
+    const int piece = std::min(n - done, 1 + static_cast<int>(rng.below(400)));
+    SeqChunk chunk{0, std::span<const int32_t>(p.tokens).subspan(done, piece), done, p.table};
+    std::vector<DecodeSeq> rows(kStreams);
+    for (int s = 0; s < kStreams; ++s) {
+      rows[s].chunk = SeqChunk{s + 1, std::span<const int32_t>(&next[s], 1), pos[s], streams[s].table};
+      rows[s].sampling.temperature = 0.0f;
+    }
+    DecodeResult mixed, plain;
+    be.decode_mixed(std::span<const SeqChunk>(&chunk, 1), rows, true, mixed);
+    EXPECT_EQ(be.last_path(), DecodePath::kBatched);
+    be.decode(rows, true, plain);  // the same step without the piece: rewrites the same slots alike
+    ASSERT_EQ(mixed.logits.size(), kStreams * V);
+    EXPECT_EQ(mixed.tokens, plain.tokens) << "step " << steps;
+    EXPECT_EQ(std::memcmp(mixed.logits.data(), plain.logits.data(), mixed.logits.size() * 4), 0)
+        << "step " << steps << ": a decode row's logits changed with a prompt piece beside it";
+    for (int s = 0; s < kStreams; ++s) {
+      next[s] = mixed.tokens[s];
+      ++pos[s];
+    }
+    done += piece;
+    ++steps;
+  }
+  const int32_t after = static_cast<int32_t>(rng.below(c.vocab_size));
+  const std::vector<float> dev_next = decode_after(be, p, after);
+  be.set_routing_capture(nullptr);
+  RoutingAudit audit;
+  ref.set_forced_routing(&routing, &audit);
+  const std::vector<float> want_last = run_prefill(ref, c, p, 0);
+  (void)want_last;
+  const std::vector<uint16_t> kv = read_kv(be);
+  const KvCompare kc = compare_kv(c, kv, ref, p, 5e-3, 2e-2);
+  const LogitCompare dc = compare_logits(dev_next, decode_after(ref, p, after));
+  expect_routing_exact(audit, static_cast<int64_t>(n + 1) * c.n_layers, kRouteNearTieMixed,
+                       "prompt " + std::to_string(n) + " in mixed steps + 1 decode step");
+  std::printf("mixed: prompt %d in %d steps beside %d streams: K/V max err / max |ref| layer 0 %.3g, later %.3g "
+              "(worst %.2f / %.2f of the bound, %d positions over it); decode after: %.3g\n",
+              n, steps, kStreams, kc.max_err[0], kc.max_err[1], kc.worst_ratio[0], kc.worst_ratio[1], kc.bad_positions,
+              dc.rel);
+  EXPECT_EQ(kc.n_nan, 0) << "unwritten (NaN) K/V inside the prompt";
+  EXPECT_EQ(kc.bad_positions, 0) << "positions whose K/V is off";
+  EXPECT_EQ(dc.n_nan, 0);
+  EXPECT_LE(dc.rel, 1e-2) << "decode after the mixed steps";
+  // Bad pieces are refused before anything runs.
+  std::vector<DecodeSeq> one(1);
+  one[0].chunk = SeqChunk{1, std::span<const int32_t>(&next[0], 1), pos[0], streams[0].table};
+  const int32_t bad_token = c.vocab_size;
+  SeqChunk bad{0, std::span<const int32_t>(&bad_token, 1), 0, p.table};
+  DecodeResult r;
+  EXPECT_THROW(be.decode_mixed(std::span<const SeqChunk>(&bad, 1), one, false, r), Error);
+  std::vector<int32_t> many(be.max_mixed_prompt_rows() + 1, 1);
+  SeqChunk big{0, many, 0, p.table};
+  EXPECT_THROW(be.decode_mixed(std::span<const SeqChunk>(&big, 1), one, false, r), Error);
 }
 
 // The prefill kernels against the one-token decode path on the same device weights: layer-0 K/V

@@ -121,6 +121,34 @@ class FakeBackend : public Backend {
     }
   }
 
+  // Mixed steps (Backend::decode_mixed): with n > 0 the fake takes up to n prompt tokens a step,
+  // logs 'm', records each step's piece sizes and runs the default (prefill each piece, decode).
+  void set_mixed_prompt_rows(int n) { mixed_rows_ = n; }
+  int max_mixed_prompt_rows() const override { return mixed_rows_; }
+  void decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                    DecodeResult& result) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      log_.push_back('m');
+      std::vector<std::pair<int64_t, int>> step;
+      int total = 0;
+      for (const SeqChunk& c : prompts) {
+        MD_CHECK(!c.tokens.empty(), "fake backend: an empty prompt piece");
+        for (const DecodeSeq& d : seqs) MD_CHECK(d.chunk.seq_id != c.seq_id, "fake backend: a piece of a decoding sequence");
+        step.push_back({c.seq_id, static_cast<int>(c.tokens.size())});
+        total += static_cast<int>(c.tokens.size());
+      }
+      MD_CHECK(total <= mixed_rows_, "fake backend: ", total, " prompt tokens in a mixed step, the most is ", mixed_rows_);
+      mixed_steps_.push_back(std::move(step));
+    }
+    Backend::decode_mixed(prompts, seqs, want_logits, result);
+  }
+  // Each mixed step's pieces, (sequence, tokens), in call order.
+  std::vector<std::vector<std::pair<int64_t, int>>> mixed_steps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return mixed_steps_;
+  }
+
   std::string call_log() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return log_;
@@ -189,7 +217,9 @@ class FakeBackend : public Backend {
   int n_blocks_;
   int block_size_;
   std::vector<int64_t> slots_;  // [n_blocks * block_size] (position << 32) | token
-  std::string log_;  // 'p' per prefill call, 'd' per decode call
+  std::string log_;  // 'p' per prefill call, 'd' per decode call, 'm' per mixed step (then its p's and d)
+  int mixed_rows_ = 0;
+  std::vector<std::vector<std::pair<int64_t, int>>> mixed_steps_;
   size_t n_prefill_tokens_ = 0;
   std::vector<int64_t> prefill_seqs_;
   size_t max_batch_ = 0;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "cuda/batched/batched_plan.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
@@ -50,9 +51,16 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
     prefill_ = std::make_unique<prefill::PrefillRunner>(weights_->config(), weights_->view(), weights_->layers(),
                                                         options_.prefill_chunk);
   }
-  if (has_batched_)
+  if (has_batched_) {
+    // Mixed steps carry prompt pieces beside the decode rows, up to the batched step's row limit.
+    const int prompt_rows =
+        options_.prefill_chunk > 0
+            ? std::max(0, std::min(options_.prefill_chunk,
+                                   batched::BatchedStep::kMaxRows - batched::row_bucket(options_.max_batch)))
+            : 0;
     batched_ = std::make_unique<batched::BatchedStep>(weights_->config(), weights_->view(), weights_->layers(),
-                                                      options_.max_batch);
+                                                      options_.max_batch, prompt_rows);
+  }
   const ModelConfig& c = config();
   const int sms = sm_count();
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
@@ -177,15 +185,33 @@ void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Deco
                                              : path_policy_.choose(B);
   last_path_ = path;
   if (path == DecodePath::kBatched) {
-    decode_batched(seqs, want_logits, result);
+    decode_batched({}, seqs, want_logits, result);
   } else {
     decode_megakernel(seqs, want_logits, result);
   }
 }
 
-void CudaBackend::decode_batched(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
+int CudaBackend::max_mixed_prompt_rows() const { return batched_ ? batched_->max_prompt_rows() : 0; }
+
+void CudaBackend::decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                               DecodeResult& result) {
+  if (max_mixed_prompt_rows() == 0 || prompts.empty()) return Backend::decode_mixed(prompts, seqs, want_logits, result);
+  MD_REQUIRE(!seqs.empty() && static_cast<int>(seqs.size()) <= max_decode_batch(), "decode: batch of ", seqs.size(),
+             " sequences; ", name(), " runs 1..", max_decode_batch());
+  last_path_ = DecodePath::kBatched;  // a mixed step runs on the batched step whatever the batch
+  decode_batched(prompts, seqs, want_logits, result);
+}
+
+void CudaBackend::decode_batched(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                                 DecodeResult& result) {
   const ModelConfig& c = config();
   const int B = static_cast<int>(seqs.size());
+  std::vector<batched::PromptPiece> pieces;
+  int prompt_rows = 0;
+  for (const SeqChunk& p : prompts) {
+    pieces.push_back(batched::PromptPiece{p.tokens, p.start_pos, p.block_table});
+    prompt_rows += static_cast<int>(p.tokens.size());
+  }
   std::vector<batched::StepRow> rows(B);
   for (int i = 0; i < B; ++i) {
     const DecodeSeq& s = seqs[i];
@@ -199,14 +225,20 @@ void CudaBackend::decode_batched(std::span<const DecodeSeq> seqs, bool want_logi
     result.logits.clear();
   }
   const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size};
-  batched_->run(rows, kv, result.tokens, result.logits, stream_);
+  batched_->run(rows, pieces, kv, result.tokens, result.logits, stream_);
   if (routing_log_) {
     std::vector<int32_t> ids;
     std::vector<float> w;
-    batched_->read_routing(B, ids, w);
+    batched_->read_routing(B + prompt_rows, ids, w);
     const size_t per = static_cast<size_t>(c.n_layers) * c.n_experts_per_tok;
     for (int i = 0; i < B; ++i)
       record_routing(seqs[i].chunk.seq_id, seqs[i].chunk.start_pos, 1, ids.data() + i * per, w.data() + i * per);
+    size_t row = B;  // the pieces' rows follow the decode rows
+    for (const SeqChunk& p : prompts) {
+      record_routing(p.seq_id, p.start_pos, static_cast<int>(p.tokens.size()), ids.data() + row * per,
+                     w.data() + row * per);
+      row += p.tokens.size();
+    }
   }
   const size_t V = static_cast<size_t>(c.vocab_size);
   resample_penalised(seqs, result, [&](size_t i, std::vector<float>& row) {

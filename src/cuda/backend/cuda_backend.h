@@ -46,6 +46,11 @@ class CudaBackend : public Backend {
 
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
   void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;
+  // Mixed steps (cuda, cuda-batched with prefill_chunk > 0): the prompt pieces ride in the batched
+  // step beside the decode rows, up to the batched step's kMaxRows rows in all.
+  void decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                    DecodeResult& result) override;
+  int max_mixed_prompt_rows() const override;
 
   // The path of the last decode step, and the policy the `cuda` backend asks.
   DecodePath last_path() const { return last_path_; }
@@ -96,7 +101,8 @@ class CudaBackend : public Backend {
 
  private:
   void decode_megakernel(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result);
-  void decode_batched(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result);
+  void decode_batched(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                      DecodeResult& result);
   void run_step(const BatchState& batch, std::span<const DecodeSeq> seqs);
   // Resamples the sequences with penalties on the host from their logits rows (row(i, dst) copies
   // sequence i's row).

@@ -21,8 +21,9 @@ namespace megadecode::cuda::batched {
 // Byte offsets of one step's inputs (host staging and device copy alike) for `rows` rows.
 struct BatchedStep::Inputs {
   size_t tokens = 0, positions = 0, seq_lens = 0, split_begin = 0, sample_pos = 0, sampling = 0, tables = 0,
-         bytes = 0;
-  Inputs(int rows, int stride) {
+         prompt_tables = 0, bytes = 0;
+  // rows: every row (tokens, positions); the decode rows' fields are sized for all of them too.
+  Inputs(int rows, int stride, int prompt_table_entries = 0) {
     size_t off = 0;
     auto take = [&](size_t n) {
       const size_t at = off;
@@ -36,6 +37,7 @@ struct BatchedStep::Inputs {
     sample_pos = take(rows * sizeof(int64_t));
     sampling = take(rows * sizeof(SamplingParams));
     tables = take(static_cast<size_t>(rows) * stride * sizeof(int32_t));
+    prompt_tables = take(static_cast<size_t>(prompt_table_entries) * sizeof(int32_t));
     bytes = off;
   }
 };
@@ -90,8 +92,8 @@ size_t split_workspace_floats(const ModelConfig& c, int rows, size_t* semaphores
 
 }  // namespace
 
-size_t BatchedStep::workspace_bytes(const ModelConfig& config, int max_rows) {
-  const int R = row_bucket(max_rows);
+size_t BatchedStep::workspace_bytes(const ModelConfig& config, int max_rows, int max_prompt_rows) {
+  const int R = row_bucket(max_rows + max_prompt_rows), R_dec = row_bucket(max_rows);
   const Dims s(config, R);
   size_t n_sem = 0;
   const size_t n_ws = split_workspace_floats(config, R, &n_sem);
@@ -115,19 +117,21 @@ size_t BatchedStep::workspace_bytes(const ModelConfig& config, int max_rows) {
   c.take<gemm::MoeTile>(expert_tile_capacity(config, R));
   c.take<uint16_t>(s.R * s.K * s.I);
   c.take<float>(s.R * s.K * s.H);
-  c.take<uint16_t>(s.R * s.H);
-  c.take<float>(s.R * s.V);
-  c.take<int32_t>(s.R);
+  c.take<uint16_t>(R_dec * s.H);
+  c.take<float>(R_dec * s.V);
+  c.take<int32_t>(R_dec);
   c.take<float>(static_cast<int64_t>(n_ws));
   c.take<int32_t>(static_cast<int64_t>(n_sem));
   return c.bytes();
 }
 
 BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, std::span<const MkLayerWeights> layers,
-                         int max_rows)
+                         int max_rows, int max_prompt_rows)
     : config_(config), view_(view), layers_(layers.begin(), layers.end()) {
   const ModelConfig& c = config_;
   MD_REQUIRE(max_rows >= 1 && max_rows <= kMaxRows, "batched step: max rows ", max_rows, " outside 1..", kMaxRows);
+  MD_REQUIRE(max_prompt_rows >= 0 && row_bucket(max_rows + max_prompt_rows) <= kMaxRows, "batched step: ", max_rows,
+             " decode rows and ", max_prompt_rows, " prompt rows exceed ", kMaxRows, " rows");
   MD_REQUIRE(layers_.size() == static_cast<size_t>(c.n_layers), "batched step: ", layers_.size(),
              " layers of weights for a model of ", c.n_layers);
   MD_REQUIRE(c.hidden_size % 16 == 0 && c.q_size() % 16 == 0 && c.moe_intermediate_size % 16 == 0,
@@ -140,15 +144,18 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
              "batched step: routing needs <= ", kRouterMaxExperts, " experts and top-k <= ", kRouterMaxTopK,
              "; the model has ", c.n_experts, " and ", c.n_experts_per_tok);
   max_rows_ = row_bucket(max_rows);
+  max_prompt_rows_ = max_prompt_rows;
+  max_all_rows_ = row_bucket(max_rows + max_prompt_rows);
   const DenseSplits splits(c);
   qkv_splits_ = splits.qkv;
   o_splits_ = splits.o;
   router_splits_ = splits.router;
-  tile_capacity_ = expert_tile_capacity(c, max_rows_);
-  const Dims s(c, max_rows_);
+  tile_capacity_ = expert_tile_capacity(c, max_all_rows_);
+  const Dims s(c, max_all_rows_);
+  const int64_t R_dec = max_rows_;
   size_t n_sem = 0;
-  const size_t n_ws = split_workspace_floats(c, max_rows_, &n_sem);
-  arena_bytes_ = workspace_bytes(c, max_rows_);
+  const size_t n_ws = split_workspace_floats(c, max_all_rows_, &n_sem);
+  arena_bytes_ = workspace_bytes(c, max_rows, max_prompt_rows);
   CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
   WorkspaceCarver v(arena_);
   error_ = v.take<int32_t>(4);
@@ -170,9 +177,9 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   tiles_ = v.take<gemm::MoeTile>(tile_capacity_);
   hidden_ = v.take<uint16_t>(s.R * s.K * s.I);
   down_ = v.take<float>(s.R * s.K * s.H);
-  xf_ = v.take<uint16_t>(s.R * s.H);
-  logits_ = v.take<float>(s.R * s.V);
-  out_tokens_ = v.take<int32_t>(s.R);
+  xf_ = v.take<uint16_t>(R_dec * s.H);
+  logits_ = v.take<float>(R_dec * s.V);
+  out_tokens_ = v.take<int32_t>(R_dec);
   split_ws_ = v.take<float>(static_cast<int64_t>(n_ws));
   split_sem_ = v.take<int32_t>(static_cast<int64_t>(n_sem));
   MD_CHECK(v.bytes() == arena_bytes_, "batched step workspace layout drifted from workspace_bytes");
@@ -219,8 +226,8 @@ void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCac
   }
 }
 
-void BatchedStep::ensure_capacity(int bucket, int stride, int total_splits) {
-  const Inputs in(bucket, stride);
+void BatchedStep::ensure_capacity(const Shape& shape, int total_splits) {
+  const Inputs in(shape.rows, shape.stride, shape.prompt_table_entries);
   if (in.bytes > inputs_capacity_) {  // graphs hold the old pointers
     drop_graphs();
     CUDA_CHECK(cudaFree(inputs_));
@@ -246,8 +253,9 @@ void BatchedStep::ensure_capacity(int bucket, int stride, int total_splits) {
   }
 }
 
-void BatchedStep::run(std::span<const StepRow> rows, const prefill::KvCacheView& kv, std::span<int32_t> tokens_out,
-                      std::span<float> logits_out, cudaStream_t stream) {
+void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece> prompts,
+                      const prefill::KvCacheView& kv, std::span<int32_t> tokens_out, std::span<float> logits_out,
+                      cudaStream_t stream) {
   const ModelConfig& c = config_;
   check_rows(rows, kv);
   const int n = static_cast<int>(rows.size());
@@ -255,17 +263,45 @@ void BatchedStep::run(std::span<const StepRow> rows, const prefill::KvCacheView&
   MD_REQUIRE(logits_out.empty() || logits_out.size() == static_cast<size_t>(n) * c.vocab_size,
              "batched step: logits_out has ", logits_out.size(), " floats, rows x vocab is ",
              static_cast<size_t>(n) * c.vocab_size);
-  const int bucket = row_bucket(n);
   int max_blocks = 1, total_splits = 0;
   for (const StepRow& r : rows) {
     max_blocks = std::max(max_blocks, r.position / kv.block_size + 1);
     total_splits += decode_splits(r.position + 1).n;
   }
   const int stride = table_stride(max_blocks);
-  ensure_capacity(bucket, stride, total_splits);
+  // A plain step runs row_bucket(n) rows (padding included) from a graph; a mixed one its n decode
+  // rows, then each piece's rows, eagerly.
+  Shape shape = plain_shape(row_bucket(n), stride);
+  if (!prompts.empty()) {
+    shape.decode_rows = n;
+    shape.rows = n;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const PromptPiece& p = prompts[i];
+      const int len = static_cast<int>(p.tokens.size());
+      MD_REQUIRE(len >= 1, "batched step: prompt piece ", i, " is empty");
+      MD_REQUIRE(p.start_pos >= 0 && int64_t{p.start_pos} + len <= view_.rope_positions, "batched step: prompt piece ", i,
+                 " at positions ", p.start_pos, "..", int64_t{p.start_pos} + len - 1, " outside [0, ",
+                 view_.rope_positions, ")");
+      for (int t = 0; t < len; ++t)
+        MD_REQUIRE(p.tokens[t] >= 0 && p.tokens[t] < c.vocab_size, "batched step: prompt piece ", i, ": token ",
+                   p.tokens[t], " outside the vocabulary [0, ", c.vocab_size, ")");
+      const int need = (p.start_pos + len - 1) / kv.block_size + 1;
+      MD_REQUIRE(p.block_table.size() >= static_cast<size_t>(need), "batched step: prompt piece ", i,
+                 ": block table covers ", p.block_table.size(), " blocks, its positions need ", need);
+      for (int b = 0; b < need; ++b)
+        MD_REQUIRE(p.block_table[b] >= 0 && p.block_table[b] < kv.n_blocks, "batched step: prompt piece ", i,
+                   ": block ", p.block_table[b], " outside the cache's ", kv.n_blocks, " blocks");
+      shape.pieces.push_back(Shape::Piece{shape.rows, len, p.start_pos, shape.prompt_table_entries});
+      shape.rows += len;
+      shape.prompt_table_entries += need;
+    }
+    MD_REQUIRE(shape.rows - n <= max_prompt_rows_, "batched step: ", shape.rows - n,
+               " prompt tokens in one step; this step takes at most ", max_prompt_rows_);
+  }
+  ensure_capacity(shape, total_splits);
 
   // The inputs, padding rows included, through one pinned buffer and one copy.
-  const Inputs in(bucket, stride);
+  const Inputs in(shape.rows, stride, shape.prompt_table_entries);
   std::memset(staging_, 0, in.bytes);
   auto* tok = reinterpret_cast<int32_t*>(staging_ + in.tokens);
   auto* pos = reinterpret_cast<int32_t*>(staging_ + in.positions);
@@ -274,8 +310,9 @@ void BatchedStep::run(std::span<const StepRow> rows, const prefill::KvCacheView&
   auto* spos = reinterpret_cast<int64_t*>(staging_ + in.sample_pos);
   auto* sp = reinterpret_cast<SamplingParams*>(staging_ + in.sampling);
   auto* bt = reinterpret_cast<int32_t*>(staging_ + in.tables);
+  auto* pt = reinterpret_cast<int32_t*>(staging_ + in.prompt_tables);
   int splits = 0;
-  for (int r = 0; r < bucket; ++r) {
+  for (int r = 0; r < shape.decode_rows; ++r) {
     sb[r] = splits;
     if (r >= n) {  // padding
       pos[r] = -1;
@@ -293,7 +330,16 @@ void BatchedStep::run(std::span<const StepRow> rows, const prefill::KvCacheView&
     std::memcpy(bt + static_cast<size_t>(r) * stride, row.block_table.data(), used * sizeof(int32_t));
     splits += decode_splits(row.position + 1).n;
   }
-  sb[bucket] = splits;
+  sb[shape.decode_rows] = splits;
+  for (size_t i = 0; i < shape.pieces.size(); ++i) {
+    const Shape::Piece& piece = shape.pieces[i];
+    for (int t = 0; t < piece.n; ++t) {
+      tok[piece.row0 + t] = prompts[i].tokens[t];
+      pos[piece.row0 + t] = piece.start_pos + t;  // >= 0: routed (prefill::MoeListArgs)
+    }
+    const int need = (piece.start_pos + piece.n - 1) / kv.block_size + 1;
+    std::memcpy(pt + piece.table_offset, prompts[i].block_table.data(), need * sizeof(int32_t));
+  }
   CUDA_CHECK(cudaMemcpyAsync(inputs_, staging_, in.bytes, cudaMemcpyHostToDevice, stream));
   if (poison_) {  // NaN everywhere but the semaphores (the last buffer of the arena)
     const size_t upto = reinterpret_cast<uint8_t*>(split_sem_) - arena_;
@@ -302,21 +348,22 @@ void BatchedStep::run(std::span<const StepRow> rows, const prefill::KvCacheView&
     CUDA_CHECK(cudaMemsetAsync(part_ml_, 0xff, static_cast<size_t>(split_capacity_) * config_.n_heads * 2 * 4, stream));
   }
 
-  // The first step of a shape runs eagerly (it also configures every kernel, outside any capture);
-  // the second captures the step's graph, which later steps of the shape replay.
-  const std::pair<int, int> key{bucket, stride};
-  if (graphs_.count(key) != 0 || !seen_.insert(key).second) {
+  // The first step of a plain shape runs eagerly (it also configures every kernel, outside any
+  // capture); the second captures the step's graph, which later steps of the shape replay.
+  const std::pair<int, int> key{shape.rows, stride};
+  if (!shape.pieces.empty()) {
+    enqueue_step(shape, kv, stream);
+  } else if (graphs_.count(key) != 0 || !seen_.insert(key).second) {
     CUDA_CHECK(cudaGraphLaunch(graph_for(key, kv, stream), stream));
   } else {
-    enqueue_step(bucket, stride, kv, stream);
+    enqueue_step(shape, kv, stream);
   }
   if (!logits_out.empty())
     CUDA_CHECK(cudaMemcpyAsync(logits_out.data(), logits_, logits_out.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   last_rows_ = n;
-  last_bucket_ = bucket;
-  last_stride_ = stride;
+  last_shape_ = shape;
   last_kv_ = kv;
   MD_REQUIRE(tokens_host_[max_rows_] == 0, "batched step: the device reported error ", tokens_host_[max_rows_],
              " (a token outside the vocabulary, an expert id out of range, e.g. NaN router logits, or an "
@@ -329,7 +376,7 @@ cudaGraphExec_t BatchedStep::graph_for(std::pair<int, int> key, const prefill::K
   if (found != graphs_.end()) return found->second;
   cudaGraph_t graph = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  enqueue_step(key.first, key.second, kv, stream);
+  enqueue_step(plain_shape(key.first, key.second), kv, stream);
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -344,11 +391,12 @@ const float* BatchedStep::logits_row(int r) const {
   return logits_ + static_cast<int64_t>(r) * config_.vocab_size;
 }
 
-void BatchedStep::enqueue_step(int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream) {
+void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream) {
   const ModelConfig& c = config_;
-  const Inputs in(bucket, stride);
+  const Inputs in(shape.rows, shape.stride, shape.prompt_table_entries);
+  const int bucket = shape.decode_rows;  // the final norm, LM head and sampler: decode rows only
   CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(int32_t), stream));
-  for (int l = 0; l < c.n_layers; ++l) enqueue_layer(l, bucket, stride, kv, stream);
+  for (int l = 0; l < c.n_layers; ++l) enqueue_layer(l, shape, kv, stream);
 
   // The last layer's MoE residual, the final norm, the LM head and the sampler.
   prefill::ResidualNormArgs fn;
@@ -383,11 +431,12 @@ void BatchedStep::enqueue_step(int bucket, int stride, const prefill::KvCacheVie
   CUDA_CHECK(cudaMemcpyAsync(tokens_host_ + max_rows_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
 }
 
-void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream) {
+void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream) {
   const ModelConfig& c = config_;
   const MkModelWeights& w = view_;
   const MkLayerWeights& lw = layers_[l];
-  const Inputs in(bucket, stride);
+  const Inputs in(shape.rows, shape.stride, shape.prompt_table_entries);
+  const int bucket = shape.rows, stride = shape.stride;  // every row: GEMMs, norms, expert lists
   const auto* positions = reinterpret_cast<const int32_t*>(inputs_ + in.positions);
   const auto* tables = reinterpret_cast<const int32_t*>(inputs_ + in.tables);
   const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, E = c.n_experts,
@@ -445,7 +494,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   qr.block_table = tables;
   qr.positions = positions;
   qr.table_stride = stride;
-  qr.n_tokens = bucket;
+  qr.n_tokens = shape.decode_rows;
   qr.n_kv_heads = G;
   qr.group_size = gs;
   qr.head_dim = D;
@@ -455,6 +504,17 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   qr.k_cache = k_cache;
   qr.v_cache = v_cache;
   prefill::qk_norm_rope_store(qr, stream);
+  for (const Shape::Piece& p : shape.pieces) {  // a prompt piece: consecutive positions, one table
+    prefill::QkRopeArgs pr = qr;
+    pr.qkv = qkv_ + static_cast<int64_t>(p.row0) * qkv_rows;
+    pr.positions = nullptr;
+    pr.table_stride = 0;
+    pr.block_table = reinterpret_cast<const int32_t*>(inputs_ + in.prompt_tables) + p.table_offset;
+    pr.start_pos = p.start_pos;
+    pr.n_tokens = p.n;
+    pr.q = q_ + static_cast<int64_t>(p.row0) * nq;
+    prefill::qk_norm_rope_store(pr, stream);
+  }
   mark("qk_norm_rope_kv", stream);
 
   DecodeAttnArgs at;
@@ -465,7 +525,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   at.table_stride = stride;
   at.seq_lens = reinterpret_cast<const int32_t*>(inputs_ + in.seq_lens);
   at.split_begin = reinterpret_cast<const int32_t*>(inputs_ + in.split_begin);
-  at.n_rows = bucket;
+  at.n_rows = shape.decode_rows;
   at.n_kv_heads = G;
   at.group_size = gs;
   at.head_dim = D;
@@ -476,6 +536,22 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
   at.split_capacity = split_capacity_;
   at.out = attn_;
   decode_attention(at, stream);
+  for (const Shape::Piece& p : shape.pieces) {  // causal over the piece and its prompt's earlier keys
+    prefill::AttnArgs pa;
+    pa.q = q_ + static_cast<int64_t>(p.row0) * nq;
+    pa.k_cache = k_cache;
+    pa.v_cache = v_cache;
+    pa.block_table = reinterpret_cast<const int32_t*>(inputs_ + in.prompt_tables) + p.table_offset;
+    pa.start_pos = p.start_pos;
+    pa.n_tokens = p.n;
+    pa.n_kv_heads = G;
+    pa.group_size = gs;
+    pa.head_dim = D;
+    pa.block_size = kv.block_size;
+    pa.scale = w.attn_scale;
+    pa.out = attn_ + static_cast<int64_t>(p.row0) * nq;
+    prefill::attention(pa, stream);
+  }
   mark("attention", stream);
 
   gemm::GemmArgs o = dense;  // h = x + O-proj(attn)
@@ -516,7 +592,7 @@ void BatchedStep::enqueue_layer(int l, int bucket, int stride, const prefill::Kv
                                  K * sizeof(float), bucket, cudaMemcpyDeviceToDevice, stream));
   }
 
-  const int tg = expert_token_groups(c, bucket);
+  const int tg = expert_token_groups(c, row_bucket(bucket));  // the capacity's tile size for this many rows
   prefill::MoeListArgs ml;
   ml.topk_ids = topk_ids_;
   ml.positions = positions;
@@ -582,7 +658,7 @@ std::vector<std::pair<std::string, double>> BatchedStep::profile_last_step(cudaS
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventRecord(start, stream));
   marks_ = &marks;
-  enqueue_step(last_bucket_, last_stride_, last_kv_, stream);  // eagerly, an event after each launch
+  enqueue_step(last_shape_, last_kv_, stream);  // eagerly, an event after each launch
   marks_ = nullptr;
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<std::pair<std::string, double>> out;  // milliseconds per kernel name, in first-seen order
@@ -603,7 +679,8 @@ std::vector<std::pair<std::string, double>> BatchedStep::profile_last_step(cudaS
 std::vector<float> BatchedStep::time_last_step(int warmup, int reps, cudaStream_t stream) {
   MD_REQUIRE(last_rows_ > 0, "batched step: time_last_step needs a step first");
   MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
-  const cudaGraphExec_t exec = graph_for({last_bucket_, last_stride_}, last_kv_, stream);
+  MD_REQUIRE(last_shape_.pieces.empty(), "batched step: time_last_step replays plain steps only");
+  const cudaGraphExec_t exec = graph_for({last_shape_.rows, last_shape_.stride}, last_kv_, stream);
   cudaEvent_t a = nullptr, b = nullptr;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));
@@ -633,14 +710,15 @@ void BatchedStep::set_routing_capture(bool on) {
     route_w_ = nullptr;
     return;
   }
-  const size_t n = static_cast<size_t>(max_rows_) * config_.n_layers * config_.n_experts_per_tok;
+  const size_t n = static_cast<size_t>(max_all_rows_) * config_.n_layers * config_.n_experts_per_tok;
   CUDA_CHECK(cudaMalloc(&route_ids_, n * sizeof(int32_t)));
   CUDA_CHECK(cudaMalloc(&route_w_, n * sizeof(float)));
 }
 
 void BatchedStep::read_routing(int n_rows, std::vector<int32_t>& experts, std::vector<float>& weights) const {
   MD_REQUIRE(route_ids_ != nullptr, "batched step: routing capture is off");
-  MD_REQUIRE(n_rows >= 1 && n_rows <= max_rows_, "batched step: routing of ", n_rows, " rows outside 1..", max_rows_);
+  MD_REQUIRE(n_rows >= 1 && n_rows <= max_all_rows_, "batched step: routing of ", n_rows, " rows outside 1..",
+             max_all_rows_);
   const size_t n = static_cast<size_t>(n_rows) * config_.n_layers * config_.n_experts_per_tok;
   experts.resize(n);
   weights.resize(n);

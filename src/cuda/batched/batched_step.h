@@ -44,10 +44,20 @@ struct StepRow {
   SamplingParams sampling;
 };
 
+// A piece of one prompt riding in a step (a mixed step): tokens at positions start_pos.., written
+// to the cache through block_table (covering them); nothing is sampled for them.
+struct PromptPiece {
+  std::span<const int32_t> tokens;
+  int start_pos = 0;
+  std::span<const int32_t> block_table;
+};
+
 class BatchedStep {
  public:
+  // max_prompt_rows: prompt tokens a mixed step may carry beside max_rows decode rows (0: none);
+  // the two together at most kMaxRows.
   BatchedStep(const ModelConfig& config, const MkModelWeights& view, std::span<const MkLayerWeights> layers,
-              int max_rows);
+              int max_rows, int max_prompt_rows = 0);
   ~BatchedStep();
   BatchedStep(const BatchedStep&) = delete;
   BatchedStep& operator=(const BatchedStep&) = delete;
@@ -56,13 +66,23 @@ class BatchedStep {
   int max_rows() const { return max_rows_; }
   // Bytes of device workspace a step of this shape allocates up front (attention partials and
   // block tables grow with the contexts on top of it).
-  static size_t workspace_bytes(const ModelConfig& config, int max_rows);
+  static size_t workspace_bytes(const ModelConfig& config, int max_rows, int max_prompt_rows = 0);
+  int max_prompt_rows() const { return max_prompt_rows_; }
 
   // Error (before anything runs) for a bad token, position or block table; then the step: writes
   // each row's K/V, samples its next token into tokens_out[r], and, when logits_out is non-empty
   // ([rows][vocab]), copies the raw logits. Synchronous. A failure the device reports is an Error.
   void run(std::span<const StepRow> rows, const prefill::KvCacheView& kv, std::span<int32_t> tokens_out,
-           std::span<float> logits_out, cudaStream_t stream);
+           std::span<float> logits_out, cudaStream_t stream) {
+    run(rows, {}, kv, tokens_out, logits_out, stream);
+  }
+  // The same step carrying prompt pieces (a mixed step; at most max_prompt_rows tokens in all): their
+  // rows follow the decode rows through every GEMM, norm and expert list, so each expert's weights
+  // are read once for both; their attention is prefill's causal attention, piece by piece; they get
+  // no LM head and no sampling. Runs eagerly (no graph: the pieces change every step). A decode
+  // row's tokens and logits are bitwise those of the step without the pieces.
+  void run(std::span<const StepRow> rows, std::span<const PromptPiece> prompts, const prefill::KvCacheView& kv,
+           std::span<int32_t> tokens_out, std::span<float> logits_out, cudaStream_t stream);
 
   // Row r's logits of the last step ([vocab] fp32, device memory, valid until the next run).
   const float* logits_row(int r) const;
@@ -86,10 +106,22 @@ class BatchedStep {
 
  private:
   struct Inputs;
+  // A step's shape: `rows` rows in all (GEMMs, norms, expert lists), of which the first
+  // `decode_rows` are decode rows (attention splits, LM head, sampling) and the rest prompt pieces.
+  struct Shape {
+    int rows = 0, decode_rows = 0, stride = 0;
+    int prompt_table_entries = 0;
+    struct Piece {
+      int row0, n, start_pos, table_offset;  // table_offset: entries into the inputs' prompt tables
+    };
+    std::vector<Piece> pieces;
+    bool operator==(const Shape&) const = default;
+  };
+  static Shape plain_shape(int bucket, int stride) { return Shape{bucket, bucket, stride, 0, {}}; }
   void check_rows(std::span<const StepRow> rows, const prefill::KvCacheView& kv) const;
-  void ensure_capacity(int bucket, int stride, int total_splits);
-  void enqueue_step(int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream);
-  void enqueue_layer(int layer, int bucket, int stride, const prefill::KvCacheView& kv, cudaStream_t stream);
+  void ensure_capacity(const Shape& shape, int total_splits);
+  void enqueue_step(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
+  void enqueue_layer(int layer, const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
   void drop_graphs();
   void mark(const char* name, cudaStream_t stream);  // profile_last_step's event after a launch
   cudaGraphExec_t graph_for(std::pair<int, int> key, const prefill::KvCacheView& kv, cudaStream_t stream);
@@ -98,6 +130,8 @@ class BatchedStep {
   MkModelWeights view_;
   std::vector<MkLayerWeights> layers_;
   int max_rows_ = 0;      // row_bucket of the constructor's max_rows
+  int max_prompt_rows_ = 0;
+  int max_all_rows_ = 0;  // row_bucket(max_rows_ + max_prompt_rows_): the row buffers' size
   int qkv_splits_ = 1, o_splits_ = 1, router_splits_ = 1;
   int tile_capacity_ = 0;
   bool poison_ = false;
@@ -142,7 +176,8 @@ class BatchedStep {
 
   // The last step's shape and the step graphs per (bucket, table stride); seen_: shapes that ran
   // once eagerly (the next step of the shape captures its graph).
-  int last_rows_ = 0, last_bucket_ = 0, last_stride_ = 0;
+  int last_rows_ = 0;
+  Shape last_shape_;
   prefill::KvCacheView last_kv_;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::set<std::pair<int, int>> seen_;
