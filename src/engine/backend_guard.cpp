@@ -28,6 +28,11 @@ void BackendGuard::decode(std::span<const DecodeSeq> seqs, bool want_logits, Dec
   guarded("decode step", [&] { inner_.decode(seqs, want_logits, result); });
 }
 
+void BackendGuard::decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                                DecodeResult& result) {
+  guarded("mixed step", [&] { inner_.decode_mixed(prompts, seqs, want_logits, result); });
+}
+
 std::string BackendGuard::failure() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_;

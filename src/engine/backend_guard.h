@@ -24,6 +24,11 @@ class BackendGuard : public Backend {
   int n_kv_blocks() const override { return inner_.n_kv_blocks(); }
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
   void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;
+  int max_decode_batch() const override { return inner_.max_decode_batch(); }
+  // Mixed steps reach the backend as mixed steps (the default would split them into calls).
+  void decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
+                    DecodeResult& result) override;
+  int max_mixed_prompt_rows() const override { return inner_.max_mixed_prompt_rows(); }
 
   bool failed() const { return failed_.load(); }
   std::string failure() const;  // the first failure's message; "" when none

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "engine/backend_guard.h"
 #include "engine/prompt_share.h"
 #include "engine/scheduler.h"
 #include "fakes.h"
@@ -170,6 +171,32 @@ TEST(SchedulerMixed, AFailedMixedStepEndsItsRowsAndPieces) {
   sched.add(request(3, text(9, 'c'), 3, sink));
   run_to_idle(sched);
   EXPECT_EQ(tokens_by_request(*sink).at(3), fake_reference(text(9, 'c'), SamplingParams{.temperature = 0}, 3));
+}
+
+// The engine's guard passes mixed steps through as mixed steps (a wrapper that did not would
+// silently turn them back into separate prefill calls), and a failed one marks the backend failed.
+TEST(SchedulerMixed, TheBackendGuardForwardsMixedSteps) {
+  FakeBackend backend(64, 4);
+  backend.set_mixed_prompt_rows(8);
+  BackendGuard guard(backend);
+  EXPECT_EQ(guard.max_mixed_prompt_rows(), 8);
+  Scheduler sched(guard, SchedulerConfig{.check_invariants = true}, fake_decoders(), nullptr);
+  auto sink = std::make_shared<CollectingSink>();
+  sched.add(request(1, text(3, 'a'), 20, sink));
+  sched.step();
+  sched.add(request(2, text(30, 'b'), 2, sink));
+  run_to_idle(sched);
+  EXPECT_FALSE(backend.mixed_steps().empty());
+  EXPECT_FALSE(guard.failed());
+  backend.fail_on_token(7);
+  std::vector<int32_t> bad = text(20, 'c');
+  bad[5] = 7;
+  sched.add(request(3, text(3, 'a'), 20, sink));
+  sched.step();
+  sched.add(request(4, bad, 2, sink));
+  run_to_idle(sched);
+  EXPECT_TRUE(guard.failed());
+  EXPECT_NE(guard.failure().find("mixed step"), std::string::npos) << guard.failure();
 }
 
 // Random arrivals, prompt lengths, sampling, block sizes, mixed capacities and pool sizes
