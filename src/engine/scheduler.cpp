@@ -220,6 +220,7 @@ void Scheduler::emit(Sequence& s, OutputProcessor::Step&& step, std::vector<int3
   o.index = s.req.index;
   if (!tokens.empty()) {
     if (!s.first_token_done && s.req.prompt_logprobs) o.prompt_logprobs = std::move(s.prompt_lp);
+    if (!s.first_token_done) s.first_token_time = now;
     s.first_token_done = true;
     s.last_token_time = now;
   }

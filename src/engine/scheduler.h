@@ -5,8 +5,11 @@
 //      sequences keep decoding between the chunks of a long prompt; with mixed steps (a backend
 //      whose max_mixed_prompt_rows() > 0, and config.mixed_steps), while any sequence decodes the
 //      prompt pieces instead ride in its decode step (Backend::decode_async_mixed), first come first
-//      served, as many prompt tokens as PromptShare allows: the streams' step stays within
-//      mixed_itl_ratio x a step without prompt tokens. Only when nothing decodes (or for prompts
+//      served. First come, first served also between a prompt and the streams: a prompt that
+//      arrived while a row of the step was already generating (its first token came before the
+//      prompt's arrival) may not stall it, and rides only as many tokens as PromptShare allows (the
+//      step stays within mixed_itl_ratio x a step without prompt tokens); a prompt that arrived
+//      before every row's first token (a burst of requests) rides the full budget. Only when nothing decodes (or for prompts
 //      that want prompt logprobs) does a prompt run as separate prefill calls at the full budget;
 //   3. decode every sequence whose prompt is in: one token each, in one backend call; a sequence
 //      that needs a new block when none is free preempts the newest running sequence (its blocks
@@ -58,9 +61,6 @@ struct SchedulerConfig {
   bool log_steps = false;  // log one line per iteration that decoded (step_line)
   bool mixed_steps = true;  // prompt pieces ride in the decode step when the backend mixes them
   double mixed_itl_ratio = 1.6;  // PromptShare's bound: a mixed step's time over a plain step's
-  // The bound protects streams mid-generation: while no row of the step has generated this many
-  // tokens (a burst of new requests), a mixed step carries the full prompt budget instead.
-  int mixed_settled_tokens = 16;
 };
 
 class Scheduler {

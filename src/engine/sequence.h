@@ -34,6 +34,7 @@ struct Scheduler::Sequence {
   std::vector<int32_t> banned;  // end tokens, kept from sampling before min_tokens
   std::vector<std::optional<TokenLogprob>> prompt_lp;  // [n_prompt] with prompt_logprobs
   Clock::time_point last_token_time;
+  Clock::time_point first_token_time;  // set with first_token_done
 
   // The first step that computes any of its tokens: its queue time (arrival to now) is observed.
   void start(EngineMetrics* metrics) {

@@ -89,6 +89,40 @@ TEST(PrefillIndex, AttentionTilesCoverTokensAndHeads) {
       }
 }
 
+// Key splits: 1 when the query tiles fill the target alone; otherwise CTAs within the target (the
+// partial buffers are sized by it), each split at least kAttnMinSplitTiles key tiles of the longest
+// query tile, and the splits of every query tile cover its key tiles once, in order.
+TEST(PrefillIndex, KeySplitsStayWithinTheTargetAndCoverEveryKeyTileOnce) {
+  constexpr int kTarget = 264;
+  EXPECT_EQ(attn_key_splits(0, 2048, 8, 4, kTarget), 1) << "128 tiles x 4 groups fill it";
+  EXPECT_EQ(attn_key_splits(10000, 16, 8, 4, kTarget), kAttnMaxKeySplits) << "one tile a group, 10K keys";
+  EXPECT_EQ(attn_key_splits(0, 16, 8, 4, kTarget), 1) << "16 keys: nothing to split";
+  EXPECT_EQ(attn_key_splits(200, 100, 8, 4, kTarget), 1) << "5 key tiles: under two splits' minimum";
+  for (int start : {0, 1, 255, 256, 1000, 4097, 16000})
+    for (int n : {1, 7, 16, 17, 100, 500, 768})
+      for (int gs : {1, 4, 8}) {
+        const int splits = attn_key_splits(start, n, gs, 4, kTarget);
+        ASSERT_GE(splits, 1);
+        ASSERT_LE(splits, kAttnMaxKeySplits);
+        if (splits > 1) {
+          EXPECT_LE(attn_q_tiles(n, gs) * 4 * splits, kTarget) << start << " " << n << " " << gs;
+          EXPECT_GE(ceil_div(start + n, kAttnKeyTile), splits * kAttnMinSplitTiles);
+        }
+        for (int qt = 0; qt < attn_q_tiles(n, gs); ++qt) {
+          const int n_kt = ceil_div(attn_key_end(start, n, qt, gs), kAttnKeyTile);
+          int next = 0;
+          for (int z = 0; z < splits; ++z) {
+            const AttnTileRange r = attn_split_tiles(n_kt, z, splits);
+            ASSERT_EQ(r.begin, next) << "split " << z << " of " << splits;
+            ASSERT_GE(r.end, r.begin);
+            next = r.end;
+          }
+          ASSERT_EQ(next, n_kt);
+          ASSERT_GE(attn_split_tiles(n_kt, 0, splits).end, 1) << "split 0 always has keys";
+        }
+      }
+}
+
 TEST(PrefillIndex, PiecesCoverTheChunkInOrder) {
   for (int chunk : {1, 7, 512, 2048})
     for (int n : {1, 6, 7, 8, 511, 512, 513, 2500, 4096}) {

@@ -185,6 +185,11 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   MD_CHECK(v.bytes() == arena_bytes_, "batched step workspace layout drifted from workspace_bytes");
   CUDA_CHECK(cudaMemset(split_sem_, 0, std::max<size_t>(n_sem, 1) * sizeof(int32_t)));
   CUDA_CHECK(cudaMallocHost(&tokens_host_, (max_rows_ + 1) * sizeof(int32_t)));
+  if (max_prompt_rows_ > 0) {  // a small piece at a long position splits its keys over about 2 CTAs an SM
+    piece_attn_ctas_ = 2 * sm_count();
+    CUDA_CHECK(cudaMalloc(&piece_part_o_, static_cast<size_t>(piece_attn_ctas_) * prefill::kAttnRows * c.head_dim * 4));
+    CUDA_CHECK(cudaMalloc(&piece_part_ml_, static_cast<size_t>(piece_attn_ctas_) * prefill::kAttnRows * 2 * 4));
+  }
 }
 
 BatchedStep::~BatchedStep() {
@@ -197,6 +202,8 @@ BatchedStep::~BatchedStep() {
   cudaFree(part_ml_);
   cudaFree(route_ids_);
   cudaFree(route_w_);
+  cudaFree(piece_part_o_);
+  cudaFree(piece_part_ml_);
 }
 
 void BatchedStep::drop_graphs() {
@@ -550,6 +557,9 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
     pa.block_size = kv.block_size;
     pa.scale = w.attn_scale;
     pa.out = attn_ + static_cast<int64_t>(p.row0) * nq;
+    pa.key_splits = prefill::attn_key_splits(p.start_pos, p.n, gs, G, piece_attn_ctas_);
+    pa.part_o = piece_part_o_;
+    pa.part_ml = piece_part_ml_;
     prefill::attention(pa, stream);
   }
   mark("attention", stream);

@@ -145,6 +145,9 @@ class BatchedStep {
   float* part_o_ = nullptr;         // attention partials, [split_capacity][n_heads][head_dim]
   float* part_ml_ = nullptr;
   int split_capacity_ = 0;
+  float* piece_part_o_ = nullptr;   // a mixed step's split prompt attention: partials of
+  float* piece_part_ml_ = nullptr;  // kPieceAttnCtas CTAs (prefill::AttnArgs key_splits)
+  int piece_attn_ctas_ = 0;
   int32_t* route_ids_ = nullptr;    // [max_rows][n_layers][top_k] routing capture (device)
   float* route_w_ = nullptr;
 

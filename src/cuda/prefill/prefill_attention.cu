@@ -55,7 +55,9 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
   const int qt = gridDim.x - 1 - blockIdx.x;  // longest tiles first
   const int tq = attn_tile_tokens(gs), tok0 = qt * tq;
   const int key_end = attn_key_end(a.start_pos, a.n_tokens, qt, gs);
-  const int n_kt = ceil_div(key_end, kAttnKeyTile);
+  // This CTA's key tiles: all of them, or split blockIdx.z's range.
+  const AttnTileRange tiles = attn_split_tiles(ceil_div(key_end, kAttnKeyTile), blockIdx.z, a.key_splits);
+  const int kt0 = tiles.begin, n_kt = tiles.end - tiles.begin;
 
   // Q rows (token, head) of the tile; padding rows are zero.
   for (int c = tid; c < kAttnRows * (kD / 8); c += kAttnThreads) {
@@ -66,7 +68,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
         ok ? a.q + (static_cast<int64_t>(tok0 + tl) * n_heads + g * gs + attn_row_head(r, gs)) * kD + part * 8 : a.q;
     ptx::cp_async_16(smem + r * S::kPitch + part * 16, src, ok ? 16 : 0);
   }
-  load_kv<kD>(smem, 0, 0, a, g, key_end);
+  if (n_kt > 0) load_kv<kD>(smem, 0, kt0, a, g, key_end);
   ptx::cp_async_commit();
 
   // This lane's two rows (g4, g4 + 8 of the warp's 16) and their query positions (-1: padding).
@@ -86,23 +88,24 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   uint32_t qf[kD / 16][4];
 
-  for (int kt = 0; kt < n_kt; ++kt) {
-    if (kt + 1 < n_kt) {
-      load_kv<kD>(smem, (kt + 1) & 1, kt + 1, a, g, key_end);
+  for (int it = 0; it < n_kt; ++it) {
+    const int kt = kt0 + it;  // buffers alternate with it
+    if (it + 1 < n_kt) {
+      load_kv<kD>(smem, (it + 1) & 1, kt + 1, a, g, key_end);
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
     } else {
       ptx::cp_async_wait<0>();
     }
     __syncthreads();  // tile kt (and Q) landed for every thread
-    if (kt == 0) {
+    if (it == 0) {
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk)
         ptx::ldmatrix_x4(qf[kk], smem + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S::kPitch + kk * 32 +
                                      (lane >> 4) * 16);
     }
-    const uint8_t* ks = smem + S::kQBytes + (kt & 1) * S::kKvBytes;
-    const uint8_t* vs = smem + S::kQBytes + (2 + (kt & 1)) * S::kKvBytes;
+    const uint8_t* ks = smem + S::kQBytes + (it & 1) * S::kKvBytes;
+    const uint8_t* vs = smem + S::kQBytes + (2 + (it & 1)) * S::kKvBytes;
 
     // S = Q K^T for 16 rows x 64 keys.
     float s[8][4];
@@ -157,7 +160,26 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
         ptx::mma_bf16_16816(o[2 * nd], pf[kk], r[0], r[1]);
         ptx::mma_bf16_16816(o[2 * nd + 1], pf[kk], r[2], r[3]);
       }
-    __syncthreads();  // buffer kt & 1 is refilled by the next iteration's load
+    __syncthreads();  // buffer it & 1 is refilled by the next iteration's load
+  }
+  ptx::cp_async_wait<0>();  // (an empty split's Q copies) no copy outlives the CTA
+
+  if (a.key_splits > 1) {  // this split's unnormalised partial; the merge normalises
+    const int64_t cta = (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits + blockIdx.z;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] = quad_sum(l[h]);
+      const int r = warp * 16 + g4 + 8 * h;
+      float* po = a.part_o + (cta * kAttnRows + r) * kD;
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n)
+        *reinterpret_cast<float2*>(po + n * 8 + 2 * t4) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+      if (t4 == 0) {
+        a.part_ml[(cta * kAttnRows + r) * 2] = m[h];
+        a.part_ml[(cta * kAttnRows + r) * 2 + 1] = l[h];
+      }
+    }
+    return;
   }
 
   // Normalise and store bf16 rows [token][head * D + d].
@@ -175,6 +197,25 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
   }
 }
 
+// Row (token, head)'s splits merged in split order (attention_state.cuh), normalised, bf16.
+template <int kD>
+__global__ void __launch_bounds__(kD) merge_kernel(const AttnArgs a) {
+  const int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
+  const int gs = a.group_size, g = head / gs, tq = attn_tile_tokens(gs), qt = t / tq;
+  const int r = (t - qt * tq) * gs + head % gs;
+  const int64_t cta0 = (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits;
+  float m_all = 0.0f, l_all = 0.0f;
+  const float o = attn_merge(
+      a.key_splits, [&](int i) { return a.part_ml[((cta0 + i) * kAttnRows + r) * 2]; },
+      [&](int i) {
+        const int64_t row = (cta0 + i) * kAttnRows + r;
+        return AttnPartial{a.part_ml[row * 2], a.part_ml[row * 2 + 1], a.part_o[row * kD + d]};
+      },
+      m_all, l_all);
+  const int n_heads = a.n_kv_heads * gs;
+  a.out[(static_cast<int64_t>(t) * n_heads + head) * kD + d] = float_to_bf16_bits(attn_normalise(o, l_all));
+}
+
 template <int kD>
 void launch(const AttnArgs& a, cudaStream_t stream) {
   static std::once_flag configured;
@@ -182,9 +223,13 @@ void launch(const AttnArgs& a, cudaStream_t stream) {
     CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     AttnShape<kD>::kSmemBytes));
   });
-  const dim3 grid(attn_q_tiles(a.n_tokens, a.group_size), a.n_kv_heads);
+  const dim3 grid(attn_q_tiles(a.n_tokens, a.group_size), a.n_kv_heads, a.key_splits);
   attention_kernel<kD><<<grid, kAttnThreads, AttnShape<kD>::kSmemBytes, stream>>>(a);
   CUDA_CHECK_LAST();
+  if (a.key_splits > 1) {
+    merge_kernel<kD><<<dim3(a.n_tokens, a.n_kv_heads * a.group_size), kD, 0, stream>>>(a);
+    CUDA_CHECK_LAST();
+  }
 }
 
 }  // namespace
@@ -196,6 +241,9 @@ void attention(const AttnArgs& a, cudaStream_t stream) {
              "prefill attention: ", a.group_size, " heads per group, ", a.n_kv_heads, " groups");
   MD_REQUIRE(a.block_size >= 1 && a.start_pos >= 0 && a.scale > 0.0f, "prefill attention: bad block size or position");
   MD_REQUIRE(a.q && a.k_cache && a.v_cache && a.block_table && a.out, "prefill attention: null pointer");
+  MD_REQUIRE(a.key_splits >= 1 && a.key_splits <= kAttnMaxKeySplits, "prefill attention: ", a.key_splits,
+             " key splits outside 1..", kAttnMaxKeySplits);
+  MD_REQUIRE(a.key_splits == 1 || (a.part_o && a.part_ml), "prefill attention: key splits need partial buffers");
   if (a.n_tokens <= 0) return;
   switch (a.head_dim) {
     case 32: return launch<32>(a, stream);

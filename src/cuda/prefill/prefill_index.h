@@ -51,6 +51,34 @@ MD_HOST_DEVICE constexpr int attn_key_end(int start_pos, int n_tokens, int tile,
   return start_pos + (t_end < n_tokens ? t_end : n_tokens);
 }
 
+// Key splits (a mixed step's small pieces at long positions): a piece whose CTAs (query tiles x KV
+// groups) would leave the GPU idle cuts each query tile's keys into `splits` ranges of whole key
+// tiles, each a CTA writing an unnormalised partial, merged after in split order. As many splits as
+// bring the CTAs to about target_ctas, at most kAttnMaxKeySplits, each at least
+// kAttnMinSplitTiles key tiles of the piece's longest query tile; 1 when the tiles fill it alone.
+constexpr int kAttnMinSplitTiles = 4;
+constexpr int kAttnMaxKeySplits = 32;
+MD_HOST_DEVICE constexpr int attn_key_splits(int start_pos, int n_tokens, int group_size, int n_kv_heads,
+                                             int target_ctas) {
+  const int ctas = attn_q_tiles(n_tokens, group_size) * n_kv_heads;
+  if (ctas <= 0 || ctas >= target_ctas) return 1;
+  int s = target_ctas / ctas;
+  const int by_keys = ceil_div(start_pos + n_tokens, kAttnKeyTile) / kAttnMinSplitTiles;
+  if (s > by_keys) s = by_keys;
+  if (s > kAttnMaxKeySplits) s = kAttnMaxKeySplits;
+  return s < 1 ? 1 : s;
+}
+struct AttnTileRange {
+  int begin, end;  // key tiles [begin, end); empty for a split past a short query tile's keys
+};
+// Key tiles of split `split` (of `splits`) of a query tile that reads n_kt key tiles.
+MD_HOST_DEVICE constexpr AttnTileRange attn_split_tiles(int n_kt, int split, int splits) {
+  const int per = ceil_div(n_kt, splits);
+  const int b = split * per < n_kt ? split * per : n_kt;
+  const int e = b + per < n_kt ? b + per : n_kt;
+  return {b, e};
+}
+
 // ---- chunking (CudaBackend::prefill) ----
 // Piece i of a chunk of n_tokens cut into pieces of at most max_chunk: [begin, begin + length).
 MD_HOST_DEVICE constexpr int prefill_n_pieces(int n_tokens, int max_chunk) { return ceil_div(n_tokens, max_chunk); }

@@ -75,6 +75,12 @@ struct AttnArgs {
   int n_kv_heads = 0, group_size = 0, head_dim = 0, block_size = 0;
   float scale = 0.0f;                // 1/sqrt(D)
   uint16_t* out = nullptr;           // [n_tokens][n_heads * D] bf16
+  // key_splits > 1 (prefill_index.h attn_key_splits): each query tile's keys in that many ranges,
+  // partials in part_o [q_tiles * G * splits][kAttnRows][D] and part_ml [..][kAttnRows][2] (m, l),
+  // then a merge in split order. The result differs from the unsplit one only in rounding.
+  int key_splits = 1;
+  float* part_o = nullptr;
+  float* part_ml = nullptr;
 };
 void attention(const AttnArgs& args, cudaStream_t stream);
 
