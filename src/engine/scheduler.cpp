@@ -86,9 +86,7 @@ bool Scheduler::step() {
   } else {
     finish_in_flight();
     admit();
-    // With mixed steps, prompts ride in the decode step while anything decodes.
-    const bool decoding = std::any_of(running_.begin(), running_.end(), [](const auto& s) { return s->ready_to_decode(); });
-    prefill(mixing() && decoding);
+    prefill();  // prompts that do not ride in the decode step (rides_mixed)
     decode();
   }
   // The prompt share's estimates, from iterations that ran one decode step and no prefill call.
@@ -149,12 +147,26 @@ void Scheduler::admit() {
 
 bool Scheduler::mixing() const { return config_.mixed_steps && backend_.max_mixed_prompt_rows() > 0; }
 
-void Scheduler::prefill(bool logprob_prompts_only) {
+std::optional<Clock::time_point> Scheduler::oldest_stream() const {
+  std::optional<Clock::time_point> oldest;
+  for (const auto& s : running_)
+    if (s->ready_to_decode() && s->first_token_done && (!oldest || s->first_token_time < *oldest))
+      oldest = s->first_token_time;
+  return oldest;
+}
+
+bool Scheduler::rides_mixed(const Sequence& s, std::optional<Clock::time_point> oldest) const {
+  // Prompt logprobs need each position's logits, which a mixed step does not return.
+  return mixing() && oldest && *oldest < s.req.arrival && !(s.req.prompt_logprobs && !s.first_token_done);
+}
+
+void Scheduler::prefill() {
   int budget = config_.max_prefill_tokens;
+  const std::optional<Clock::time_point> oldest = oldest_stream();
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = *running_[i];
     const int target = static_cast<int>(s.tokens.size()) - 1;
-    if (logprob_prompts_only && !(s.req.prompt_logprobs && !s.first_token_done)) {
+    if (rides_mixed(s, oldest)) {
       ++i;
       continue;
     }

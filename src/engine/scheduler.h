@@ -2,15 +2,14 @@
 //   1. admit waiting sequences (FIFO) while a slot and their prompt's KV blocks are free, reusing
 //      prefix-cached blocks;
 //   2. prefill at most max_prefill_tokens prompt tokens (chunked across iterations), so running
-//      sequences keep decoding between the chunks of a long prompt; with mixed steps (a backend
-//      whose max_mixed_prompt_rows() > 0, and config.mixed_steps), while any sequence decodes the
-//      prompt pieces instead ride in its decode step (Backend::decode_async_mixed), first come first
-//      served. First come, first served also between a prompt and the streams: a prompt that
-//      arrived while a row of the step was already generating (its first token came before the
-//      prompt's arrival) may not stall it, and rides only as many tokens as PromptShare allows (the
-//      step stays within mixed_itl_ratio x a step without prompt tokens); a prompt that arrived
-//      before every row's first token (a burst of requests) rides the full budget. Only when nothing decodes (or for prompts
-//      that want prompt logprobs) does a prompt run as separate prefill calls at the full budget;
+//      sequences keep decoding between the chunks of a long prompt. With mixed steps (a backend
+//      whose max_mixed_prompt_rows() > 0, and config.mixed_steps), first come, first served also
+//      holds between a prompt and the streams: a prompt that arrived while a stream was already
+//      generating (that stream's first token came before the prompt's arrival) may not stall it,
+//      so it rides in the decode steps (Backend::decode_async_mixed), as many tokens a step as
+//      PromptShare allows (the step stays within mixed_itl_ratio x a step without prompt tokens);
+//      a prompt that arrived before every stream's first token (a burst of requests), and one that
+//      wants prompt logprobs, is prefilled in separate calls at the full budget;
 //   3. decode every sequence whose prompt is in: one token each, in one backend call; a sequence
 //      that needs a new block when none is free preempts the newest running sequence (its blocks
 //      are freed; it waits again at the front and recomputes its tokens when readmitted).
@@ -104,9 +103,14 @@ class Scheduler {
   };
   void admit();
   KvAdmission head_admission() const;
-  void prefill(bool logprob_prompts_only);
+  void prefill();
   void decode();
   bool mixing() const;
+  // The first-token time of the earliest running stream (nullopt: none has one yet).
+  std::optional<Clock::time_point> oldest_stream() const;
+  // Whether s's prompt rides in decode steps (a mixed step) rather than prefill calls: it arrived
+  // while a stream was already generating (it may not stall that stream).
+  bool rides_mixed(const Sequence& s, std::optional<Clock::time_point> oldest) const;
   // A mixed step's prompt pieces (first come, first served) for a step whose rows are `rows`.
   std::vector<std::pair<Sequence*, int>> prompt_pieces(const std::vector<Sequence*>& rows);
   void preempt(size_t running_index);

@@ -64,25 +64,20 @@ void Scheduler::decode() {
 
 std::vector<std::pair<Scheduler::Sequence*, int>> Scheduler::prompt_pieces(const std::vector<Sequence*>& rows) {
   std::vector<std::pair<Sequence*, int>> pieces;
-  const int cap = std::min(config_.max_prefill_tokens, backend_.max_mixed_prompt_rows());
-  // The step's oldest stream: prompts that arrived after its first token may not stall it.
-  std::optional<Clock::time_point> oldest;
-  for (const Sequence* r : rows)
-    if (r->first_token_done && (!oldest || r->first_token_time < *oldest)) oldest = r->first_token_time;
-  int share = cap, bounded = prompt_share_.tokens(cap);  // all pieces; the pieces of later prompts
-  for (auto& sp : running_) {  // admission order: first come, first served
+  // Prompts that arrived while a stream was generating (rides_mixed), first come, first served, as
+  // many tokens as keep the step within the ITL bound (PromptShare).
+  const std::optional<Clock::time_point> oldest = oldest_stream();
+  int share = prompt_share_.tokens(std::min(config_.max_prefill_tokens, backend_.max_mixed_prompt_rows()));
+  for (auto& sp : running_) {  // admission order
     if (share <= 0) break;
     Sequence& s = *sp;
     const int target = static_cast<int>(s.tokens.size()) - 1;
-    if (s.ended || s.n_computed >= target || (s.req.prompt_logprobs && !s.first_token_done)) continue;
+    if (s.ended || s.n_computed >= target || !rides_mixed(s, oldest)) continue;
     if (std::find(rows.begin(), rows.end(), &s) != rows.end()) continue;
-    const bool later = oldest && *oldest < s.req.arrival;
-    const int n = std::min({target - s.n_computed, share, later ? bounded : share});
-    if (n <= 0) break;
+    const int n = std::min(target - s.n_computed, share);
     s.start(metrics_);
     pieces.push_back({&s, n});
     share -= n;
-    if (later) bounded -= n;
   }
   return pieces;
 }

@@ -173,10 +173,11 @@ TEST(SchedulerMixed, AFailedMixedStepEndsItsRowsAndPieces) {
   EXPECT_EQ(tokens_by_request(*sink).at(3), fake_reference(text(9, 'c'), SamplingParams{.temperature = 0}, 3));
 }
 
-// First come, first served between prompts and streams: prompts that arrived before a stream's
-// first token (a burst) ride the full budget beside it; a prompt that arrived after it was already
-// generating rides only the share PromptShare allows (at most its initial 64 or the measured one).
-TEST(SchedulerMixed, OnlyPromptsArrivingMidStreamAreBounded) {
+// First come, first served between prompts and streams: prompts that arrived before every
+// stream's first token (a burst) are prefilled in separate calls at the full budget; a prompt that
+// arrived after a stream was already generating rides in its steps, only the share PromptShare
+// allows (at most its initial 64 or the measured one).
+TEST(SchedulerMixed, OnlyPromptsArrivingMidStreamRideAndAreBounded) {
   FakeBackend backend(512, 4);
   backend.set_mixed_prompt_rows(200);
   // A ratio barely over 1: the bounded share is its floor (16) once measured, 64 before.
@@ -185,23 +186,24 @@ TEST(SchedulerMixed, OnlyPromptsArrivingMidStreamAreBounded) {
                   fake_decoders(), nullptr);
   auto sink = std::make_shared<CollectingSink>();
   sched.add(request(1, text(1, 'a'), 40, sink));   // decodes from the first step
-  sched.add(request(2, text(601, 'b'), 2, sink));  // arrived with it: full budget
+  sched.add(request(2, text(601, 'b'), 2, sink));  // arrived with it: separate prefill calls
   sched.step();
   sched.step();
   sched.add(request(3, text(301, 'c'), 2, sink));  // arrives while request 1 generates
   run_to_idle(sched);
-  int full2 = 0, n3 = 0;
+  const std::vector<int64_t> prefilled = backend.prefill_seqs();
+  int n3 = 0;
   for (const auto& step : backend.mixed_steps())
     for (const auto& [seq, n] : step) {
-      if (seq == 2 && n == 200) ++full2;
-      if (seq == 3) {
-        EXPECT_LE(n, 64) << "a prompt arriving mid-stream rode more than the bounded share";
-        n3 += n;
-      }
+      EXPECT_EQ(seq, 3) << "only the prompt that arrived mid-stream rides";
+      EXPECT_LE(n, 64) << "a prompt arriving mid-stream rode more than the bounded share";
+      n3 += n;
     }
-  EXPECT_EQ(full2, 3) << "600 burst tokens in 3 full-budget pieces";
   EXPECT_EQ(n3, 300);
+  EXPECT_EQ(backend.n_prefill_tokens(), 600u + 300u) << "request 2's 600 in calls, request 3's 300 as pieces";
+  EXPECT_EQ(prefilled.front(), 2);
   const auto out = tokens_by_request(*sink);
+  EXPECT_EQ(out.at(2), fake_reference(text(601, 'b'), SamplingParams{.temperature = 0}, 2));
   EXPECT_EQ(out.at(3), fake_reference(text(301, 'c'), SamplingParams{.temperature = 0}, 2));
 }
 
