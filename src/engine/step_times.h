@@ -30,8 +30,8 @@ struct StepTimes {
   double host_s() const { return schedule_s + plan_s + stage_s + launch_s + output_s; }
 };
 
-// One line: "step 12 batch 8 chained | host 41.2 us = schedule 5.1 plan 20.3 stage 3.2 launch 0.4
-// output 12.2 | wait 3990.1 us compute 0.0 us prefill 0.0 us".
+// One line: "step 12 batch 8 chained + 16 prompt | host 41.2 us = schedule 5.1 plan 20.3 stage 3.2 launch 0.4
+// output 12.2 | wait 3990.1 us compute 0.0 us prefill 0.0 us" ("+ N prompt": a mixed step's prompt tokens).
 std::string step_line(const StepTimes& t);
 
 }  // namespace megadecode

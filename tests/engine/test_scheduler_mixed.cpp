@@ -233,6 +233,15 @@ TEST(SchedulerMixed, TheBackendGuardForwardsMixedSteps) {
   EXPECT_NE(guard.failure().find("mixed step"), std::string::npos) << guard.failure();
 }
 
+TEST(SchedulerMixed, TheStepLineShowsAMixedStepsPromptTokens) {
+  StepTimes t;
+  t.step = 3;
+  t.batch = 8;
+  EXPECT_NE(step_line(t).find("step 3 batch 8 | host"), std::string::npos) << step_line(t);
+  t.mixed_tokens = 16;
+  EXPECT_NE(step_line(t).find("step 3 batch 8 + 16 prompt | host"), std::string::npos) << step_line(t);
+}
+
 // Random arrivals, prompt lengths, sampling, block sizes, mixed capacities and pool sizes
 // (preemption included): every output equals the reference.
 TEST(SchedulerMixed, RandomWorkloadMatchesReference) {
