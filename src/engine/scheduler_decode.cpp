@@ -49,7 +49,7 @@ void Scheduler::decode() {
     seqs.push_back(d);
   }
   if (rows.empty()) return;
-  std::vector<std::pair<Sequence*, int>> pieces = mixing() ? prompt_pieces(rows) : std::vector<std::pair<Sequence*, int>>{};
+  std::vector<std::pair<Sequence*, int>> pieces = prompt_pieces(rows);  // none unless mixing (rides_mixed)
 
   std::string error;
   in_flight_ = launch(rows, seqs, want_logits, error, pieces);

@@ -72,6 +72,20 @@ inline std::vector<int32_t> fake_reference(std::vector<int32_t> history, const S
   return out;
 }
 
+// A request for the scheduler tests: ignores end tokens, so it runs max_tokens steps.
+inline SequenceRequest make_request(uint64_t id, std::vector<int32_t> prompt, int max_tokens,
+                                    std::shared_ptr<OutputSink> sink, float temperature = 0.0f, uint64_t seed = 0) {
+  SequenceRequest r;
+  r.request_id = id;
+  r.prompt = std::move(prompt);
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.stop.max_tokens = max_tokens;
+  r.stop.ignore_eos = true;
+  r.sink = std::move(sink);
+  return r;
+}
+
 class FakeBackend : public Backend {
  public:
   FakeBackend(int n_blocks, int block_size, int max_positions = 4096) : n_blocks_(n_blocks), block_size_(block_size) {

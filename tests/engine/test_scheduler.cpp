@@ -18,19 +18,7 @@ using testing::FakeBackend;
 using testing::fake_decoders;
 using testing::fake_reference;
 using testing::fake_text;
-
-SequenceRequest make_request(uint64_t id, std::vector<int32_t> prompt, int max_tokens,
-                             std::shared_ptr<OutputSink> sink, float temperature = 0.0f, uint64_t seed = 0) {
-  SequenceRequest r;
-  r.request_id = id;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = temperature;
-  r.sampling.seed = seed;
-  r.stop.max_tokens = max_tokens;
-  r.stop.ignore_eos = true;
-  r.sink = std::move(sink);
-  return r;
-}
+using testing::make_request;
 
 std::pair<uint64_t, int> key(uint64_t id, int index = 0) { return {id, index}; }
 

@@ -20,19 +20,7 @@ using testing::CollectingSink;
 using testing::FakeBackend;
 using testing::fake_decoders;
 using testing::fake_reference;
-
-SequenceRequest request(uint64_t id, std::vector<int32_t> prompt, int max_tokens, std::shared_ptr<OutputSink> sink,
-                        float temperature = 0.0f, uint64_t seed = 0) {
-  SequenceRequest r;
-  r.request_id = id;
-  r.prompt = std::move(prompt);
-  r.sampling.temperature = temperature;
-  r.sampling.seed = seed;
-  r.stop.max_tokens = max_tokens;
-  r.stop.ignore_eos = true;
-  r.sink = std::move(sink);
-  return r;
-}
+using testing::make_request;
 
 std::vector<int32_t> text(int n, char c) { return std::vector<int32_t>(n, c); }
 
@@ -77,10 +65,10 @@ TEST(SchedulerMixed, PromptRidesInTheStreamsStepsAndOutputsMatch) {
   Scheduler sched(backend, SchedulerConfig{.max_prefill_tokens = 2048, .check_invariants = true}, fake_decoders(),
                   nullptr);
   auto sink = std::make_shared<CollectingSink>();
-  sched.add(request(1, text(5, 'a'), 80, sink));
+  sched.add(make_request(1, text(5, 'a'), 80, sink));
   sched.step();  // request 1 alone: its prompt runs as a prefill call, its first token is decoded
   const size_t log0 = backend.call_log().size();
-  sched.add(request(2, text(201, 'b'), 4, sink));
+  sched.add(make_request(2, text(201, 'b'), 4, sink));
   run_to_idle(sched);
   const std::string log = backend.call_log().substr(log0);
   // Every prefill call of request 2 is one of a mixed step's pieces ('m' then its 'p's, then 'd').
@@ -111,10 +99,10 @@ TEST(SchedulerMixed, PromptsAreCarriedFirstComeFirstServed) {
   backend.set_mixed_prompt_rows(16);
   Scheduler sched(backend, SchedulerConfig{.check_invariants = true}, fake_decoders(), nullptr);
   auto sink = std::make_shared<CollectingSink>();
-  sched.add(request(1, text(3, 'a'), 60, sink));
+  sched.add(make_request(1, text(3, 'a'), 60, sink));
   sched.step();
-  sched.add(request(2, text(50, 'b'), 2, sink));
-  sched.add(request(3, text(41, 'c'), 2, sink));
+  sched.add(make_request(2, text(50, 'b'), 2, sink));
+  sched.add(make_request(3, text(41, 'c'), 2, sink));
   run_to_idle(sched);
   const auto steps = backend.mixed_steps();
   ASSERT_FALSE(steps.empty());
@@ -155,12 +143,12 @@ TEST(SchedulerMixed, AFailedMixedStepEndsItsRowsAndPieces) {
   backend.set_mixed_prompt_rows(8);
   Scheduler sched(backend, SchedulerConfig{.check_invariants = true}, fake_decoders(), nullptr);
   auto sink = std::make_shared<CollectingSink>();
-  sched.add(request(1, text(3, 'a'), 40, sink));
+  sched.add(make_request(1, text(3, 'a'), 40, sink));
   sched.step();
   std::vector<int32_t> bad = text(30, 'b');
   bad[20] = 7;  // the fake fails on this token: in a piece of a mixed step
   backend.fail_on_token(7);
-  sched.add(request(2, bad, 3, sink));
+  sched.add(make_request(2, bad, 3, sink));
   run_to_idle(sched);
   std::set<uint64_t> errors;
   for (const SeqOutput& e : sink->events)
@@ -168,7 +156,7 @@ TEST(SchedulerMixed, AFailedMixedStepEndsItsRowsAndPieces) {
   EXPECT_EQ(errors, (std::set<uint64_t>{1, 2}));
   EXPECT_EQ(sched.kv().n_used(), 0);
   backend.fail_on_token(-1);
-  sched.add(request(3, text(9, 'c'), 3, sink));
+  sched.add(make_request(3, text(9, 'c'), 3, sink));
   run_to_idle(sched);
   EXPECT_EQ(tokens_by_request(*sink).at(3), fake_reference(text(9, 'c'), SamplingParams{.temperature = 0}, 3));
 }
@@ -185,11 +173,11 @@ TEST(SchedulerMixed, OnlyPromptsArrivingMidStreamRideAndAreBounded) {
                   SchedulerConfig{.max_prefill_tokens = 1000, .check_invariants = true, .mixed_itl_ratio = 1.000001},
                   fake_decoders(), nullptr);
   auto sink = std::make_shared<CollectingSink>();
-  sched.add(request(1, text(1, 'a'), 40, sink));   // decodes from the first step
-  sched.add(request(2, text(601, 'b'), 2, sink));  // arrived with it: separate prefill calls
+  sched.add(make_request(1, text(1, 'a'), 40, sink));   // decodes from the first step
+  sched.add(make_request(2, text(601, 'b'), 2, sink));  // arrived with it: separate prefill calls
   sched.step();
   sched.step();
-  sched.add(request(3, text(301, 'c'), 2, sink));  // arrives while request 1 generates
+  sched.add(make_request(3, text(301, 'c'), 2, sink));  // arrives while request 1 generates
   run_to_idle(sched);
   const std::vector<int64_t> prefilled = backend.prefill_seqs();
   int n3 = 0;
@@ -216,18 +204,18 @@ TEST(SchedulerMixed, TheBackendGuardForwardsMixedSteps) {
   EXPECT_EQ(guard.max_mixed_prompt_rows(), 8);
   Scheduler sched(guard, SchedulerConfig{.check_invariants = true}, fake_decoders(), nullptr);
   auto sink = std::make_shared<CollectingSink>();
-  sched.add(request(1, text(3, 'a'), 20, sink));
+  sched.add(make_request(1, text(3, 'a'), 20, sink));
   sched.step();
-  sched.add(request(2, text(30, 'b'), 2, sink));
+  sched.add(make_request(2, text(30, 'b'), 2, sink));
   run_to_idle(sched);
   EXPECT_FALSE(backend.mixed_steps().empty());
   EXPECT_FALSE(guard.failed());
   backend.fail_on_token(7);
   std::vector<int32_t> bad = text(20, 'c');
   bad[5] = 7;
-  sched.add(request(3, text(3, 'a'), 20, sink));
+  sched.add(make_request(3, text(3, 'a'), 20, sink));
   sched.step();
-  sched.add(request(4, bad, 2, sink));
+  sched.add(make_request(4, bad, 2, sink));
   run_to_idle(sched);
   EXPECT_TRUE(guard.failed());
   EXPECT_NE(guard.failure().find("mixed step"), std::string::npos) << guard.failure();
@@ -264,7 +252,7 @@ TEST(SchedulerMixed, RandomWorkloadMatchesReference) {
       std::vector<int32_t> prompt;
       for (int k = 1 + static_cast<int>(rng.below(60)); k > 0; --k) prompt.push_back(32 + static_cast<int32_t>(rng.below(90)));
       const int mt = 1 + static_cast<int>(rng.below(30));
-      auto r = request(i + 1, prompt, mt, sink, rng.below(2) == 0 ? 0.0f : 0.8f, rng.next());
+      auto r = make_request(i + 1, prompt, mt, sink, rng.below(2) == 0 ? 0.0f : 0.8f, rng.next());
       expected[i + 1] = {prompt, r.sampling, mt};
       sched.add(std::move(r));
       for (int k = static_cast<int>(rng.below(4)); k > 0; --k) sched.step();

@@ -285,19 +285,7 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
     for (size_t i = 0; i < prompts.size(); ++i) {
       const PromptPiece& p = prompts[i];
       const int len = static_cast<int>(p.tokens.size());
-      MD_REQUIRE(len >= 1, "batched step: prompt piece ", i, " is empty");
-      MD_REQUIRE(p.start_pos >= 0 && int64_t{p.start_pos} + len <= view_.rope_positions, "batched step: prompt piece ", i,
-                 " at positions ", p.start_pos, "..", int64_t{p.start_pos} + len - 1, " outside [0, ",
-                 view_.rope_positions, ")");
-      for (int t = 0; t < len; ++t)
-        MD_REQUIRE(p.tokens[t] >= 0 && p.tokens[t] < c.vocab_size, "batched step: prompt piece ", i, ": token ",
-                   p.tokens[t], " outside the vocabulary [0, ", c.vocab_size, ")");
-      const int need = (p.start_pos + len - 1) / kv.block_size + 1;
-      MD_REQUIRE(p.block_table.size() >= static_cast<size_t>(need), "batched step: prompt piece ", i,
-                 ": block table covers ", p.block_table.size(), " blocks, its positions need ", need);
-      for (int b = 0; b < need; ++b)
-        MD_REQUIRE(p.block_table[b] >= 0 && p.block_table[b] < kv.n_blocks, "batched step: prompt piece ", i,
-                   ": block ", p.block_table[b], " outside the cache's ", kv.n_blocks, " blocks");
+      const int need = static_cast<int>(prefill::check_prompt_piece(c, p.tokens, p.start_pos, p.block_table, kv));
       shape.pieces.push_back(Shape::Piece{shape.rows, len, p.start_pos, shape.prompt_table_entries});
       shape.rows += len;
       shape.prompt_table_entries += need;
@@ -444,6 +432,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   const MkLayerWeights& lw = layers_[l];
   const Inputs in(shape.rows, shape.stride, shape.prompt_table_entries);
   const int bucket = shape.rows, stride = shape.stride;  // every row: GEMMs, norms, expert lists
+  const auto* prompt_tables = reinterpret_cast<const int32_t*>(inputs_ + in.prompt_tables);
   const auto* positions = reinterpret_cast<const int32_t*>(inputs_ + in.positions);
   const auto* tables = reinterpret_cast<const int32_t*>(inputs_ + in.tables);
   const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, E = c.n_experts,
@@ -516,7 +505,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
     pr.qkv = qkv_ + static_cast<int64_t>(p.row0) * qkv_rows;
     pr.positions = nullptr;
     pr.table_stride = 0;
-    pr.block_table = reinterpret_cast<const int32_t*>(inputs_ + in.prompt_tables) + p.table_offset;
+    pr.block_table = prompt_tables + p.table_offset;
     pr.start_pos = p.start_pos;
     pr.n_tokens = p.n;
     pr.q = q_ + static_cast<int64_t>(p.row0) * nq;
@@ -548,7 +537,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
     pa.q = q_ + static_cast<int64_t>(p.row0) * nq;
     pa.k_cache = k_cache;
     pa.v_cache = v_cache;
-    pa.block_table = reinterpret_cast<const int32_t*>(inputs_ + in.prompt_tables) + p.table_offset;
+    pa.block_table = prompt_tables + p.table_offset;
     pa.start_pos = p.start_pos;
     pa.n_tokens = p.n;
     pa.n_kv_heads = G;

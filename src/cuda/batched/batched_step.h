@@ -115,7 +115,6 @@ class BatchedStep {
       int row0, n, start_pos, table_offset;  // table_offset: entries into the inputs' prompt tables
     };
     std::vector<Piece> pieces;
-    bool operator==(const Shape&) const = default;
   };
   static Shape plain_shape(int bucket, int stride) { return Shape{bucket, bucket, stride, 0, {}}; }
   void check_rows(std::span<const StepRow> rows, const prefill::KvCacheView& kv) const;

@@ -108,9 +108,8 @@ PrefillRunner::~PrefillRunner() {
   cudaFree(route_w_);
 }
 
-size_t PrefillRunner::check(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
-                            const KvCacheView& kv) const {
-  const ModelConfig& c = config_;
+size_t check_prompt_piece(const ModelConfig& c, std::span<const int32_t> tokens, int start_pos,
+                          std::span<const int32_t> block_table, const KvCacheView& kv) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   MD_REQUIRE(T >= 1, "prefill: empty chunk");
   MD_REQUIRE(kv.data != nullptr && kv.block_size >= 1 && kv.n_blocks >= 1, "prefill: no KV cache");

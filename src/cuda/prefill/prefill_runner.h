@@ -30,6 +30,13 @@ struct KvCacheView {
   int block_size = 0;
 };
 
+// Error unless tokens (any number >= 1) at positions start_pos.. can run on this model and cache:
+// token ids in the vocabulary, positions below max_position_embeddings, the block table covering
+// them with blocks of the cache. Returns the number of table entries they use. (Prefill pieces, and
+// the prompt pieces of the batched step's mixed steps.)
+size_t check_prompt_piece(const ModelConfig& config, std::span<const int32_t> tokens, int start_pos,
+                          std::span<const int32_t> block_table, const KvCacheView& kv);
+
 class PrefillRunner {
  public:
   // `view`: the device pointers of every weight; `layers`: a host copy of each layer's pointers.
@@ -43,11 +50,11 @@ class PrefillRunner {
   static size_t workspace_bytes(const ModelConfig& config, int max_chunk);
   int max_chunk() const { return max_chunk_; }
 
-  // Error unless tokens (any number >= 1) at positions start_pos.. can run on this model and cache:
-  // token ids in the vocabulary, positions below max_position_embeddings, the block table
-  // covering them with blocks of the cache. Returns the number of table entries they use.
+  // check_prompt_piece on this runner's model.
   size_t check(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
-               const KvCacheView& kv) const;
+               const KvCacheView& kv) const {
+    return check_prompt_piece(config_, tokens, start_pos, block_table, kv);
+  }
 
   // Runs tokens (1..max_chunk) at positions start_pos.., writing their K/V through block_table,
   // then, when last_logits is non-empty ([vocab]), the last token's logits. Synchronous: returns
