@@ -304,14 +304,18 @@ TEST(Prefill, MixedStepsMatchCpuRefAndKeepDecodeRowsBitwise) {
   while (done < n) {
     // Half the pieces small (a long position's few tokens split their keys: attn_key_splits).
     const int piece = std::min(n - done, 1 + static_cast<int>(rng.below(rng.below(2) == 0 ? 24 : 400)));
-    SeqChunk chunk{0, std::span<const int32_t>(p.tokens).subspan(done, piece), done, p.table};
+    // A third of the steps cut it in two pieces (the second attends to the first's keys of the same step).
+    const int cut = piece > 1 && rng.below(3) == 0 ? 1 + static_cast<int>(rng.below(piece - 1)) : piece;
+    const std::span<const int32_t> toks = std::span<const int32_t>(p.tokens).subspan(done, piece);
+    const SeqChunk chunks[2] = {SeqChunk{0, toks.first(cut), done, p.table},
+                                SeqChunk{0, toks.subspan(cut), done + cut, p.table}};
     std::vector<DecodeSeq> rows(kStreams);
     for (int s = 0; s < kStreams; ++s) {
       rows[s].chunk = SeqChunk{s + 1, std::span<const int32_t>(&next[s], 1), pos[s], streams[s].table};
       rows[s].sampling.temperature = 0.0f;
     }
     DecodeResult mixed, plain;
-    be.decode_mixed(std::span<const SeqChunk>(&chunk, 1), rows, true, mixed);
+    be.decode_mixed(std::span<const SeqChunk>(chunks, cut < piece ? 2 : 1), rows, true, mixed);
     EXPECT_EQ(be.last_path(), DecodePath::kBatched);
     be.decode(rows, true, plain);  // the same step without the piece: rewrites the same slots alike
     ASSERT_EQ(mixed.logits.size(), kStreams * V);

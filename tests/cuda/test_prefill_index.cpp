@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <set>
 #include <tuple>
 #include <vector>
 
 #include "core/rng.h"
+#include "cuda/prefill/attn_work.h"
 #include "cuda/prefill/prefill_index.h"
 
 namespace megadecode::cuda::prefill {
@@ -121,6 +123,112 @@ TEST(PrefillIndex, KeySplitsStayWithinTheTargetAndCoverEveryKeyTileOnce) {
           ASSERT_GE(attn_split_tiles(n_kt, 0, splits).end, 1) << "split 0 always has keys";
         }
       }
+}
+
+// A mixed step's work list (attn_work.h), for random pieces: within attn_work_capacity; every
+// (piece, query tile, key tile) in exactly one item; split items' slots distinct and below the
+// target (the partial buffers' size); each piece row's merge names its tile's splits, slot part0
+// + i being split i; rows of no piece merge nothing; the longest key ranges first.
+TEST(PrefillIndex, WorkListCoversEveryPieceTileOnceWithinItsBounds) {
+  const uint64_t seed = 0x3a7c0ffee5eedull;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  int split_trials = 0, multi_piece_trials = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int gs = std::vector<int>{1, 4, 8}[rng.below(3)], G = 1 + static_cast<int>(rng.below(8));
+    const int target = 1 + static_cast<int>(rng.below(300));
+    const int row0 = 8 * static_cast<int>(rng.below(9)), prompt_cap = 1 + static_cast<int>(rng.below(700));
+    std::vector<AttnPieceDesc> pieces;
+    int rows = 0, table = 0;
+    while (rows < prompt_cap && (pieces.empty() || rng.below(3) != 0)) {
+      const int n = 1 + static_cast<int>(rng.below(std::min<uint64_t>(prompt_cap - rows, rng.below(2) ? 24 : 700)));
+      const int start = static_cast<int>(rng.below(rng.below(2) ? 64 : 20000));
+      pieces.push_back({row0 + rows, n, start, table});
+      rows += n;
+      table += start + n;  // any distinct offsets
+    }
+    const int cap = attn_work_capacity(prompt_cap, gs, G, target);
+    std::vector<AttnWork> work(cap);
+    std::vector<AttnMergeRow> merge(prompt_cap + 3, AttnMergeRow{-7, -7, -7});
+    const int n_items = attn_work_list(pieces, gs, G, target, row0, work, merge);
+    ASSERT_LE(n_items, cap);
+    std::map<std::tuple<int, int, int>, int> covered;  // (piece, q tile, key tile) -> items
+    std::set<int> slots;
+    std::map<std::pair<int, int>, std::vector<int>> tile_parts;  // (piece, q tile) -> parts by split
+    int prev_len = 1 << 30;
+    for (int i = 0; i < n_items; ++i) {
+      const AttnWork& w = work[i];
+      const auto it = std::find_if(pieces.begin(), pieces.end(), [&](const AttnPieceDesc& p) { return p.row0 == w.row0; });
+      ASSERT_NE(it, pieces.end());
+      const int p = static_cast<int>(it - pieces.begin());
+      ASSERT_EQ(w.start_pos, it->start_pos);
+      ASSERT_EQ(w.n_tokens, it->n_tokens);
+      ASSERT_EQ(w.table, it->table);
+      ASSERT_EQ(w.splits, attn_key_splits(it->start_pos, it->n_tokens, gs, G, std::max(1, target / int(pieces.size()))));
+      ASSERT_LT(w.q_tile, attn_q_tiles(w.n_tokens, gs));
+      const int n_kt = ceil_div(attn_key_end(w.start_pos, w.n_tokens, w.q_tile, gs), kAttnKeyTile);
+      const AttnTileRange r = attn_split_tiles(n_kt, w.split, w.splits);
+      EXPECT_LE(r.end - r.begin, prev_len) << "item " << i << ": not the longest first";
+      prev_len = r.end - r.begin;
+      for (int kt = r.begin; kt < r.end; ++kt) ++covered[{p, w.q_tile, kt}];
+      if (w.splits > 1) {
+        for (int g = 0; g < G; ++g) {
+          const int slot = w.part * G + g;
+          ASSERT_LT(slot, target);
+          ASSERT_GE(slot, 0);
+          ASSERT_TRUE(slots.insert(slot).second) << "slot " << slot << " twice";
+        }
+        auto& parts = tile_parts[{p, w.q_tile}];
+        parts.resize(w.splits, -1);
+        parts[w.split] = w.part;
+      }
+    }
+    for (size_t p = 0; p < pieces.size(); ++p)
+      for (int qt = 0; qt < attn_q_tiles(pieces[p].n_tokens, gs); ++qt) {
+        const int n_kt = ceil_div(attn_key_end(pieces[p].start_pos, pieces[p].n_tokens, qt, gs), kAttnKeyTile);
+        for (int kt = 0; kt < n_kt; ++kt)
+          ASSERT_EQ((covered[{static_cast<int>(p), qt, kt}]), 1) << "piece " << p << " tile " << qt << " key tile " << kt;
+      }
+    EXPECT_EQ(covered.size(), [&] {
+      size_t want = 0;
+      for (const AttnPieceDesc& pc : pieces)
+        for (int qt = 0; qt < attn_q_tiles(pc.n_tokens, gs); ++qt)
+          want += ceil_div(attn_key_end(pc.start_pos, pc.n_tokens, qt, gs), kAttnKeyTile);
+      return want;
+    }()) << "key tiles outside every piece";
+    split_trials += !slots.empty();
+    multi_piece_trials += pieces.size() > 1;
+    std::vector<bool> in_piece(merge.size(), false);
+    for (size_t p = 0; p < pieces.size(); ++p)
+      for (int t = 0; t < pieces[p].n_tokens; ++t) {
+        const int row = pieces[p].row0 + t - row0;
+        in_piece[row] = true;
+        const int qt = t / attn_tile_tokens(gs);
+        const AttnMergeRow& m = merge[row];
+        ASSERT_EQ(m.tile_token, t - qt * attn_tile_tokens(gs));
+        const auto found = tile_parts.find({static_cast<int>(p), qt});
+        if (found == tile_parts.end()) {
+          ASSERT_LE(m.splits, 1) << "row " << row << " merges a tile that did not split";
+          continue;
+        }
+        ASSERT_EQ(m.splits, static_cast<int>(found->second.size()));
+        for (int i = 0; i < m.splits; ++i) ASSERT_EQ(found->second[i], m.part0 + i) << "row " << row << " split " << i;
+      }
+    for (size_t row = 0; row < merge.size(); ++row) {
+      if (!in_piece[row]) {
+        EXPECT_EQ(merge[row].splits, 0) << "row " << row << " of no piece";
+      }
+    }
+  }
+  EXPECT_GE(split_trials, 40) << "too few trials split keys";
+  EXPECT_GE(multi_piece_trials, 40) << "too few trials had several pieces";
+  // Too small a list or merge range is an error, not an overrun.
+  const AttnPieceDesc big{0, 500, 0, 0};
+  std::vector<AttnWork> two(2);
+  std::vector<AttnMergeRow> merge(500);
+  EXPECT_THROW(attn_work_list(std::span(&big, 1), 8, 4, 264, 0, two, merge), Error);
+  std::vector<AttnWork> enough(attn_work_capacity(500, 8, 4, 264));
+  EXPECT_THROW(attn_work_list(std::span(&big, 1), 8, 4, 264, 0, enough, std::span(merge).first(499)), Error);
 }
 
 TEST(PrefillIndex, PiecesCoverTheChunkInOrder) {

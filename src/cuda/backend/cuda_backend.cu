@@ -229,11 +229,12 @@ void CudaBackend::decode_batched(std::span<const SeqChunk> prompts, std::span<co
   if (routing_log_) {
     std::vector<int32_t> ids;
     std::vector<float> w;
-    batched_->read_routing(B + prompt_rows, ids, w);
+    const int row0 = batched::BatchedStep::prompt_row0(B);  // the pieces' rows follow the decode rows' bucket
+    batched_->read_routing(row0 + prompt_rows, ids, w);
     const size_t per = static_cast<size_t>(c.n_layers) * c.n_experts_per_tok;
     for (int i = 0; i < B; ++i)
       record_routing(seqs[i].chunk.seq_id, seqs[i].chunk.start_pos, 1, ids.data() + i * per, w.data() + i * per);
-    size_t row = B;  // the pieces' rows follow the decode rows
+    size_t row = row0;
     for (const SeqChunk& p : prompts) {
       record_routing(p.seq_id, p.start_pos, static_cast<int>(p.tokens.size()), ids.data() + row * per,
                      w.data() + row * per);

@@ -1,5 +1,5 @@
 // BatchedStep: workspace, host checks of a step's rows, the inputs upload and the per-layer launch
-// sequence, captured once per (row bucket, table stride) as a CUDA graph.
+// sequence, captured once per shape (row buckets, table stride) as a CUDA graph.
 #include "cuda/batched/batched_step.h"
 
 #include <algorithm>
@@ -18,12 +18,14 @@
 
 namespace megadecode::cuda::batched {
 
-// Byte offsets of one step's inputs (host staging and device copy alike) for `rows` rows.
+// Byte offsets of one step's inputs (host staging and device copy alike).
 struct BatchedStep::Inputs {
-  size_t tokens = 0, positions = 0, seq_lens = 0, split_begin = 0, sample_pos = 0, sampling = 0, tables = 0,
-         prompt_tables = 0, bytes = 0;
-  // rows: every row (tokens, positions); the decode rows' fields are sized for all of them too.
-  Inputs(int rows, int stride, int prompt_table_entries = 0) {
+  size_t tokens = 0, positions = 0, table_offsets = 0, seq_lens = 0, split_begin = 0, sample_pos = 0, sampling = 0,
+         tables = 0, n_work = 0, work = 0, merge = 0, prompt_tables = 0, bytes = 0;
+  int work_capacity = 0;
+  // rows: every row (tokens, positions, table offsets); decode rows: the decode fields and tables;
+  // the rest: the prompt attention's work list (work_capacity items) and merge rows.
+  Inputs(int rows, int decode_rows, int stride, int work_items, int prompt_table_entries) : work_capacity(work_items) {
     size_t off = 0;
     auto take = [&](size_t n) {
       const size_t at = off;
@@ -32,15 +34,27 @@ struct BatchedStep::Inputs {
     };
     tokens = take(rows * sizeof(int32_t));
     positions = take(rows * sizeof(int32_t));
-    seq_lens = take(rows * sizeof(int32_t));
-    split_begin = take((rows + 1) * sizeof(int32_t));
-    sample_pos = take(rows * sizeof(int64_t));
-    sampling = take(rows * sizeof(SamplingParams));
-    tables = take(static_cast<size_t>(rows) * stride * sizeof(int32_t));
-    prompt_tables = take(static_cast<size_t>(prompt_table_entries) * sizeof(int32_t));
+    table_offsets = take(rows * sizeof(int32_t));
+    seq_lens = take(decode_rows * sizeof(int32_t));
+    split_begin = take((decode_rows + 1) * sizeof(int32_t));
+    sample_pos = take(decode_rows * sizeof(int64_t));
+    sampling = take(decode_rows * sizeof(SamplingParams));
+    tables = take(static_cast<size_t>(decode_rows) * stride * sizeof(int32_t));
+    n_work = take(sizeof(int32_t));
+    work = take(static_cast<size_t>(work_items) * sizeof(prefill::AttnWork));
+    merge = take(static_cast<size_t>(rows - decode_rows) * sizeof(prefill::AttnMergeRow));
+    prompt_tables = take(static_cast<size_t>(prompt_table_entries) * sizeof(int32_t));  // last
     bytes = off;
   }
 };
+
+BatchedStep::Inputs BatchedStep::inputs(const Shape& shape, int prompt_table_entries) const {
+  const int prompt_rows = shape.rows - shape.decode_rows;
+  const int work = prompt_rows == 0 ? 0
+                                    : prefill::attn_work_capacity(prompt_rows, config_.group_size(),
+                                                                  config_.n_kv_heads, piece_attn_ctas_);
+  return Inputs(shape.rows, shape.decode_rows, shape.stride, work, prompt_table_entries);
+}
 
 namespace {
 
@@ -93,7 +107,7 @@ size_t split_workspace_floats(const ModelConfig& c, int rows, size_t* semaphores
 }  // namespace
 
 size_t BatchedStep::workspace_bytes(const ModelConfig& config, int max_rows, int max_prompt_rows) {
-  const int R = row_bucket(max_rows + max_prompt_rows), R_dec = row_bucket(max_rows);
+  const int R_dec = row_bucket(max_rows), R = row_bucket(R_dec + max_prompt_rows);
   const Dims s(config, R);
   size_t n_sem = 0;
   const size_t n_ws = split_workspace_floats(config, R, &n_sem);
@@ -130,8 +144,9 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
     : config_(config), view_(view), layers_(layers.begin(), layers.end()) {
   const ModelConfig& c = config_;
   MD_REQUIRE(max_rows >= 1 && max_rows <= kMaxRows, "batched step: max rows ", max_rows, " outside 1..", kMaxRows);
-  MD_REQUIRE(max_prompt_rows >= 0 && row_bucket(max_rows + max_prompt_rows) <= kMaxRows, "batched step: ", max_rows,
-             " decode rows and ", max_prompt_rows, " prompt rows exceed ", kMaxRows, " rows");
+  MD_REQUIRE(max_prompt_rows >= 0 && row_bucket(row_bucket(max_rows) + max_prompt_rows) <= kMaxRows,
+             "batched step: ", max_rows, " decode rows (a bucket of ", row_bucket(max_rows), ") and ", max_prompt_rows,
+             " prompt rows exceed ", kMaxRows, " rows");
   MD_REQUIRE(layers_.size() == static_cast<size_t>(c.n_layers), "batched step: ", layers_.size(),
              " layers of weights for a model of ", c.n_layers);
   MD_REQUIRE(c.hidden_size % 16 == 0 && c.q_size() % 16 == 0 && c.moe_intermediate_size % 16 == 0,
@@ -145,7 +160,7 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
              "; the model has ", c.n_experts, " and ", c.n_experts_per_tok);
   max_rows_ = row_bucket(max_rows);
   max_prompt_rows_ = max_prompt_rows;
-  max_all_rows_ = row_bucket(max_rows + max_prompt_rows);
+  max_all_rows_ = row_bucket(max_rows_ + max_prompt_rows);
   const DenseSplits splits(c);
   qkv_splits_ = splits.qkv;
   o_splits_ = splits.o;
@@ -233,8 +248,8 @@ void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCac
   }
 }
 
-void BatchedStep::ensure_capacity(const Shape& shape, int total_splits) {
-  const Inputs in(shape.rows, shape.stride, shape.prompt_table_entries);
+void BatchedStep::ensure_capacity(const Shape& shape, int prompt_table_entries, int total_splits) {
+  const Inputs in = inputs(shape, prompt_table_entries);
   if (in.bytes > inputs_capacity_) {  // graphs hold the old pointers
     drop_graphs();
     CUDA_CHECK(cudaFree(inputs_));
@@ -275,42 +290,43 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
     max_blocks = std::max(max_blocks, r.position / kv.block_size + 1);
     total_splits += decode_splits(r.position + 1).n;
   }
-  const int stride = table_stride(max_blocks);
-  // A plain step runs row_bucket(n) rows (padding included) from a graph; a mixed one its n decode
-  // rows, then each piece's rows, eagerly.
-  Shape shape = plain_shape(row_bucket(n), stride);
-  if (!prompts.empty()) {
-    shape.decode_rows = n;
-    shape.rows = n;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const PromptPiece& p = prompts[i];
-      const int len = static_cast<int>(p.tokens.size());
-      const int need = static_cast<int>(prefill::check_prompt_piece(c, p.tokens, p.start_pos, p.block_table, kv));
-      shape.pieces.push_back(Shape::Piece{shape.rows, len, p.start_pos, shape.prompt_table_entries});
-      shape.rows += len;
-      shape.prompt_table_entries += need;
-    }
-    MD_REQUIRE(shape.rows - n <= max_prompt_rows_, "batched step: ", shape.rows - n,
-               " prompt tokens in one step; this step takes at most ", max_prompt_rows_);
+  // row_bucket(n) decode rows (padding included), then the pieces' rows, padded to a bucket.
+  Shape shape{prompt_row0(n), prompt_row0(n), table_stride(max_blocks)};
+  std::vector<prefill::AttnPieceDesc> pieces;
+  int prompt_rows = 0, prompt_table_entries = 0;
+  for (const PromptPiece& p : prompts) {
+    const int len = static_cast<int>(p.tokens.size());
+    const int need = static_cast<int>(prefill::check_prompt_piece(c, p.tokens, p.start_pos, p.block_table, kv));
+    MD_REQUIRE(p.start_pos + len <= view_.rope_positions, "batched step: prompt positions up to ", p.start_pos + len,
+               " past the model's RoPE table of ", view_.rope_positions);
+    pieces.push_back({shape.decode_rows + prompt_rows, len, p.start_pos, prompt_table_entries});
+    prompt_rows += len;
+    prompt_table_entries += need;
   }
-  ensure_capacity(shape, total_splits);
+  MD_REQUIRE(prompt_rows <= max_prompt_rows_, "batched step: ", prompt_rows,
+             " prompt tokens in one step; this step takes at most ", max_prompt_rows_);
+  if (prompt_rows > 0) shape.rows = row_bucket(shape.decode_rows + prompt_rows);
+  ensure_capacity(shape, prompt_table_entries, total_splits);
 
   // The inputs, padding rows included, through one pinned buffer and one copy.
-  const Inputs in(shape.rows, stride, shape.prompt_table_entries);
+  const Inputs in = inputs(shape, prompt_table_entries);
   std::memset(staging_, 0, in.bytes);
   auto* tok = reinterpret_cast<int32_t*>(staging_ + in.tokens);
   auto* pos = reinterpret_cast<int32_t*>(staging_ + in.positions);
+  auto* toff = reinterpret_cast<int32_t*>(staging_ + in.table_offsets);
   auto* len = reinterpret_cast<int32_t*>(staging_ + in.seq_lens);
   auto* sb = reinterpret_cast<int32_t*>(staging_ + in.split_begin);
   auto* spos = reinterpret_cast<int64_t*>(staging_ + in.sample_pos);
   auto* sp = reinterpret_cast<SamplingParams*>(staging_ + in.sampling);
   auto* bt = reinterpret_cast<int32_t*>(staging_ + in.tables);
   auto* pt = reinterpret_cast<int32_t*>(staging_ + in.prompt_tables);
+  const int prompt_table0 = static_cast<int>((in.prompt_tables - in.tables) / sizeof(int32_t));
+  std::fill(pos, pos + shape.rows, -1);  // padding unless a row below says otherwise
   int splits = 0;
   for (int r = 0; r < shape.decode_rows; ++r) {
     sb[r] = splits;
+    toff[r] = r * shape.stride;
     if (r >= n) {  // padding
-      pos[r] = -1;
       spos[r] = -1;
       sp[r] = SamplingParams{};
       continue;
@@ -322,18 +338,26 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
     spos[r] = row.position + 1;  // the position the sampled token takes (the megakernel's seq_len)
     sp[r] = row.sampling;
     const size_t used = static_cast<size_t>(row.position / kv.block_size) + 1;
-    std::memcpy(bt + static_cast<size_t>(r) * stride, row.block_table.data(), used * sizeof(int32_t));
+    std::memcpy(bt + static_cast<size_t>(r) * shape.stride, row.block_table.data(), used * sizeof(int32_t));
     splits += decode_splits(row.position + 1).n;
   }
   sb[shape.decode_rows] = splits;
-  for (size_t i = 0; i < shape.pieces.size(); ++i) {
-    const Shape::Piece& piece = shape.pieces[i];
-    for (int t = 0; t < piece.n; ++t) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    prefill::AttnPieceDesc& piece = pieces[i];
+    for (int t = 0; t < piece.n_tokens; ++t) {
       tok[piece.row0 + t] = prompts[i].tokens[t];
       pos[piece.row0 + t] = piece.start_pos + t;  // >= 0: routed (prefill::MoeListArgs)
+      toff[piece.row0 + t] = prompt_table0 + piece.table;
     }
-    const int need = (piece.start_pos + piece.n - 1) / kv.block_size + 1;
-    std::memcpy(pt + piece.table_offset, prompts[i].block_table.data(), need * sizeof(int32_t));
+    const int need = (piece.start_pos + piece.n_tokens - 1) / kv.block_size + 1;
+    std::memcpy(pt + piece.table, prompts[i].block_table.data(), need * sizeof(int32_t));
+    piece.table += prompt_table0;  // the work list's tables are entries past the decode tables' base
+  }
+  if (shape.rows > shape.decode_rows) {
+    *reinterpret_cast<int32_t*>(staging_ + in.n_work) = prefill::attn_work_list(
+        pieces, config_.group_size(), config_.n_kv_heads, piece_attn_ctas_, shape.decode_rows,
+        std::span(reinterpret_cast<prefill::AttnWork*>(staging_ + in.work), in.work_capacity),
+        std::span(reinterpret_cast<prefill::AttnMergeRow*>(staging_ + in.merge), shape.rows - shape.decode_rows));
   }
   CUDA_CHECK(cudaMemcpyAsync(inputs_, staging_, in.bytes, cudaMemcpyHostToDevice, stream));
   if (poison_) {  // NaN everywhere but the semaphores (the last buffer of the arena)
@@ -343,13 +367,10 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
     CUDA_CHECK(cudaMemsetAsync(part_ml_, 0xff, static_cast<size_t>(split_capacity_) * config_.n_heads * 2 * 4, stream));
   }
 
-  // The first step of a plain shape runs eagerly (it also configures every kernel, outside any
-  // capture); the second captures the step's graph, which later steps of the shape replay.
-  const std::pair<int, int> key{shape.rows, stride};
-  if (!shape.pieces.empty()) {
-    enqueue_step(shape, kv, stream);
-  } else if (graphs_.count(key) != 0 || !seen_.insert(key).second) {
-    CUDA_CHECK(cudaGraphLaunch(graph_for(key, kv, stream), stream));
+  // The first step of a shape runs eagerly (it also configures every kernel, outside any capture);
+  // the second captures the step's graph, which later steps of the shape replay.
+  if (graphs_.count(shape.key()) != 0 || !seen_.insert(shape.key()).second) {
+    CUDA_CHECK(cudaGraphLaunch(graph_for(shape, kv, stream), stream));
   } else {
     enqueue_step(shape, kv, stream);
   }
@@ -366,17 +387,17 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
   std::copy(tokens_host_, tokens_host_ + n, tokens_out.begin());
 }
 
-cudaGraphExec_t BatchedStep::graph_for(std::pair<int, int> key, const prefill::KvCacheView& kv, cudaStream_t stream) {
-  auto found = graphs_.find(key);
+cudaGraphExec_t BatchedStep::graph_for(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream) {
+  auto found = graphs_.find(shape.key());
   if (found != graphs_.end()) return found->second;
   cudaGraph_t graph = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  enqueue_step(plain_shape(key.first, key.second), kv, stream);
+  enqueue_step(shape, kv, stream);
   CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec = nullptr;
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   CUDA_CHECK(cudaGraphDestroy(graph));
-  graphs_.emplace(key, exec);
+  graphs_.emplace(shape.key(), exec);
   last_kv_ = kv;
   return exec;
 }
@@ -388,7 +409,7 @@ const float* BatchedStep::logits_row(int r) const {
 
 void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream) {
   const ModelConfig& c = config_;
-  const Inputs in(shape.rows, shape.stride, shape.prompt_table_entries);
+  const Inputs in = inputs(shape);
   const int bucket = shape.decode_rows;  // the final norm, LM head and sampler: decode rows only
   CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(int32_t), stream));
   for (int l = 0; l < c.n_layers; ++l) enqueue_layer(l, shape, kv, stream);
@@ -430,9 +451,8 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   const ModelConfig& c = config_;
   const MkModelWeights& w = view_;
   const MkLayerWeights& lw = layers_[l];
-  const Inputs in(shape.rows, shape.stride, shape.prompt_table_entries);
+  const Inputs in = inputs(shape);
   const int bucket = shape.rows, stride = shape.stride;  // every row: GEMMs, norms, expert lists
-  const auto* prompt_tables = reinterpret_cast<const int32_t*>(inputs_ + in.prompt_tables);
   const auto* positions = reinterpret_cast<const int32_t*>(inputs_ + in.positions);
   const auto* tables = reinterpret_cast<const int32_t*>(inputs_ + in.tables);
   const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, E = c.n_experts,
@@ -489,8 +509,8 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   qr.rope_positions = w.rope_positions;
   qr.block_table = tables;
   qr.positions = positions;
-  qr.table_stride = stride;
-  qr.n_tokens = shape.decode_rows;
+  qr.table_offsets = reinterpret_cast<const int32_t*>(inputs_ + in.table_offsets);
+  qr.n_tokens = bucket;  // decode and prompt rows (padding skipped)
   qr.n_kv_heads = G;
   qr.group_size = gs;
   qr.head_dim = D;
@@ -500,17 +520,6 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   qr.k_cache = k_cache;
   qr.v_cache = v_cache;
   prefill::qk_norm_rope_store(qr, stream);
-  for (const Shape::Piece& p : shape.pieces) {  // a prompt piece: consecutive positions, one table
-    prefill::QkRopeArgs pr = qr;
-    pr.qkv = qkv_ + static_cast<int64_t>(p.row0) * qkv_rows;
-    pr.positions = nullptr;
-    pr.table_stride = 0;
-    pr.block_table = prompt_tables + p.table_offset;
-    pr.start_pos = p.start_pos;
-    pr.n_tokens = p.n;
-    pr.q = q_ + static_cast<int64_t>(p.row0) * nq;
-    prefill::qk_norm_rope_store(pr, stream);
-  }
   mark("qk_norm_rope_kv", stream);
 
   DecodeAttnArgs at;
@@ -532,23 +541,26 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   at.split_capacity = split_capacity_;
   at.out = attn_;
   decode_attention(at, stream);
-  for (const Shape::Piece& p : shape.pieces) {  // causal over the piece and its prompt's earlier keys
+  if (shape.rows > shape.decode_rows) {  // the pieces: causal over each piece and its prompt's earlier keys
     prefill::AttnArgs pa;
-    pa.q = q_ + static_cast<int64_t>(p.row0) * nq;
+    pa.q = q_;
     pa.k_cache = k_cache;
     pa.v_cache = v_cache;
-    pa.block_table = prompt_tables + p.table_offset;
-    pa.start_pos = p.start_pos;
-    pa.n_tokens = p.n;
+    pa.block_table = tables;
     pa.n_kv_heads = G;
     pa.group_size = gs;
     pa.head_dim = D;
     pa.block_size = kv.block_size;
     pa.scale = w.attn_scale;
-    pa.out = attn_ + static_cast<int64_t>(p.row0) * nq;
-    pa.key_splits = prefill::attn_key_splits(p.start_pos, p.n, gs, G, piece_attn_ctas_);
+    pa.out = attn_;
     pa.part_o = piece_part_o_;
     pa.part_ml = piece_part_ml_;
+    pa.work = reinterpret_cast<const prefill::AttnWork*>(inputs_ + in.work);
+    pa.n_work = reinterpret_cast<const int32_t*>(inputs_ + in.n_work);
+    pa.work_ctas = std::max(1, piece_attn_ctas_ / G);
+    pa.merge = reinterpret_cast<const prefill::AttnMergeRow*>(inputs_ + in.merge);
+    pa.merge_row0 = shape.decode_rows;
+    pa.merge_rows = shape.rows - shape.decode_rows;
     prefill::attention(pa, stream);
   }
   mark("attention", stream);
@@ -678,8 +690,7 @@ std::vector<std::pair<std::string, double>> BatchedStep::profile_last_step(cudaS
 std::vector<float> BatchedStep::time_last_step(int warmup, int reps, cudaStream_t stream) {
   MD_REQUIRE(last_rows_ > 0, "batched step: time_last_step needs a step first");
   MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
-  MD_REQUIRE(last_shape_.pieces.empty(), "batched step: time_last_step replays plain steps only");
-  const cudaGraphExec_t exec = graph_for({last_shape_.rows, last_shape_.stride}, last_kv_, stream);
+  const cudaGraphExec_t exec = graph_for(last_shape_, last_kv_, stream);
   cudaEvent_t a = nullptr, b = nullptr;
   CUDA_CHECK(cudaEventCreate(&a));
   CUDA_CHECK(cudaEventCreate(&b));

@@ -8,9 +8,9 @@
 // The GEMMs are the many-row engine's (cuda/gemm); the norms, RoPE and MoE lists the prefill
 // kernels' (cuda/prefill/prefill_kernels.h), so the arithmetic and rounding points are prefill's.
 // A step runs row_bucket(n) rows (the rest padding: position -1, no KV write, no routing, no
-// sampling); its first run per (bucket, block-table stride) is eager, the second captures it as a
-// CUDA graph that later steps replay with new inputs: one upload, one graph launch, one copy of
-// the tokens back. (A graph holds the KV cache's pointer: one cache per BatchedStep.)
+// sampling); its first run per shape (row bucket, block-table stride; with prompt pieces also the
+// decode rows' bucket) is eager, the second captures it as a CUDA graph that later steps replay
+// with new inputs: one upload, one graph launch, one copy of the tokens back. (A graph holds the KV cache's pointer: one cache per BatchedStep.)
 // Batch invariance: a row's tokens and logits are bitwise the same in any batch (every sum's order
 // depends on the row alone: gemm_plan.h, batched_plan.h).
 // The weights and the KV cache belong to the caller (CudaBackend). Threading: one caller at a time.
@@ -22,11 +22,13 @@
 #include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/batched/batched_plan.h"
 #include "cuda/gemm/gemm_plan.h"
 #include "cuda/megakernel/types.h"
 #include "cuda/prefill/prefill_runner.h"
@@ -78,9 +80,10 @@ class BatchedStep {
   }
   // The same step carrying prompt pieces (a mixed step; at most max_prompt_rows tokens in all): their
   // rows follow the decode rows through every GEMM, norm and expert list, so each expert's weights
-  // are read once for both; their attention is prefill's causal attention, piece by piece; they get
-  // no LM head and no sampling. Runs eagerly (no graph: the pieces change every step). A decode
-  // row's tokens and logits are bitwise those of the step without the pieces.
+  // are read once for both; their attention is prefill's causal attention over a work list of the
+  // pieces' query tiles (attn_work.h); they get no LM head and no sampling. Graphs as for plain
+  // steps, per (row bucket, decode row bucket, stride): the pieces are inputs. A decode row's
+  // tokens and logits are bitwise those of the step without the pieces.
   void run(std::span<const StepRow> rows, std::span<const PromptPiece> prompts, const prefill::KvCacheView& kv,
            std::span<int32_t> tokens_out, std::span<float> logits_out, cudaStream_t stream);
 
@@ -100,30 +103,30 @@ class BatchedStep {
   void set_poison(bool on) { poison_ = on; }
 
   // Routing capture (tests; off by default): after run(), the experts and weights each row chose,
-  // [rows][n_layers][top_k] each.
+  // [rows][n_layers][top_k] each. A mixed step's prompt rows start at prompt_row0(decode rows).
   void set_routing_capture(bool on);
   void read_routing(int n_rows, std::vector<int32_t>& experts, std::vector<float>& weights) const;
+  static int prompt_row0(int decode_rows) { return row_bucket(decode_rows); }
 
  private:
   struct Inputs;
-  // A step's shape: `rows` rows in all (GEMMs, norms, expert lists), of which the first
-  // `decode_rows` are decode rows (attention splits, LM head, sampling) and the rest prompt pieces.
+  // A step's shape, the key of its graph: `rows` rows in all (GEMMs, norms, expert lists; a row
+  // bucket), of which the first `decode_rows` (a bucket too) are decode rows (attention splits,
+  // LM head, sampling); the rest are prompt pieces' rows, then padding. `stride`: block-table
+  // entries a decode row.
   struct Shape {
     int rows = 0, decode_rows = 0, stride = 0;
-    int prompt_table_entries = 0;
-    struct Piece {
-      int row0, n, start_pos, table_offset;  // table_offset: entries into the inputs' prompt tables
-    };
-    std::vector<Piece> pieces;
+    std::tuple<int, int, int> key() const { return {rows, decode_rows, stride}; }
   };
-  static Shape plain_shape(int bucket, int stride) { return Shape{bucket, bucket, stride, 0, {}}; }
+  // The inputs' layout of a shape (prompt tables last: their length may change under one graph).
+  Inputs inputs(const Shape& shape, int prompt_table_entries = 0) const;
   void check_rows(std::span<const StepRow> rows, const prefill::KvCacheView& kv) const;
-  void ensure_capacity(const Shape& shape, int total_splits);
+  void ensure_capacity(const Shape& shape, int prompt_table_entries, int total_splits);
   void enqueue_step(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
   void enqueue_layer(int layer, const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
   void drop_graphs();
   void mark(const char* name, cudaStream_t stream);  // profile_last_step's event after a launch
-  cudaGraphExec_t graph_for(std::pair<int, int> key, const prefill::KvCacheView& kv, cudaStream_t stream);
+  cudaGraphExec_t graph_for(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
 
   ModelConfig config_;
   MkModelWeights view_;
@@ -145,8 +148,8 @@ class BatchedStep {
   float* part_ml_ = nullptr;
   int split_capacity_ = 0;
   float* piece_part_o_ = nullptr;   // a mixed step's split prompt attention: partials of
-  float* piece_part_ml_ = nullptr;  // kPieceAttnCtas CTAs (prefill::AttnArgs key_splits)
-  int piece_attn_ctas_ = 0;
+  float* piece_part_ml_ = nullptr;  // piece_attn_ctas_ CTAs (prefill::AttnArgs work mode)
+  int piece_attn_ctas_ = 0;         // about 2 an SM: the work list's split target and its CTAs
   int32_t* route_ids_ = nullptr;    // [max_rows][n_layers][top_k] routing capture (device)
   float* route_w_ = nullptr;
 
@@ -176,13 +179,13 @@ class BatchedStep {
   float* split_ws_ = nullptr;       // split-K partials of the dense GEMMs (gemm::workspace_floats)
   int32_t* split_sem_ = nullptr;    // their semaphores (zeroed once)
 
-  // The last step's shape and the step graphs per (bucket, table stride); seen_: shapes that ran
-  // once eagerly (the next step of the shape captures its graph).
+  // The last step's shape and the step graphs per shape; seen_: shapes that ran once eagerly (the
+  // next step of the shape captures its graph).
   int last_rows_ = 0;
   Shape last_shape_;
   prefill::KvCacheView last_kv_;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
-  std::set<std::pair<int, int>> seen_;
+  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
+  std::set<std::tuple<int, int, int>> seen_;
   std::vector<std::pair<const char*, cudaEvent_t>>* marks_ = nullptr;  // profiling: events after launches
 };
 

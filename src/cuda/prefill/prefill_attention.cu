@@ -1,5 +1,5 @@
 // Causal prefill attention on tensor cores over the paged KV cache (flash-attention style).
-// CTA = (query tile, KV group): 128 MMA rows = the tile's tokens x the group's heads (row r is
+// CTA = (query tile, KV group) (or items of a work list: attn_work.h): 128 MMA rows = the tile's tokens x the group's heads (row r is
 // token r / gs, head r % gs: the 8 query heads of a group share every K/V tile), 8 warps x 16 rows.
 // Keys stream in tiles of 64 from the cache ([block][group][slot][D] pages through the block table)
 // with cp.async, double-buffered; S = Q K^T and O += P V are mma.sync m16n8k16 (bf16 in, fp32
@@ -46,17 +46,18 @@ __device__ __forceinline__ void load_kv(uint8_t* smem, int buf, int kt, const At
   }
 }
 
+// One CTA's work: query tile qt of KV group g, key split `split` of a.key_splits; with splits its
+// unnormalised partial goes to slot part_cta of part_o / part_ml. The caller syncs before reusing smem.
 template <int kD>
-__global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs a) {
+__device__ __forceinline__ void attend_tile(const AttnArgs& a, uint8_t* smem, int qt, int g, int split,
+                                            int64_t part_cta) {
   using S = AttnShape<kD>;
-  extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
-  const int gs = a.group_size, g = blockIdx.y, n_heads = a.n_kv_heads * gs;
-  const int qt = gridDim.x - 1 - blockIdx.x;  // longest tiles first
+  const int gs = a.group_size, n_heads = a.n_kv_heads * gs;
   const int tq = attn_tile_tokens(gs), tok0 = qt * tq;
   const int key_end = attn_key_end(a.start_pos, a.n_tokens, qt, gs);
-  // This CTA's key tiles: all of them, or split blockIdx.z's range.
-  const AttnTileRange tiles = attn_split_tiles(ceil_div(key_end, kAttnKeyTile), blockIdx.z, a.key_splits);
+  // This CTA's key tiles: all of them, or split `split`'s range.
+  const AttnTileRange tiles = attn_split_tiles(ceil_div(key_end, kAttnKeyTile), split, a.key_splits);
   const int kt0 = tiles.begin, n_kt = tiles.end - tiles.begin;
 
   // Q rows (token, head) of the tile; padding rows are zero.
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
   ptx::cp_async_wait<0>();  // (an empty split's Q copies) no copy outlives the CTA
 
   if (a.key_splits > 1) {  // this split's unnormalised partial; the merge normalises
-    const int64_t cta = (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits + blockIdx.z;
+    const int64_t cta = part_cta;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       l[h] = quad_sum(l[h]);
@@ -197,23 +198,65 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs 
   }
 }
 
-// Row (token, head)'s splits merged in split order (attention_state.cuh), normalised, bf16.
+// A piece's CTAs: (query tile, KV group, key split), the longest tiles first.
 template <int kD>
-__global__ void __launch_bounds__(kD) merge_kernel(const AttnArgs a) {
-  const int t = blockIdx.x, head = blockIdx.y, d = threadIdx.x;
-  const int gs = a.group_size, g = head / gs, tq = attn_tile_tokens(gs), qt = t / tq;
-  const int r = (t - qt * tq) * gs + head % gs;
-  const int64_t cta0 = (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits;
+__global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int qt = gridDim.x - 1 - blockIdx.x, g = blockIdx.y;
+  attend_tile<kD>(a, smem, qt, g, blockIdx.z, (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits + blockIdx.z);
+}
+
+// Work-list mode: this CTA takes items blockIdx.x, + gridDim.x, ... of KV group blockIdx.y.
+template <int kD>
+__global__ void __launch_bounds__(kAttnThreads) attention_work_kernel(const AttnArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int g = blockIdx.y, n_heads = a.n_kv_heads * a.group_size, n = *a.n_work;
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const AttnWork w = a.work[i];
+    AttnArgs p = a;
+    p.q = a.q + static_cast<int64_t>(w.row0) * n_heads * kD;
+    p.out = a.out + static_cast<int64_t>(w.row0) * n_heads * kD;
+    p.block_table = a.block_table + w.table;
+    p.start_pos = w.start_pos;
+    p.n_tokens = w.n_tokens;
+    p.key_splits = w.splits;
+    attend_tile<kD>(p, smem, w.q_tile, g, w.split, static_cast<int64_t>(w.part) * a.n_kv_heads + g);
+    __syncthreads();  // the next item refills Q and the K/V buffers
+  }
+}
+
+// Row (token, head)'s `splits` partials (slot(i): split i's CTA) merged in split order
+// (attention_state.cuh), normalised, bf16 into out_row.
+template <int kD, typename Slot>
+__device__ __forceinline__ void merge_row(const AttnArgs& a, int splits, Slot slot, int r, int64_t out_row, int head) {
+  const int d = threadIdx.x;
   float m_all = 0.0f, l_all = 0.0f;
   const float o = attn_merge(
-      a.key_splits, [&](int i) { return a.part_ml[((cta0 + i) * kAttnRows + r) * 2]; },
+      splits, [&](int i) { return a.part_ml[(slot(i) * kAttnRows + r) * 2]; },
       [&](int i) {
-        const int64_t row = (cta0 + i) * kAttnRows + r;
+        const int64_t row = slot(i) * kAttnRows + r;
         return AttnPartial{a.part_ml[row * 2], a.part_ml[row * 2 + 1], a.part_o[row * kD + d]};
       },
       m_all, l_all);
-  const int n_heads = a.n_kv_heads * gs;
-  a.out[(static_cast<int64_t>(t) * n_heads + head) * kD + d] = float_to_bf16_bits(attn_normalise(o, l_all));
+  const int n_heads = a.n_kv_heads * a.group_size;
+  a.out[(out_row * n_heads + head) * kD + d] = float_to_bf16_bits(attn_normalise(o, l_all));
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kD) merge_kernel(const AttnArgs a) {
+  const int t = blockIdx.x, head = blockIdx.y;
+  const int gs = a.group_size, g = head / gs, tq = attn_tile_tokens(gs), qt = t / tq;
+  const int64_t cta0 = (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits;
+  merge_row<kD>(a, a.key_splits, [&](int i) { return cta0 + i; }, (t - qt * tq) * gs + head % gs, t, head);
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kD) merge_work_kernel(const AttnArgs a) {
+  const AttnMergeRow m = a.merge[blockIdx.x];
+  if (m.splits <= 1) return;  // the tile wrote the row (or the row is no piece's)
+  const int head = blockIdx.y, gs = a.group_size, g = head / gs;
+  merge_row<kD>(a, m.splits, [&](int i) { return static_cast<int64_t>(m.part0 + i) * a.n_kv_heads + g; },
+                m.tile_token * gs + head % gs, a.merge_row0 + blockIdx.x, head);
 }
 
 template <int kD>
@@ -222,7 +265,18 @@ void launch(const AttnArgs& a, cudaStream_t stream) {
   std::call_once(configured, [] {
     CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     AttnShape<kD>::kSmemBytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_work_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    AttnShape<kD>::kSmemBytes));
   });
+  if (a.work != nullptr) {
+    attention_work_kernel<kD><<<dim3(a.work_ctas, a.n_kv_heads), kAttnThreads, AttnShape<kD>::kSmemBytes, stream>>>(a);
+    CUDA_CHECK_LAST();
+    if (a.merge_rows > 0) {
+      merge_work_kernel<kD><<<dim3(a.merge_rows, a.n_kv_heads * a.group_size), kD, 0, stream>>>(a);
+      CUDA_CHECK_LAST();
+    }
+    return;
+  }
   const dim3 grid(attn_q_tiles(a.n_tokens, a.group_size), a.n_kv_heads, a.key_splits);
   attention_kernel<kD><<<grid, kAttnThreads, AttnShape<kD>::kSmemBytes, stream>>>(a);
   CUDA_CHECK_LAST();
@@ -244,7 +298,13 @@ void attention(const AttnArgs& a, cudaStream_t stream) {
   MD_REQUIRE(a.key_splits >= 1 && a.key_splits <= kAttnMaxKeySplits, "prefill attention: ", a.key_splits,
              " key splits outside 1..", kAttnMaxKeySplits);
   MD_REQUIRE(a.key_splits == 1 || (a.part_o && a.part_ml), "prefill attention: key splits need partial buffers");
-  if (a.n_tokens <= 0) return;
+  if (a.work != nullptr) {
+    MD_REQUIRE(a.n_work && a.part_o && a.part_ml && a.work_ctas >= 1 && a.merge_rows >= 0 && a.merge_row0 >= 0 &&
+                   (a.merge_rows == 0 || a.merge),
+               "prefill attention: a work list needs its count, CTAs, partial buffers and merge rows");
+  } else if (a.n_tokens <= 0) {
+    return;
+  }
   switch (a.head_dim) {
     case 32: return launch<32>(a, stream);
     case 64: return launch<64>(a, stream);

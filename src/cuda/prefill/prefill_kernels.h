@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/gemm/gemm_plan.h"
+#include "cuda/prefill/attn_work.h"
 #include "cuda/prefill/prefill_index.h"
 
 namespace megadecode::cuda::prefill {
@@ -43,8 +44,9 @@ void residual_norm(const ResidualNormArgs& args, cudaStream_t stream);
 
 // ---- q/k norm + RoPE + KV write (prefill_rope.cu) ----
 // Row t's position is start_pos + t (a prompt piece: one block table for every row), or, with
-// `positions`, positions[t] with its own table at block_table + t * table_stride (a decode batch:
-// a row per sequence; rows whose position is < 0 are padding and are skipped).
+// `positions`, positions[t] with its own table at block_table + t * table_stride, or at
+// block_table + table_offsets[t] when given (a decode batch, or a mixed step's decode and prompt
+// rows; rows whose position is < 0 are padding and are skipped).
 struct QkRopeArgs {
   const float* qkv = nullptr;        // [n_tokens][G * (gs + 2) * D] fp32, fused group-major (qkv_col)
   const uint16_t* q_norm = nullptr;  // [D]
@@ -55,6 +57,7 @@ struct QkRopeArgs {
   int start_pos = 0, n_tokens = 0;
   const int32_t* positions = nullptr;    // [n_tokens] or nullptr (every position < rope_positions)
   int table_stride = 0;                  // with positions: entries per row of block_table
+  const int32_t* table_offsets = nullptr;  // with positions: [n_tokens] row t's table entry, or nullptr
   int n_kv_heads = 0, group_size = 0, head_dim = 0, block_size = 0;
   float eps = 0.0f;
   uint16_t* q = nullptr;             // [n_tokens][G * gs][D] bf16 (rounded once after RoPE)
@@ -81,6 +84,16 @@ struct AttnArgs {
   int key_splits = 1;
   float* part_o = nullptr;
   float* part_ml = nullptr;
+  // Work-list mode (work != nullptr: a mixed step's pieces, replayed from a graph; attn_work.h):
+  // work_ctas CTAs per KV group take items work[c], work[c + work_ctas], ... below *n_work; q, out
+  // and block_table are the step's bases (an item adds its piece's row0 and table) and start_pos,
+  // n_tokens and key_splits come from the item. Split items' partials sit at slot part * G + g of
+  // part_o / part_ml; then rows merge_row0 + i (i < merge_rows) merge as merge[i] says.
+  const AttnWork* work = nullptr;
+  const int32_t* n_work = nullptr;
+  int work_ctas = 0;
+  const AttnMergeRow* merge = nullptr;
+  int merge_row0 = 0, merge_rows = 0;
 };
 void attention(const AttnArgs& args, cudaStream_t stream);
 
