@@ -15,6 +15,7 @@
 #include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
 #include "plan/planner.h"
+#include "plan/step_planner.h"
 #include "sampling/host_sampler.h"
 #include "sampling/params.h"
 
@@ -64,6 +65,7 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   const ModelConfig& c = config();
   const int sms = sm_count();
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
+  planner_ = std::make_unique<StepPlanner>(c, policy_, PlanOptions{.n_sms = n_sms_});
   const size_t block_bytes =
       static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;
   if (options_.n_kv_blocks > 0) {
@@ -363,9 +365,7 @@ void CudaBackend::upload_inputs(std::span<const DecodeSeq> seqs) {
 }
 
 void CudaBackend::run_step(const BatchState& batch, std::span<const DecodeSeq> seqs) {
-  PlanOptions popt;
-  popt.n_sms = n_sms_;
-  plan_ = make_plan(config(), batch, policy_, popt);
+  plan_ = planner_->plan(batch);  // make_plan's plan, patched from the last step's (microseconds, not milliseconds)
   ensure_capacity(plan_);
   if (stuck_task_ >= 0 && stuck_task_ < static_cast<int>(plan_.tasks.size()) && plan_.tasks[stuck_task_].n_waits > 0)
     plan_.tasks[stuck_task_].wait[0].target += 1;

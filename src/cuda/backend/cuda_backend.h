@@ -28,6 +28,7 @@
 #include "engine/decode_path.h"
 #include "model/routing.h"
 #include "plan/plan.h"
+#include "plan/step_planner.h"
 #include "plan/policy.h"
 
 namespace megadecode::cuda {
@@ -126,6 +127,7 @@ class CudaBackend : public Backend {
   uint16_t* kv_ = nullptr;
   cudaStream_t stream_ = nullptr;
 
+  std::unique_ptr<StepPlanner> planner_;  // the megakernel's plan per step (plan/step_planner.h)
   Plan plan_;
   uint8_t* arena_ = nullptr;
   size_t arena_bytes_ = 0;
