@@ -12,12 +12,16 @@ constexpr int64_t kBf16 = 2;
 
 int64_t attention_layer_bytes(const ModelConfig& c) {
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size();
-  const int64_t proj = (q + 2 * kv) * h + h * q;                  // q, k, v rows of H; o rows of q_size
-  const int64_t norms = 2 * h + (c.qk_norm ? 2 * c.head_dim : 0);  // input/post, q/k norms
+  const int64_t proj = (q + 2 * kv) * h + h * q;  // q, k, v rows of H; o rows of q_size
+  // input (+ post, sequential blocks; a parallel block's one norm feeds both), q/k norms
+  const int64_t norms = (c.block == BlockKind::kParallel ? 1 : 2) * h + (c.qk_norm ? 2 * c.head_dim : 0);
   return (proj + norms) * kBf16;
 }
 
 int64_t dense_ffn_bytes(const ModelConfig& c) { return int64_t{3} * c.intermediate_size * c.hidden_size * kBf16; }
+int64_t shared_expert_bytes(const ModelConfig& c) {
+  return int64_t{3} * c.shared_intermediate_size * c.hidden_size * kBf16;
+}
 
 }  // namespace
 
@@ -34,7 +38,8 @@ int64_t model_weight_bytes(const ModelConfig& c) {
   for (int l = 0; l < c.n_layers; ++l) {
     b += attention_layer_bytes(c);
     if (c.is_moe_layer(l))
-      b += static_cast<int64_t>(c.n_experts) * (expert_bytes(c) + int64_t{c.hidden_size} * kBf16);
+      b += static_cast<int64_t>(c.n_experts) * (expert_bytes(c) + int64_t{c.hidden_size} * kBf16) +
+           shared_expert_bytes(c);
     else
       b += dense_ffn_bytes(c);
   }
@@ -54,20 +59,28 @@ StepBytes decode_step_bytes(const ModelConfig& c, std::span<const int> context_l
       MD_REQUIRE(d >= 0 && d <= c.n_experts, "decode_step_bytes: layer ", l, " has ", d, " distinct experts of ",
                  c.n_experts);
       s.router += static_cast<int64_t>(c.n_experts) * c.hidden_size * kBf16;
-      s.experts += d * expert_bytes(c);
+      s.experts += d * expert_bytes(c) + shared_expert_bytes(c);
     } else {
       s.experts += dense_ffn_bytes(c);
     }
   }
   s.lm_head = (static_cast<int64_t>(c.vocab_size) + 1) * c.hidden_size * kBf16;
   s.embed = static_cast<int64_t>(context_lens.size()) * c.hidden_size * kBf16;
-  int64_t tokens = 0;
   for (int n : context_lens) {
     MD_REQUIRE(n >= 1, "decode_step_bytes: context length ", n);
-    tokens += n;
+    s.kv += kv_bytes_read(c, n);
   }
-  s.kv = tokens * kv_bytes_per_token(c);
   return s;
+}
+
+int64_t kv_bytes_read(const ModelConfig& c, int context) {
+  const int64_t per_layer = int64_t{2} * c.n_kv_heads * c.head_dim * kBf16;
+  int64_t keys = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int window = c.layers.at(l).sliding_window;
+    keys += window > 0 ? std::min(context, window) : context;
+  }
+  return keys * per_layer;
 }
 
 std::vector<int> distinct_experts(const RoutingLog& routing, int n_layers, int n_experts) {

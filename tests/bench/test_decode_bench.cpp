@@ -49,6 +49,42 @@ TEST(DecodeBytes, FullShapeNumbers) {
   EXPECT_NEAR(static_cast<double>(b.total() - b.kv), 6.1e9, 0.15e9);
 }
 
+// North Mini Code (cohere2_moe): the weights match the loader's tensor list (one norm a parallel
+// block, no q/k norms, the dense layer 0, tied embeddings); a sliding layer reads at most its
+// window of keys. At 32K, 13 full layers of 49 (layer 0 and every fourth) and 36 sliding ones of
+// 4096 keys read (13 x 32768 + 36 x 4096) / (49 x 32768) = 0.357 of what full attention on every
+// layer would: the layer layout alone puts the floor above 0.35.
+TEST(DecodeBytes, NorthMiniCodeWindowsAndBlocks) {
+  const ModelConfig c = preset_config("north-mini-code");
+  int64_t elems = 0;
+  for (const TensorSpec& t : expected_tensors(c))
+    elems += std::accumulate(t.shape.begin(), t.shape.end(), int64_t{1}, std::multiplies<>());
+  EXPECT_EQ(model_weight_bytes(c), elems * 2);
+  int full = 0;
+  for (int l = 0; l < c.n_layers; ++l) full += c.layers[l].sliding_window == 0;
+  ASSERT_EQ(full, 13);
+  const int64_t per_layer_token = 2 * 4 * 128 * 2;
+  EXPECT_EQ(kv_bytes_read(c, 32768), (int64_t{13} * 32768 + int64_t{36} * 4096) * per_layer_token);
+  EXPECT_EQ(kv_bytes_read(c, 4096), int64_t{49} * 4096 * per_layer_token) << "inside the window: every key";
+  EXPECT_EQ(kv_bytes_read(c, 4097), (int64_t{13} * 4097 + int64_t{36} * 4096) * per_layer_token);
+  EXPECT_EQ(kv_bytes_read(c, 1), int64_t{49} * per_layer_token);
+  const double ratio = static_cast<double>(kv_bytes_read(c, 32768)) / (kv_bytes_per_token(c) * 32768.0);
+  EXPECT_NEAR(ratio, 0.357, 0.001);
+  std::vector<int> ctx = {32768}, distinct(c.n_layers, 8);
+  const StepBytes b = decode_step_bytes(c, ctx, distinct);
+  EXPECT_EQ(b.kv, kv_bytes_read(c, 32768));
+  const int64_t attn_layer = ((4096 + 2 * 512) * 2048 + 2048 * 4096) * 2 + 2048 * 2;  // one norm, no q/k norms
+  EXPECT_EQ(b.attention, 49 * attn_layer);
+  EXPECT_EQ(b.experts, int64_t{3} * 3072 * 2048 * 2 + int64_t{48} * 8 * expert_bytes(c)) << "layer 0 dense";
+  EXPECT_EQ(b.router, int64_t{48} * 128 * 2048 * 2);
+  // Shared experts: one more SwiGLU MLP a MoE layer, read every step.
+  ModelConfig shared = c;
+  shared.shared_intermediate_size = 1024;
+  const int64_t one_shared = int64_t{3} * 1024 * 2048 * 2;
+  EXPECT_EQ(decode_step_bytes(shared, ctx, distinct).experts, b.experts + 48 * one_shared);
+  EXPECT_EQ(model_weight_bytes(shared), model_weight_bytes(c) + 48 * one_shared);
+}
+
 TEST(DecodeBytes, ScalesWithDistinctExpertsAndContexts) {
   SplitMix64 rng(test_seed());
   const ModelConfig c = preset_config("small");
