@@ -23,7 +23,9 @@ TEST(BatchedPlan, SplitsCoverTheContextInWholeTiles) {
     ASSERT_EQ(s.len % kKeyTile, 0) << ctx;
     ASSERT_GE(s.len * s.n, ctx) << ctx;
     ASSERT_LT(s.len * (s.n - 1), ctx) << "the last split is empty at " << ctx;
-    if (ctx >= kSplitMinKeys) ASSERT_GE(s.len, kSplitMinKeys) << ctx;
+    if (ctx >= kSplitMinKeys) {
+      ASSERT_GE(s.len, kSplitMinKeys) << ctx;
+    }
   }
   EXPECT_EQ(decode_splits(8192).n, 16);
   EXPECT_EQ(decode_splits(8192).len, 512);

@@ -52,8 +52,12 @@ TEST(GemmPlan, StageActivationsAreTheWgmmaCoreMatrixLayout) {
         EXPECT_EQ(first % kCoreMatrixBytes, 0);
         EXPECT_EQ(off, first + (t % 8) * 16);
         // LBO: the second piece of a k block; SBO: the next 8-token group; the k block's start.
-        if (c % 2 == 1) EXPECT_EQ(off, stage_x_offset(nt, t, c - 1) + kCoreMatrixBytes);
-        if (t >= 8) EXPECT_EQ(off, stage_x_offset(nt, t - 8, c) + kXGroupBytes);
+        if (c % 2 == 1) {
+          EXPECT_EQ(off, stage_x_offset(nt, t, c - 1) + kCoreMatrixBytes);
+        }
+        if (t >= 8) {
+          EXPECT_EQ(off, stage_x_offset(nt, t - 8, c) + kXGroupBytes);
+        }
         EXPECT_EQ(stage_x_offset(nt, 0, c & ~1), (c / 2) * stage_x_kb_bytes(nt));
       }
     for (size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i], 1) << "nt " << nt << " 16-byte unit " << i;
@@ -128,7 +132,9 @@ TEST(GemmPlan, UnderfilledDenseGemmsTakeSmallerTokenTiles) {
         const int tg = dense_tile_groups(rows, n, splits, 132);
         EXPECT_TRUE(valid_token_groups(tg));
         EXPECT_LE(tg, dense_token_groups(n));
-        if (tg > 1) EXPECT_GE(2 * dense_tiles(rows, n, tg, splits), 132) << rows << " " << n << " " << splits;
+        if (tg > 1) {
+          EXPECT_GE(2 * dense_tiles(rows, n, tg, splits), 132) << rows << " " << n << " " << splits;
+        }
       }
 }
 
@@ -146,7 +152,9 @@ TEST(GemmPlan, TileNumberingIsABijection) {
           EXPECT_LT(c.split, splits);
           EXPECT_LT(c.column, columns);
           EXPECT_EQ((c.row_tile * splits + c.split) * columns + c.column, t);
-          if (t > 0 && c.column > 0) EXPECT_EQ(tile_coord(t - 1, columns, splits).row_tile, c.row_tile);
+          if (t > 0 && c.column > 0) {
+            EXPECT_EQ(tile_coord(t - 1, columns, splits).row_tile, c.row_tile);
+          }
           seen.insert({c.row_tile, c.split, c.column});
         }
         EXPECT_EQ(static_cast<int>(seen.size()), total);

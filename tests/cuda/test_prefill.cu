@@ -193,6 +193,17 @@ LogitCompare compare_logits(const std::vector<float>& dev, const std::vector<flo
   return out;
 }
 
+// cpu-ref over the same cache geometry, its KV poisoned (NaN), rounding where the device rounds.
+std::unique_ptr<ref::RefBackend> make_ref(const ModelConfig& c, const LoadedModel& host) {
+  BackendOptions ro;
+  ro.kv_block_size = kBs;
+  ro.n_kv_blocks = kBlocks;
+  auto ref = std::make_unique<ref::RefBackend>(c, host.weights, nullptr, ro);
+  ref->kv_store().fill(std::nanf(""));
+  ref->set_device_rounding(true);
+  return ref;
+}
+
 TEST(Prefill, MatchesCpuRefOnSmallPreset) {
   MD_REQUIRE_GPU();
   const ModelConfig c = preset_config("small");
@@ -204,12 +215,8 @@ TEST(Prefill, MatchesCpuRefOnSmallPreset) {
   for (int n : lengths) {
     const Prompt p = make_prompt(c, rng, n);
     const int split = n > 1 ? 1 + static_cast<int>(rng.below(n - 1)) : 0;
-    BackendOptions ro;
-    ro.kv_block_size = kBs;
-    ro.n_kv_blocks = kBlocks;
-    ref::RefBackend ref(c, host.weights, nullptr, ro);
-    ref.kv_store().fill(std::nanf(""));
-    ref.set_device_rounding(true);
+    const std::unique_ptr<ref::RefBackend> ref_owner = make_ref(c, host);
+    ref::RefBackend& ref = *ref_owner;
     poison_kv(*be);
     RoutingLog routing(c.n_layers, c.n_experts_per_tok);
     be->set_routing_capture(&routing);
@@ -281,12 +288,8 @@ TEST(Prefill, MixedStepsMatchCpuRefAndKeepDecodeRowsBitwise) {
   }
   ASSERT_LE(next_block, kBlocks);
   poison_kv(be);
-  BackendOptions ro;
-  ro.kv_block_size = kBs;
-  ro.n_kv_blocks = kBlocks;
-  ref::RefBackend ref(c, host.weights, nullptr, ro);
-  ref.kv_store().fill(std::nanf(""));
-  ref.set_device_rounding(true);
+  const std::unique_ptr<ref::RefBackend> ref_owner = make_ref(c, host);
+  ref::RefBackend& ref = *ref_owner;
   RoutingLog routing(c.n_layers, c.n_experts_per_tok);
   be.set_routing_capture(&routing);
   // The streams' prompts (but their last tokens) as plain prefill calls, sequence ids 1..3.

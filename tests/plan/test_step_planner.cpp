@@ -111,7 +111,9 @@ void step_and_compare(StepPlanner& planner, const ModelConfig& c, const BatchSta
   const Plan fresh = make_plan(c, b, p, o);
   ASSERT_EQ(test::plan_difference(patched, fresh), "") << where;
   const PlanUpdate& u = planner.last_update();
-  if (previous && !u.lists_changed) ASSERT_TRUE(previous->same(patched)) << where << ": lists changed unannounced";
+  if (previous && !u.lists_changed) {
+    ASSERT_TRUE(previous->same(patched)) << where << ": lists changed unannounced";
+  }
   ASSERT_TRUE(!u.new_skeleton || u.lists_changed) << where;
   previous.emplace(patched);
 }

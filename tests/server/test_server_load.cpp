@@ -92,7 +92,9 @@ void streams_with_random_disconnects(Overlap overlap) {
   uint64_t n_chained = 0;
   ASSERT_TRUE(server.engine->inspect([&](const Scheduler& s) { n_chained = s.n_chained(); }));
   std::printf("%llu steps chained\n", static_cast<unsigned long long>(n_chained));
-  if (overlap != Overlap::kOff) EXPECT_GT(n_chained, 0u);
+  if (overlap != Overlap::kOff) {
+    EXPECT_GT(n_chained, 0u);
+  }
 }
 
 TEST(ServerLoad, ConcurrentStreamsWithRandomDisconnects) { streams_with_random_disconnects(Overlap::kOff); }
