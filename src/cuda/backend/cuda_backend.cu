@@ -15,7 +15,6 @@
 #include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
 #include "plan/planner.h"
-#include "plan/step_planner.h"
 #include "sampling/host_sampler.h"
 #include "sampling/params.h"
 

@@ -10,7 +10,8 @@
 // A step runs row_bucket(n) rows (the rest padding: position -1, no KV write, no routing, no
 // sampling); its first run per shape (row bucket, block-table stride; with prompt pieces also the
 // decode rows' bucket) is eager, the second captures it as a CUDA graph that later steps replay
-// with new inputs: one upload, one graph launch, one copy of the tokens back. (A graph holds the KV cache's pointer: one cache per BatchedStep.)
+// with new inputs: one upload, one graph launch, one copy of the tokens back. (A graph holds the
+// KV cache's pointer: one cache per BatchedStep.)
 // Batch invariance: a row's tokens and logits are bitwise the same in any batch (every sum's order
 // depends on the row alone: gemm_plan.h, batched_plan.h).
 // The weights and the KV cache belong to the caller (CudaBackend). Threading: one caller at a time.

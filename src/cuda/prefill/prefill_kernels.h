@@ -44,9 +44,9 @@ void residual_norm(const ResidualNormArgs& args, cudaStream_t stream);
 
 // ---- q/k norm + RoPE + KV write (prefill_rope.cu) ----
 // Row t's position is start_pos + t (a prompt piece: one block table for every row), or, with
-// `positions`, positions[t] with its own table at block_table + t * table_stride, or at
-// block_table + table_offsets[t] when given (a decode batch, or a mixed step's decode and prompt
-// rows; rows whose position is < 0 are padding and are skipped).
+// `positions`, positions[t] with its own table at block_table + table_offsets[t] (the batched
+// step: decode rows and a mixed step's prompt rows; rows whose position is < 0 are padding and
+// are skipped).
 struct QkRopeArgs {
   const float* qkv = nullptr;        // [n_tokens][G * (gs + 2) * D] fp32, fused group-major (qkv_col)
   const uint16_t* q_norm = nullptr;  // [D]
@@ -56,8 +56,7 @@ struct QkRopeArgs {
   const int32_t* block_table = nullptr;  // [>= ceil((start_pos + n_tokens) / block_size)]
   int start_pos = 0, n_tokens = 0;
   const int32_t* positions = nullptr;    // [n_tokens] or nullptr (every position < rope_positions)
-  int table_stride = 0;                  // with positions: entries per row of block_table
-  const int32_t* table_offsets = nullptr;  // with positions: [n_tokens] row t's table entry, or nullptr
+  const int32_t* table_offsets = nullptr;  // with positions: [n_tokens] row t's first table entry
   int n_kv_heads = 0, group_size = 0, head_dim = 0, block_size = 0;
   float eps = 0.0f;
   uint16_t* q = nullptr;             // [n_tokens][G * gs][D] bf16 (rounded once after RoPE)

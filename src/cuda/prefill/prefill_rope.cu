@@ -22,9 +22,7 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
   const int D = a.head_dim, gs = a.group_size, G = a.n_kv_heads, half = D / 2;
   const int pos = a.positions != nullptr ? a.positions[t] : a.start_pos + t;
   if (pos < 0) return;  // a padding row (uniform per CTA)
-  const int32_t* table = a.positions == nullptr      ? a.block_table
-                         : a.table_offsets != nullptr ? a.block_table + a.table_offsets[t]
-                                                      : a.block_table + static_cast<int64_t>(t) * a.table_stride;
+  const int32_t* table = a.positions != nullptr ? a.block_table + a.table_offsets[t] : a.block_table;
   const int64_t block = table[pos / a.block_size];
   const int slot = pos % a.block_size;
   const float* row = a.qkv + static_cast<int64_t>(t) * G * (gs + 2) * D;
@@ -77,8 +75,7 @@ void qk_norm_rope_store(const QkRopeArgs& a, cudaStream_t stream) {
     MD_REQUIRE(a.start_pos + a.n_tokens <= a.rope_positions, "prefill qk_norm_rope: positions up to ",
                a.start_pos + a.n_tokens, " past the model's RoPE table of ", a.rope_positions);
   else
-    MD_REQUIRE(a.table_stride >= 1 || a.table_offsets != nullptr,
-               "prefill qk_norm_rope: per-row positions need a block table stride or offsets");
+    MD_REQUIRE(a.table_offsets != nullptr, "prefill qk_norm_rope: per-row positions need per-row table offsets");
   MD_REQUIRE(a.qkv && a.q_norm && a.k_norm && a.rope && a.block_table && a.q && a.k_cache && a.v_cache,
              "prefill qk_norm_rope: null pointer");
   if (a.n_tokens <= 0) return;
