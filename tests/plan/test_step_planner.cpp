@@ -183,8 +183,11 @@ TEST(StepPlanner, FullShapeSteadyDecodeIsPatched) {
     }
     validate_plan(planner.plan(batch.state()));
     EXPECT_EQ(planner.counts().new_skeletons, 1u);
-    // A sequence's split changes at most every 16 tokens (its split length grows by whole blocks).
-    EXPECT_GE(planner.counts().patched, static_cast<uint64_t>(steps - 2 * n)) << "batch " << n;
+    // The first step builds the skeleton. A sequence's split changes at most every 16 tokens (its
+    // split length grows by whole blocks), so at most twice in 24 steps, and each change can cost
+    // two reassemblies: the growing last split reaching the full ones' length may reorder the
+    // placement the step before the split count changes (seed 16043318403773851379: 3 at batch 1).
+    EXPECT_GE(planner.counts().patched, static_cast<uint64_t>(steps - 1 - 4 * n)) << "batch " << n;
   }
 }
 
