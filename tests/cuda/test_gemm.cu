@@ -234,6 +234,7 @@ TEST(Gemm, GroupedTilesOfEverySizeMatchHostAndEachOther) {
     dn.x = hidden.get();
     dn.x_stride = I;
     dn.gather = nullptr;
+    dn.x_rows = n_slots;
     dn.y = down.get();
     dn.y_stride = H;
     gemm(dn, Epilogue::kStore, nullptr);

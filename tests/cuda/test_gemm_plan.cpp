@@ -32,6 +32,23 @@ TEST(GemmPlan, EveryTileConfigurationFitsTwoStagesAndItsWarps) {
   for (int nt : {0, 3, 5, 32}) EXPECT_FALSE(valid_token_groups(nt));
 }
 
+// Contiguous rows arrive as TMA boxes of 64 k x the tile's tokens with a 128-byte swizzle: each box
+// must start on a 1024-byte atom (the stage ring starts on one; the weights before the boxes, each
+// box and each stage are whole atoms), the boxes fill the same activation area the gathered layout
+// uses, and a stage's k is whole boxes; the slack for aligning the ring still leaves three stages.
+TEST(GemmPlan, TmaBoxesFillTheActivationAreaOnSwizzleAtoms) {
+  for (int nt : {1, 2, 4, 8, 16}) {
+    SCOPED_TRACE(nt);
+    EXPECT_EQ(stage_kb(nt) * 16 % kXBoxK, 0) << "a stage is whole boxes";
+    EXPECT_EQ(stage_x_boxes(nt) * stage_x_box_bytes(nt), stage_kb(nt) * stage_x_kb_bytes(nt));
+    EXPECT_EQ(stage_x_box_bytes(nt), 8 * nt * kXBoxK * 2) << "one 128-byte row per token";
+    EXPECT_EQ(stage_weight_bytes(nt) % kStageAlign, 0);
+    EXPECT_EQ(stage_x_box_bytes(nt) % kStageAlign, 0);
+    EXPECT_EQ(stage_bytes(nt) % kStageAlign, 0);
+    EXPECT_GE((kH200SmemOptin - 256 - kStageAlign) / stage_bytes(nt), 3) << "three stages after the alignment slack";
+  }
+}
+
 // The activation area is the wgmma B operand, K-major without swizzle: every (token, 16-byte
 // piece) lands once, 16-byte aligned, inside the area; a core matrix (8 tokens of one piece) is 128
 // contiguous bytes, token t's row at 16 (t % 8); the two pieces of a k block are one LBO (128 bytes)

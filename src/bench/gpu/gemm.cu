@@ -345,6 +345,7 @@ int bench_gemm(int argc, char** argv) {
     up.n_tiles = d_n;
     up.tile_capacity = cap;
     up.token_groups = tg;
+    up.x_rows = n_slots;
     up.y = hidden;
     up.y_stride = I;
     cuda::gemm::GemmArgs dn = up;

@@ -648,6 +648,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   down.x = hidden_;
   down.x_stride = I;
   down.gather = nullptr;
+  down.x_rows = bucket * K;
   down.y = down_;
   down.y_stride = H;
   gemm::gemm(down, gemm::Epilogue::kStore, stream);

@@ -80,6 +80,21 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, uint32_t by
                "l"(src), "r"(bytes), "r"(smem_addr(bar))
                : "memory");
 }
+// ---- 2-D tensor copy global -> shared (TMA), completing on an mbarrier (complete_tx) ----
+// One box of the tensor map `map` (a __grid_constant__ kernel parameter) at element coordinates
+// (c0 innermost, c1); elements outside the tensor are zero-filled and still count toward the
+// transaction bytes (the whole box always does). dst: aligned as the map's swizzle requires.
+__device__ __forceinline__ void tma_load_2d(void* dst, const void* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+// Brings a tensor map (a kernel parameter) into the descriptor cache before its first use.
+__device__ __forceinline__ void prefetch_tensormap(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
 // Prefetches [src, src+bytes) into L2 (no shared memory, no completion).
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");

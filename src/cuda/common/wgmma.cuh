@@ -19,6 +19,15 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo,
   return (static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4)) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32);
 }
+// B operand descriptor, K-major, 128-byte swizzle (as a TMA box of 64 bf16 k x N tokens with
+// CU_TENSOR_MAP_SWIZZLE_128B writes it): token rows of 128 bytes, 8-row atoms of 1024 bytes (the
+// SBO), 1024-byte aligned atoms. The k16 step j (0..3) of the atom starts 32 j bytes in: the
+// hardware applies the swizzle to the address it forms, so the start moves by plain bytes. The LBO
+// is unused by swizzled K-major layouts (encoded 1).
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr) {
+  return (static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4)) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
 // Before a warpgroup's first wgmma that reads registers (accumulators, A) written by other
 // instructions.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }

@@ -1,11 +1,14 @@
 // The many-row GEMM kernel (gemm.h): one persistent CTA per SM walks work tiles t = blockIdx.x,
 // + gridDim.x, ... (gemm_plan.h numbering). Warp 8 (the producer) issues, per tile and k stage,
 // one cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and
-// the activation rows' 16-byte pieces with cp.async (a bulk copy per row costs the copy engine more
-// than its bytes: at 64 rows, 72 copies a stage ran at 35 % of the read ceiling) into the wgmma B
-// layout (gemm_plan.h), into the next ring slot; both complete on full[slot] (the bulk bytes as
-// tx, each producer lane's cp.asyncs as one arrival). It waits for empty[slot] before reusing a
-// slot, so the weight stream runs ahead across tile boundaries.
+// the stage's activations into the next ring slot, both completing on full[slot]:
+// - contiguous rows (dense, and grouped GEMMs over slot-ordered rows): TMA boxes of 64 k x the
+//   tile's tokens, 128-byte swizzled, issued by one lane (a stage's bytes are the box's whatever
+//   the tokens; rows and k outside X are zero-filled);
+// - gathered rows (kGather): each row's 16-byte pieces with cp.async into the unswizzled wgmma B
+//   layout (gemm_plan.h), each producer lane's copies completing as one arrival.
+// The producer waits for empty[slot] before reusing a slot, so the weight stream runs ahead across
+// tile boundaries.
 // Warps 0..7 (the consumers, two warpgroups) wait full[slot], fence the cp.async bytes (generic
 // proxy) before the wgmmas read them (async proxy), load their row block's A fragments, issue one
 // wgmma per k block, commit them as a group and wait for it before releasing the slot (the two
@@ -15,6 +18,8 @@
 // named barrier 1 (split-K tiles).
 #include <algorithm>
 #include <mutex>
+
+#include <cuda.h>
 
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
@@ -29,8 +34,10 @@ namespace megadecode::cuda::gemm {
 namespace {
 
 constexpr int kHeaderBytes = 256;  // full[kMaxStages], empty[kMaxStages], the split flag
-constexpr int kStagesOffset = kHeaderBytes;
-constexpr int kFullArrivals = 1 + 32;      // the expect_tx arrival + each producer lane's cp.asyncs
+// The stages start at the first kStageAlign boundary past the header (a swizzled box's alignment).
+constexpr int kSmemSlack = kHeaderBytes + kStageAlign;
+// full[slot]'s arrivals: the expect_tx one, plus (gathered rows) each producer lane's cp.asyncs.
+constexpr int full_arrivals(bool gather) { return gather ? 1 + 32 : 1; }
 constexpr int kConsumerThreads = kConsumerWarps * 32;
 constexpr int kSplitBar = 1;       // named barrier of the consumers
 
@@ -45,6 +52,11 @@ struct Cfg {
   static_assert(kChunks % 4 == 0, "the producer's piece passes");
   static_assert(kConsumerWarps == kTileRowBlocks, "one row block per consumer warp");
   static_assert(kSplitUnitKb % kKB == 0, "a split unit is whole stages");
+  static constexpr int kBoxes = stage_x_boxes(kNT);
+  static constexpr int kBoxBytes = stage_x_box_bytes(kNT);
+  static constexpr uint32_t kXBytes = kBoxes * kBoxBytes;  // a TMA stage's activation bytes
+  static_assert(kWBytes % kStageAlign == 0 && kStage % kStageAlign == 0 && kBoxBytes % kStageAlign == 0,
+                "every box starts on a swizzle atom");
 };
 
 // What one work tile covers; decoded identically by the producer and the consumers.
@@ -91,9 +103,9 @@ __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, i
   return ti;
 }
 
-template <int kNT>
-__device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
-                                        uint64_t* empty, int n_stages) {
+template <int kNT, bool kGather>
+__device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_map, const Shape& s, uint8_t* stages,
+                                        uint64_t* full, uint64_t* empty, int n_stages) {
   using C = Cfg<kNT>;
   const int lane = threadIdx.x & 31;
   // Activation pieces: lane (t8, cq) copies token t8 + 8 tp's pieces 4 cp + cq, for every token
@@ -107,44 +119,53 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const Shape& s, uint8
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
     int64_t rows[kNT];  // this lane's tokens' X row offsets, for the whole tile (no per-stage lookups)
+    if constexpr (kGather) {
 #pragma unroll
-    for (int tp = 0; tp < kNT; ++tp) {
-      const int i = tp * 8 + t8;
-      rows[tp] = i < ti.n_tok ? static_cast<int64_t>(a.gather != nullptr ? a.gather[ti.tok0 + i] : ti.tok0 + i) *
-                                    a.x_stride
-                              : 0;
+      for (int tp = 0; tp < kNT; ++tp) {
+        const int i = tp * 8 + t8;
+        rows[tp] = i < ti.n_tok ? static_cast<int64_t>(a.gather[ti.tok0 + i]) * a.x_stride : 0;
+      }
     }
     for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, advance_ring(slot, phase, n_stages)) {
       ptx::mbar_wait(&empty[slot], phase ^ 1);
       const int nkb = min(C::kKB, ti.kb1 - kb);
       const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes;
-      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb);
+      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + (kGather ? 0 : C::kXBytes));
       __syncwarp();  // expect_tx precedes every bulk copy of the phase: it cannot complete early
       uint8_t* st = stages + slot * C::kStage;
       if (lane < ti.n_rb)
         ptx::bulk_g2s(st + lane * C::kKB * kPackTileBytes,
                       ti.w + (static_cast<int64_t>(ti.rb0 + lane) * s.n_kb + kb) * (kPackRows * kPackK), w_bytes,
                       &full[slot], policy);
-      // Pieces past the tile's K are zero-filled (source size 0): the consumers multiply them.
       uint8_t* dst = st + C::kWBytes;
+      if constexpr (!kGather) {
+        // Every box of the stage, also past the tile's K (zero-filled: the consumers multiply them).
+        if (lane == 0) {
 #pragma unroll
-      for (int tp = 0; tp < kNT; ++tp) {
-        const int i = tp * 8 + t8;
-        if (i >= ti.n_tok) break;  // tokens fill the groups in order
-#pragma unroll
-        for (int cp = 0; cp < C::kChunks / 4; ++cp) {
-          const int piece = cp * 4 + cq;
-          const bool in_k = piece < 2 * nkb;
-          ptx::cp_async_16(dst + stage_x_offset(kNT, i, piece), a.x + rows[tp] + (in_k ? kb * kPackK + piece * 8 : 0),
-                           in_k ? 16 : 0);
+          for (int b = 0; b < C::kBoxes; ++b)
+            ptx::tma_load_2d(dst + b * C::kBoxBytes, x_map, kb * kPackK + b * kXBoxK, ti.tok0, &full[slot]);
         }
+      } else {
+        // Pieces past the tile's K are zero-filled (source size 0): the consumers multiply them.
+#pragma unroll
+        for (int tp = 0; tp < kNT; ++tp) {
+          const int i = tp * 8 + t8;
+          if (i >= ti.n_tok) break;  // tokens fill the groups in order
+#pragma unroll
+          for (int cp = 0; cp < C::kChunks / 4; ++cp) {
+            const int piece = cp * 4 + cq;
+            const bool in_k = piece < 2 * nkb;
+            ptx::cp_async_16(dst + stage_x_offset(kNT, i, piece), a.x + rows[tp] + (in_k ? kb * kPackK + piece * 8 : 0),
+                             in_k ? 16 : 0);
+          }
+        }
+        ptx::cp_async_mbar_arrive_noinc(&full[slot]);  // this lane's pieces, as one arrival
       }
-      ptx::cp_async_mbar_arrive_noinc(&full[slot]);  // this lane's pieces, as one arrival
     }
   }
 }
 
-template <int kNT, Epilogue kEpi>
+template <int kNT, Epilogue kEpi, bool kGather>
 __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
                                         uint64_t* empty, int n_stages, int* split_flag) {
   using C = Cfg<kNT>;
@@ -170,7 +191,7 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       // Every warpgroup runs every k block of the stage, straight-line (a wgmma under a branch
       // serialises them all): a missing row block or k block multiplies zeros (its A fragment is
       // zero here; the producer zero-fills the activation pieces past the tile's K).
-      ptx::fence_proxy_async_shared();  // the producer's cp.async bytes, seen here, before the async proxy reads them
+      if constexpr (kGather) ptx::fence_proxy_async_shared();  // the cp.async bytes, seen here, before the async proxy reads them
       const uint8_t* st = stages + slot * C::kStage;
       const int nkb = min(C::kKB, ti.kb1 - kb);
       uint32_t frag[C::kKB][4];
@@ -187,8 +208,12 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       const uint32_t x0 = ptx::smem_addr(st + C::kWBytes);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < C::kKB; ++kk)
-        ptx::wgmma_bf16_rs<kNT>(acc, frag[kk], ptx::wgmma_desc(x0 + kk * C::kXKb, kCoreMatrixBytes, kXGroupBytes), 1);
+      for (int kk = 0; kk < C::kKB; ++kk) {
+        const uint64_t desc =
+            kGather ? ptx::wgmma_desc(x0 + kk * C::kXKb, kCoreMatrixBytes, kXGroupBytes)
+                    : ptx::wgmma_desc_sw128(x0 + (kk * 16 / kXBoxK) * C::kBoxBytes + (kk * 16 % kXBoxK) * 2);
+        ptx::wgmma_bf16_rs<kNT>(acc, frag[kk], desc, 1);
+      }
       ptx::wgmma_commit();
       // The group done before the slot is released and before the next stage's fragments are
       // loaded (the A registers of a pending wgmma may not be written).
@@ -265,13 +290,15 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
   }
 }
 
-template <int kNT, Epilogue kEpi>
-__global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, const Shape shape_in, int n_stages) {
+template <int kNT, Epilogue kEpi, bool kGather>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_kernel(const GemmArgs a, const __grid_constant__ CUtensorMap x_map, const Shape shape_in, int n_stages) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
   int* split_flag = reinterpret_cast<int*>(empty + kMaxStages);
-  uint8_t* stages = smem + kStagesOffset;
+  const uint32_t base = ptx::smem_addr(smem);
+  uint8_t* stages = smem + ((base + kHeaderBytes + kStageAlign - 1) / kStageAlign * kStageAlign - base);
   Shape s = shape_in;
   if (a.tiles != nullptr) {  // the list was written by an earlier launch
     s.columns = *a.n_tiles;
@@ -279,20 +306,49 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const GemmArgs a, con
   }
   if (threadIdx.x == 0) {
     for (int i = 0; i < n_stages; ++i) {
-      ptx::mbar_init(&full[i], kFullArrivals);
+      ptx::mbar_init(&full[i], full_arrivals(kGather));
       ptx::mbar_init(&empty[i], kConsumerWarps);
     }
     ptx::fence_mbar_init();
   }
+  if (!kGather && threadIdx.x == kConsumerThreads) ptx::prefetch_tensormap(&x_map);
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
-    produce<kNT>(a, s, stages, full, empty, n_stages);
+    produce<kNT, kGather>(a, &x_map, s, stages, full, empty, n_stages);
   } else {
-    consume<kNT, kEpi>(a, s, stages, full, empty, n_stages, split_flag);
+    consume<kNT, kEpi, kGather>(a, s, stages, full, empty, n_stages, split_flag);
   }
 }
 
-template <int kNT, Epilogue kEpi>
+// The TMA map of X's contiguous rows: [rows][k] bf16 with row pitch x_stride, boxes of 64 k x the
+// tile's tokens, 128-byte swizzle. Rows past `rows` and k past `k` read as zeros.
+CUtensorMap x_tensor_map(const GemmArgs& a, int rows, int tile_tokens) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static Encode encode = nullptr;
+  static std::once_flag found;
+  std::call_once(found, [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    MD_CHECK(q == cudaDriverEntryPointSuccess && fn != nullptr, "gemm: the driver has no cuTensorMapEncodeTiled");
+    encode = reinterpret_cast<Encode>(fn);
+  });
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.x_stride) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kXBoxK), static_cast<cuuint32_t>(tile_tokens)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(a.x), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  MD_CHECK(r == CUDA_SUCCESS, "gemm: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ") for X [", rows, "][",
+           a.k, "] pitch ", a.x_stride);
+  return map;
+}
+
+template <int kNT, Epilogue kEpi, bool kGather>
 void launch(const GemmArgs& a, cudaStream_t stream) {
   using C = Cfg<kNT>;
   static int n_stages = 0, smem = 0;
@@ -301,10 +357,11 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
     int dev = 0, optin = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    n_stages = std::min(kMaxStages, (optin - kStagesOffset) / C::kStage);
+    n_stages = std::min(kMaxStages, (optin - kSmemSlack) / C::kStage);
     MD_CHECK(n_stages >= 2, "gemm: shared memory too small for two stages of ", C::kStage, " bytes");
-    smem = kStagesOffset + n_stages * C::kStage;
-    CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<kNT, kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    smem = kSmemSlack + n_stages * C::kStage;
+    CUDA_CHECK(
+        cudaFuncSetAttribute(gemm_kernel<kNT, kEpi, kGather>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   });
   Shape s;
   s.n_rb = static_cast<int>(pack_row_blocks(a.n_rows));
@@ -317,19 +374,26 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
   s.total = a.tiles != nullptr ? 0 : max_tiles;
   const int grid = std::min(max_tiles, sm_count());
   if (grid <= 0) return;
-  gemm_kernel<kNT, kEpi><<<grid, kThreads, smem, stream>>>(a, s, n_stages);
+  const CUtensorMap x_map = kGather ? CUtensorMap{} : x_tensor_map(a, a.tiles != nullptr ? a.x_rows : a.n_tokens, C::kTokens);
+  gemm_kernel<kNT, kEpi, kGather><<<grid, kThreads, smem, stream>>>(a, x_map, s, n_stages);
   CUDA_CHECK_LAST();
 }
 
-template <Epilogue kEpi>
+template <Epilogue kEpi, bool kGather>
 void launch_groups(const GemmArgs& a, int token_groups, cudaStream_t stream) {
   switch (token_groups) {
-    case 1: return launch<1, kEpi>(a, stream);
-    case 2: return launch<2, kEpi>(a, stream);
-    case 4: return launch<4, kEpi>(a, stream);
-    case 8: return launch<8, kEpi>(a, stream);
-    default: return launch<16, kEpi>(a, stream);
+    case 1: return launch<1, kEpi, kGather>(a, stream);
+    case 2: return launch<2, kEpi, kGather>(a, stream);
+    case 4: return launch<4, kEpi, kGather>(a, stream);
+    case 8: return launch<8, kEpi, kGather>(a, stream);
+    default: return launch<16, kEpi, kGather>(a, stream);
   }
+}
+
+template <Epilogue kEpi>
+void launch_rows(const GemmArgs& a, cudaStream_t stream) {
+  if (a.gather != nullptr) return launch_groups<kEpi, true>(a, a.token_groups, stream);
+  launch_groups<kEpi, false>(a, a.token_groups, stream);
 }
 
 }  // namespace
@@ -365,6 +429,8 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
     MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: grouped mode needs the list's token_groups (1, 2, 4, 8 or 16), got ",
                a.token_groups);
     MD_REQUIRE(a.k_splits == 1, "gemm: grouped GEMMs do not split K");
+    MD_REQUIRE(a.gather != nullptr || a.x_rows >= 1, "gemm: a grouped GEMM over contiguous rows needs x_rows (the ",
+               "rows of X its tiles may read), got ", a.x_rows);
   } else {
     MD_REQUIRE(a.n_tokens >= 0, "gemm: ", a.n_tokens, " tokens");
     if (a.n_tokens == 0) return;
@@ -375,9 +441,9 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
     MD_REQUIRE(epilogue != Epilogue::kSwiGlu && a.workspace != nullptr && a.semaphores != nullptr,
                "gemm: split K needs a workspace and semaphores, and no SwiGLU epilogue");
   switch (epilogue) {
-    case Epilogue::kStore: return launch_groups<Epilogue::kStore>(a, a.token_groups, stream);
-    case Epilogue::kResidual: return launch_groups<Epilogue::kResidual>(a, a.token_groups, stream);
-    case Epilogue::kSwiGlu: return launch_groups<Epilogue::kSwiGlu>(a, a.token_groups, stream);
+    case Epilogue::kStore: return launch_rows<Epilogue::kStore>(a, stream);
+    case Epilogue::kResidual: return launch_rows<Epilogue::kResidual>(a, stream);
+    case Epilogue::kSwiGlu: return launch_rows<Epilogue::kSwiGlu>(a, stream);
   }
 }
 

@@ -2,9 +2,10 @@
 // (weight_pack.cuh), for 1..thousands of activation rows ("tokens"): the batched decode step's dense
 // projections (QKV, O, router, LM head) and grouped expert GEMMs, and the prefill pieces'.
 // One persistent kernel per call (one CTA per SM walking work tiles, gemm_plan.h): a producer warp
-// streams each tile's weight row blocks (cp.async.bulk, evict-first) and activation rows (16-byte
-// cp.async) through a ring of shared-memory stages, completing on mbarriers; eight consumer warps run
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate) and apply the epilogue from registers.
+// streams each tile's weight row blocks (cp.async.bulk, evict-first) and activation rows (TMA boxes
+// when the rows are contiguous, 16-byte cp.async when gathered) through a ring of shared-memory
+// stages, completing on mbarriers; two consumer warpgroups run wgmma m64nNk16 (bf16 in, fp32
+// accumulate) and apply the epilogue from registers.
 // Grouped mode: the tile list (expert, slot range) and its count live on the device (built by the
 // MoE lists kernel), so the host never waits for the routing; each active expert's weights are read
 // once per tile column, and a column holds about twice the mean rows per expert.
@@ -44,6 +45,7 @@ struct GemmArgs {
   const MoeTile* tiles = nullptr;
   const int32_t* n_tiles = nullptr;  // device scalar
   int tile_capacity = 0;        // entries of `tiles` (moe_tile_capacity)
+  int x_rows = 0;               // grouped without gather: rows of X the tiles may read (the slots)
   int token_groups = 0;         // dense: 0 picks dense_tile_groups(...); grouped: required
   void* y = nullptr;            // [tokens][y_stride]
   int y_stride = 0;             // elements

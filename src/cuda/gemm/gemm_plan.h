@@ -49,6 +49,13 @@ MD_HOST_DEVICE constexpr int stage_x_offset(int nt, int tok, int piece) {
   return (piece >> 1) * stage_x_kb_bytes(nt) + (tok >> 3) * kXGroupBytes + (piece & 1) * kCoreMatrixBytes +
          (tok & 7) * 16;
 }
+// Contiguous activation rows (no gather) arrive instead as TMA boxes of 64 k x all the tile's tokens,
+// 128-byte swizzled (the wgmma B layout of that swizzle: token rows of 128 bytes, 8-row atoms of
+// 1024 bytes): stage_kb(nt) / 4 boxes, box b at b * stage_x_box_bytes(nt), in the same area.
+constexpr int kXBoxK = 64;                               // k elements of one box row (128 bytes)
+constexpr int kStageAlign = 1024;                        // a 128-byte-swizzle atom
+MD_HOST_DEVICE constexpr int stage_x_boxes(int nt) { return stage_kb(nt) * 16 / kXBoxK; }
+MD_HOST_DEVICE constexpr int stage_x_box_bytes(int nt) { return nt * 8 * 128; }
 MD_HOST_DEVICE constexpr int stage_bytes(int nt) {
   return (stage_weight_bytes(nt) + stage_kb(nt) * stage_x_kb_bytes(nt) + 127) / 128 * 128;
 }

@@ -116,6 +116,14 @@ struct MoeListArgs {
   int32_t* n_tiles = nullptr;         // device scalar
   int tile_capacity = 0;
   int32_t* error = nullptr;
+  // Optional (x != nullptr): every routed entry's activation row, copied into slot order,
+  // x_slots[token_slot[t][k]] = x[t] (row_elems bf16 each, a multiple of 8; strides multiples of
+  // 8), so the grouped gate/up GEMM reads contiguous rows (TMA boxes) instead of gathering them.
+  const uint16_t* x = nullptr;
+  int x_stride = 0;
+  int row_elems = 0;
+  uint16_t* x_slots = nullptr;
+  int x_slots_stride = 0;
 };
 void moe_lists(const MoeListArgs& args, cudaStream_t stream);
 

@@ -2,7 +2,8 @@
 // (1) one CTA per expert ranks the routed entries (token, k) that chose it, in entry order, by warp
 // ballots and a fixed-order CTA prefix; (2) one CTA turns the counts into offsets and the grouped
 // GEMMs' tile list by a scan over the experts (the list gemm_plan.h build_moe_tiles defines) and
-// scatters every entry to its slot. Slots are in (expert,
+// scatters every entry to its slot; (3) optionally, one CTA per token copies its activation row to
+// each of its slots. Slots are in (expert,
 // token, k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same
 // rows in the same order. Integer work only; the result does not depend on scheduling.
 #include "core/check.h"
@@ -93,6 +94,21 @@ __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const MoeListA
   }
 }
 
+// One CTA per token: its row, read once as 16-byte pieces, written to each of its slots.
+constexpr int kSlotRowThreads = 128;
+__global__ void __launch_bounds__(kSlotRowThreads) slot_rows_kernel(const MoeListArgs a) {
+  const int t = blockIdx.x;
+  if (!routed(a, t * a.top_k)) return;
+  const uint4* src = reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(t) * a.x_stride);
+  for (int c = threadIdx.x; c < a.row_elems / 8; c += kSlotRowThreads) {
+    const uint4 v = src[c];
+    for (int k = 0; k < a.top_k; ++k) {
+      const int slot = a.token_slot[t * a.top_k + k];
+      reinterpret_cast<uint4*>(a.x_slots + static_cast<int64_t>(slot) * a.x_slots_stride)[c] = v;
+    }
+  }
+}
+
 }  // namespace
 
 void moe_lists(const MoeListArgs& a, cudaStream_t stream) {
@@ -106,11 +122,21 @@ void moe_lists(const MoeListArgs& a, cudaStream_t stream) {
              a.tile_tokens, " outside 8..128 or not a multiple of 8");
   MD_REQUIRE(a.tile_capacity >= gemm::moe_tile_capacity(a.n_tokens * a.top_k, a.n_experts, a.tile_tokens),
              "prefill moe: tile capacity ", a.tile_capacity, " below the bound");
+  if (a.x != nullptr)
+    MD_REQUIRE(a.x_slots != nullptr && a.row_elems > 0 && a.row_elems % 8 == 0 && a.x_stride % 8 == 0 &&
+                   a.x_slots_stride % 8 == 0 && a.x_stride >= a.row_elems && a.x_slots_stride >= a.row_elems &&
+                   reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && reinterpret_cast<uintptr_t>(a.x_slots) % 16 == 0,
+               "prefill moe: slot rows need a destination, rows of a positive multiple of 8 elements and 16-byte "
+               "aligned rows (row ", a.row_elems, ", strides ", a.x_stride, " / ", a.x_slots_stride, ")");
   if (a.n_tokens <= 0) return;
   rank_kernel<<<a.n_experts, kRankThreads, 0, stream>>>(a);
   CUDA_CHECK_LAST();
   scatter_kernel<<<1, kScatterThreads, 0, stream>>>(a);
   CUDA_CHECK_LAST();
+  if (a.x != nullptr) {
+    slot_rows_kernel<<<a.n_tokens, kSlotRowThreads, 0, stream>>>(a);
+    CUDA_CHECK_LAST();
+  }
 }
 
 }  // namespace megadecode::cuda::prefill

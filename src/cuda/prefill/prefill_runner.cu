@@ -347,6 +347,14 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   ml.tile_tokens = 8 * kExpertTokenGroups;
   ml.tile_capacity = tile_capacity_;
   ml.error = error_;
+  // The normed rows in slot order, in down_'s memory (bf16 [C*K][H], half of it): the gate/up
+  // GEMM reads them before the down GEMM overwrites them (one stream).
+  uint16_t* x_slots = reinterpret_cast<uint16_t*>(down_);
+  ml.x = xn_;
+  ml.x_stride = H;
+  ml.row_elems = H;
+  ml.x_slots = x_slots;
+  ml.x_slots_stride = H;
   moe_lists(ml, stream);
 
   gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's token, per expert tile
@@ -354,9 +362,9 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   up.w_expert_stride = lw.expert_up_elems;
   up.n_rows = 2 * I;
   up.k = H;
-  up.x = xn_;
+  up.x = x_slots;
   up.x_stride = H;
-  up.gather = slot_token_;
+  up.x_rows = T * K;
   up.tiles = tiles_;
   up.n_tiles = n_tiles_;
   up.tile_capacity = tile_capacity_;
@@ -376,6 +384,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   down.n_tiles = n_tiles_;
   down.tile_capacity = tile_capacity_;
   down.token_groups = kExpertTokenGroups;
+  down.x_rows = T * K;
   down.y = down_;
   down.y_stride = H;
   gemm::gemm(down, gemm::Epilogue::kStore, stream);
