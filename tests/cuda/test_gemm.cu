@@ -299,6 +299,18 @@ TEST(Gemm, BadArgumentsAreErrors) {
   bad = a;
   bad.x_stride = 250;
   EXPECT_THROW(gemm(bad, Epilogue::kStore, nullptr), Error);
+  // A grouped GEMM over contiguous rows must say how many rows its tiles may read.
+  DeviceBuffer<MoeTile> tiles(std::vector<MoeTile>{MoeTile{0, 0, 8, 0}});
+  DeviceBuffer<int32_t> n_tiles(std::vector<int32_t>{1});
+  bad = a;
+  bad.tiles = tiles.get();
+  bad.n_tiles = n_tiles.get();
+  bad.tile_capacity = 1;
+  bad.token_groups = 1;
+  EXPECT_THROW(gemm(bad, Epilogue::kStore, nullptr), Error);
+  bad.x_rows = 8;
+  EXPECT_NO_THROW(gemm(bad, Epilogue::kStore, nullptr));
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 }  // namespace

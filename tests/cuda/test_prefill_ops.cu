@@ -82,8 +82,24 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   ml.tile_tokens = kTileTokens;
   ml.tile_capacity = cap;
   ml.error = err.get();
+  // Each routed row copied to its slots, for a gate/up GEMM over contiguous rows.
+  const test::Bf16Data xh = test::random_bf16(static_cast<size_t>(T) * H, rng, 1.0f);
+  DeviceBuffer<uint16_t> x(xh.bits), x_slots(static_cast<size_t>(T) * K * H);
+  x_slots.poison();
+  ml.x = x.get();
+  ml.x_stride = H;
+  ml.row_elems = H;
+  ml.x_slots = x_slots.get();
+  ml.x_slots_stride = H;
   moe_lists(ml, nullptr);
   EXPECT_EQ(err.download()[0], 0);
+  {
+    const std::vector<uint16_t> got = x_slots.download();
+    for (int slot = 0; slot < T * K; ++slot)
+      ASSERT_TRUE(std::equal(got.begin() + int64_t{slot} * H, got.begin() + int64_t{slot + 1} * H,
+                             xh.bits.begin() + int64_t{slot_token[slot]} * H))
+          << "slot " << slot << " is not its token's row";
+  }
   EXPECT_EQ(d_counts.download(), counts);
   EXPECT_EQ(d_offsets.download(), offsets);
   EXPECT_EQ(d_ts.download(), token_slot);
@@ -104,8 +120,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
     up_h.push_back(packed_weights(w_up.get() + e * up_stride, 2 * I, H, rng, 0.3f));
     down_h.push_back(packed_weights(w_down.get() + e * down_stride, H, I, rng, 0.3f));
   }
-  const test::Bf16Data xh = test::random_bf16(static_cast<size_t>(T) * H, rng, 1.0f);
-  DeviceBuffer<uint16_t> x(xh.bits), hidden(static_cast<size_t>(T) * K * I);
+  DeviceBuffer<uint16_t> hidden(static_cast<size_t>(T) * K * I), hidden_rows(static_cast<size_t>(T) * K * I);
   DeviceBuffer<float> down(static_cast<size_t>(T) * K * H);
   hidden.poison();
   down.poison();
@@ -124,6 +139,15 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   up.y = hidden.get();
   up.y_stride = I;
   gemm::gemm(up, gemm::Epilogue::kSwiGlu, nullptr);
+  // The same GEMM over the slot-ordered rows (TMA boxes, not gathered pieces): the same bits.
+  hidden_rows.poison();
+  gemm::GemmArgs up_rows = up;
+  up_rows.x = x_slots.get();
+  up_rows.gather = nullptr;
+  up_rows.x_rows = T * K;
+  up_rows.y = hidden_rows.get();
+  gemm::gemm(up_rows, gemm::Epilogue::kSwiGlu, nullptr);
+  EXPECT_EQ(hidden_rows.download(), hidden.download()) << "gate/up over slot-ordered rows differs from the gathered";
   gemm::GemmArgs dn;
   dn.w = w_down.get();
   dn.w_expert_stride = down_stride;
@@ -135,6 +159,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   dn.n_tiles = n_t.get();
   dn.tile_capacity = cap;
   dn.token_groups = kTileTokens / 8;
+  dn.x_rows = T * K;
   dn.y = down.get();
   dn.y_stride = H;
   gemm::gemm(dn, gemm::Epilogue::kStore, nullptr);
