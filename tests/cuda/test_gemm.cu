@@ -1,6 +1,6 @@
 // The many-row GEMM engine (src/cuda/gemm/gemm.h) against fp64 host dot products of the same bf16
-// values, at every tile configuration (1..257 tokens: token groups 1, 2, 4, 8, 16), with gather,
-// residual and SwiGLU epilogues, partial row / token / k tiles, K split 1..5 ways, and grouped
+// values, at every tile configuration (1..257 tokens: token groups 1, 2, 4, 8, 16), with X at a row
+// offset, residual and SwiGLU epilogues, partial row / token / k tiles, K split 1..5 ways, and grouped
 // per-expert tile lists of every tile size with a hot expert spanning several tiles. Then the
 // engine's invariance: a token's outputs are bitwise the same whatever the other tokens, their
 // number and the tile size (dense at a fixed split; grouped at any tile size). Outputs are
@@ -60,16 +60,13 @@ TEST(Gemm, DenseEpiloguesMatchHost) {
     DeviceBuffer<uint16_t> w(packed_elements(cs.rows, cs.k));
     const test::Bf16Data wh = packed_weights(w.get(), cs.rows, cs.k, rng, 1.0f);
     const test::Bf16Data xh = test::random_bf16(static_cast<size_t>(n_x) * xs, rng, 1.0f);
-    std::vector<int32_t> gather(cs.tokens);
-    for (int t = 0; t < cs.tokens; ++t) gather[t] = static_cast<int32_t>(rng.below(n_x));
     const test::Bf16Data res = test::random_bf16(static_cast<size_t>(cs.tokens) * ys, rng, 4.0f);
     DeviceBuffer<uint16_t> x(xh.bits);
-    DeviceBuffer<int32_t> g(gather);
     DeviceBuffer<float> y(static_cast<size_t>(cs.tokens) * ys), r(res.values);
     SplitScratch scratch(cs.tokens, cs.rows, cs.splits);
     for (Epilogue epi : {Epilogue::kStore, Epilogue::kResidual, Epilogue::kSwiGlu}) {
       if (epi == Epilogue::kSwiGlu && (cs.rows % 16 != 0 || cs.splits > 1)) continue;
-      const bool use_gather = epi != Epilogue::kResidual;
+      const int x_row0 = epi == Epilogue::kResidual ? 0 : 5;  // X's rows start inside the buffer
       const int out_cols = epi == Epilogue::kSwiGlu ? cs.rows / 2 : cs.rows;
       DeviceBuffer<uint16_t> yb(static_cast<size_t>(cs.tokens) * ys);
       y.poison();
@@ -78,9 +75,8 @@ TEST(Gemm, DenseEpiloguesMatchHost) {
       a.w = w.get();
       a.n_rows = cs.rows;
       a.k = cs.k;
-      a.x = x.get();
+      a.x = x.get() + static_cast<size_t>(x_row0) * xs;
       a.x_stride = xs;
-      a.gather = use_gather ? g.get() : nullptr;
       a.n_tokens = cs.tokens;
       a.y = epi == Epilogue::kSwiGlu ? static_cast<void*>(yb.get()) : static_cast<void*>(y.get());
       a.y_stride = ys;
@@ -90,7 +86,7 @@ TEST(Gemm, DenseEpiloguesMatchHost) {
       gemm(a, epi, nullptr);
       CUDA_CHECK(cudaDeviceSynchronize());
       auto dot = [&](int row, int t) {
-        const int xr = use_gather ? gather[t] : t;
+        const int xr = x_row0 + t;
         double s = 0;
         for (int kk = 0; kk < cs.k; ++kk)
           s += double(wh.values[static_cast<size_t>(row) * cs.k + kk]) * xh.values[static_cast<size_t>(xr) * xs + kk];
@@ -194,8 +190,10 @@ TEST(Gemm, GroupedTilesOfEverySizeMatchHostAndEachOther) {
     down_h.push_back(packed_weights(w_down.get() + e * down_stride, H, I, rng, 0.3f));
   }
   const test::Bf16Data xh = test::random_bf16(static_cast<size_t>(n_x) * H, rng, 1.0f);
-  DeviceBuffer<uint16_t> x(xh.bits);
-  DeviceBuffer<int32_t> d_st(slot_token);
+  std::vector<uint16_t> slot_rows(static_cast<size_t>(n_slots) * H);  // X in slot order, as moe_lists writes it
+  for (int s = 0; s < n_slots; ++s)
+    std::copy_n(xh.bits.begin() + int64_t{slot_token[s]} * H, H, slot_rows.begin() + int64_t{s} * H);
+  DeviceBuffer<uint16_t> x(slot_rows);
   std::vector<uint16_t> first_hidden;
   std::vector<float> first_down;
   for (int nt : {1, 2, 4, 8, 16}) {
@@ -218,7 +216,7 @@ TEST(Gemm, GroupedTilesOfEverySizeMatchHostAndEachOther) {
     up.k = H;
     up.x = x.get();
     up.x_stride = H;
-    up.gather = d_st.get();
+    up.x_rows = n_slots;
     up.tiles = d_tiles.get();
     up.n_tiles = d_n.get();
     up.tile_capacity = cap;
@@ -233,8 +231,6 @@ TEST(Gemm, GroupedTilesOfEverySizeMatchHostAndEachOther) {
     dn.k = I;
     dn.x = hidden.get();
     dn.x_stride = I;
-    dn.gather = nullptr;
-    dn.x_rows = n_slots;
     dn.y = down.get();
     dn.y_stride = H;
     gemm(dn, Epilogue::kStore, nullptr);

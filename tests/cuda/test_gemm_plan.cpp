@@ -32,54 +32,20 @@ TEST(GemmPlan, EveryTileConfigurationFitsTwoStagesAndItsWarps) {
   for (int nt : {0, 3, 5, 32}) EXPECT_FALSE(valid_token_groups(nt));
 }
 
-// Contiguous rows arrive as TMA boxes of 64 k x the tile's tokens with a 128-byte swizzle: each box
+// Activation rows arrive as TMA boxes of 64 k x the tile's tokens with a 128-byte swizzle: each box
 // must start on a 1024-byte atom (the stage ring starts on one; the weights before the boxes, each
-// box and each stage are whole atoms), the boxes fill the same activation area the gathered layout
-// uses, and a stage's k is whole boxes; the slack for aligning the ring still leaves three stages.
+// box and each stage are whole atoms), a stage is its weights and its boxes, and a stage's k is
+// whole boxes; the slack for aligning the ring still leaves three stages.
 TEST(GemmPlan, TmaBoxesFillTheActivationAreaOnSwizzleAtoms) {
   for (int nt : {1, 2, 4, 8, 16}) {
     SCOPED_TRACE(nt);
     EXPECT_EQ(stage_kb(nt) * 16 % kXBoxK, 0) << "a stage is whole boxes";
-    EXPECT_EQ(stage_x_boxes(nt) * stage_x_box_bytes(nt), stage_kb(nt) * stage_x_kb_bytes(nt));
+    EXPECT_EQ(stage_bytes(nt), stage_weight_bytes(nt) + stage_x_boxes(nt) * stage_x_box_bytes(nt));
     EXPECT_EQ(stage_x_box_bytes(nt), 8 * nt * kXBoxK * 2) << "one 128-byte row per token";
     EXPECT_EQ(stage_weight_bytes(nt) % kStageAlign, 0);
     EXPECT_EQ(stage_x_box_bytes(nt) % kStageAlign, 0);
     EXPECT_EQ(stage_bytes(nt) % kStageAlign, 0);
     EXPECT_GE((kH200SmemOptin - 256 - kStageAlign) / stage_bytes(nt), 3) << "three stages after the alignment slack";
-  }
-}
-
-// The activation area is the wgmma B operand, K-major without swizzle: every (token, 16-byte
-// piece) lands once, 16-byte aligned, inside the area; a core matrix (8 tokens of one piece) is 128
-// contiguous bytes, token t's row at 16 (t % 8); the two pieces of a k block are one LBO (128 bytes)
-// apart and consecutive 8-token groups one SBO (256 bytes); k block kk starts at kk x the k-block size.
-TEST(GemmPlan, StageActivationsAreTheWgmmaCoreMatrixLayout) {
-  for (int nt : {1, 2, 4, 8, 16}) {
-    const int pieces = 2 * stage_kb(nt), tokens = 8 * nt, area = stage_kb(nt) * stage_x_kb_bytes(nt);
-    std::vector<int> hits(area / 16, 0);
-    for (int t = 0; t < tokens; ++t)
-      for (int c = 0; c < pieces; ++c) {
-        const int off = stage_x_offset(nt, t, c);
-        ASSERT_EQ(off % 16, 0);
-        ASSERT_GE(off, 0);
-        ASSERT_LT(off, area) << "nt " << nt << " token " << t << " piece " << c;
-        ++hits[off / 16];
-        // The core matrix: 128-byte aligned, its 8 tokens' rows in order.
-        const int first = stage_x_offset(nt, t & ~7, c);
-        EXPECT_EQ(first % kCoreMatrixBytes, 0);
-        EXPECT_EQ(off, first + (t % 8) * 16);
-        // LBO: the second piece of a k block; SBO: the next 8-token group; the k block's start.
-        if (c % 2 == 1) {
-          EXPECT_EQ(off, stage_x_offset(nt, t, c - 1) + kCoreMatrixBytes);
-        }
-        if (t >= 8) {
-          EXPECT_EQ(off, stage_x_offset(nt, t - 8, c) + kXGroupBytes);
-        }
-        EXPECT_EQ(stage_x_offset(nt, 0, c & ~1), (c / 2) * stage_x_kb_bytes(nt));
-      }
-    for (size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i], 1) << "nt " << nt << " 16-byte unit " << i;
-    EXPECT_EQ(kXGroupBytes, 2 * kCoreMatrixBytes);
-    EXPECT_EQ(stage_x_kb_bytes(nt), nt * kXGroupBytes);
   }
 }
 

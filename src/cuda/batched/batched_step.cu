@@ -620,6 +620,10 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   ml.n_tiles = n_tiles_;
   ml.tile_capacity = tile_capacity_;
   ml.error = error_;
+  // The normed rows in slot order, in down_'s memory (bf16 [R*K][H], half of it): the gate/up GEMM
+  // reads them before the down GEMM overwrites them (one stream).
+  uint16_t* x_slots = reinterpret_cast<uint16_t*>(down_);
+  ml.copy_rows(xn_, H, x_slots);
   prefill::moe_lists(ml, stream);
   mark("moe_lists", stream);
 
@@ -628,9 +632,9 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   up.w_expert_stride = lw.expert_up_elems;
   up.n_rows = 2 * I;
   up.k = H;
-  up.x = xn_;
+  up.x = x_slots;
   up.x_stride = H;
-  up.gather = slot_token_;
+  up.x_rows = bucket * K;
   up.tiles = tiles_;
   up.n_tiles = n_tiles_;
   up.tile_capacity = tile_capacity_;
@@ -647,7 +651,6 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   down.k = I;
   down.x = hidden_;
   down.x_stride = I;
-  down.gather = nullptr;
   down.x_rows = bucket * K;
   down.y = down_;
   down.y_stride = H;

@@ -1,7 +1,8 @@
 // wgmma (Hopper warpgroup MMA) wrappers for the GEMM engine: m64nNk16, bf16 x bf16 -> fp32, the A
 // operand (64 weight rows) from registers, the B operand (N tokens x 16 k) from shared memory through
-// a matrix descriptor. A warpgroup is 4 consecutive warps; warp w of it supplies rows 16w..16w+15 of A
-// in the mma.sync m16n8k16 A fragment layout (the packed weight layout, weight_pack.cuh), and holds
+// a matrix descriptor (128-byte swizzle). A warpgroup is 4 consecutive warps; warp w of it supplies
+// rows 16w..16w+15 of A in the mma.sync m16n8k16 A fragment layout (the packed weight layout,
+// weight_pack.cuh), and holds
 // rows 16w..16w+15 of D in the m16n8 C layout per 8 columns: d[j][e] is row g + 8 (e >> 1), column
 // 8j + 2t + (e & 1) for lane (g, t). Every wrapper is one instruction (the MMA ones with their
 // operands pinned); the ordering reasons live with the caller (gemm.cu).
@@ -11,14 +12,6 @@
 
 namespace megadecode::cuda::ptx {
 
-// B operand descriptor, K-major, no swizzle: core matrices of 8 rows (tokens) x 16 bytes (8 k)
-// stored as 128 contiguous bytes; `lbo` bytes between the two core matrices of a k16 step (K
-// direction), `sbo` bytes between consecutive 8-token groups (N direction). Addresses in 16-byte
-// units, 14 bits each (shared memory below 256 KB); swizzle mode 0 (bits 62-63).
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
-  return (static_cast<uint64_t>((smem_addr & 0x3FFFF) >> 4)) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
-         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32);
-}
 // B operand descriptor, K-major, 128-byte swizzle (as a TMA box of 64 bf16 k x N tokens with
 // CU_TENSOR_MAP_SWIZZLE_128B writes it): token rows of 128 bytes, 8-row atoms of 1024 bytes (the
 // SBO), 1024-byte aligned atoms. The k16 step j (0..3) of the atom starts 32 j bytes in: the

@@ -1,16 +1,13 @@
 // The many-row GEMM kernel (gemm.h): one persistent CTA per SM walks work tiles t = blockIdx.x,
 // + gridDim.x, ... (gemm_plan.h numbering). Warp 8 (the producer) issues, per tile and k stage,
 // one cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and
-// the stage's activations into the next ring slot, both completing on full[slot]:
-// - contiguous rows (dense, and grouped GEMMs over slot-ordered rows): TMA boxes of 64 k x the
-//   tile's tokens, 128-byte swizzled, issued by one lane (a stage's bytes are the box's whatever
-//   the tokens; rows and k outside X are zero-filled);
-// - gathered rows (kGather): each row's 16-byte pieces with cp.async into the unswizzled wgmma B
-//   layout (gemm_plan.h), each producer lane's copies completing as one arrival.
-// The producer waits for empty[slot] before reusing a slot, so the weight stream runs ahead across
+// the stage's activation rows as TMA boxes of 64 k x the tile's tokens, 128-byte swizzled (a box's
+// bytes whatever the tokens; rows and k outside X are zero-filled), into the next ring slot, all
+// completing on full[slot] as transaction bytes. (Its previous form, a cp.async per 16-byte piece
+// of every row, bound 128-token tiles by the producer's issue rate: 1,024 copies a stage.) The
+// producer waits for empty[slot] before reusing a slot, so the weight stream runs ahead across
 // tile boundaries.
-// Warps 0..7 (the consumers, two warpgroups) wait full[slot], fence the cp.async bytes (generic
-// proxy) before the wgmmas read them (async proxy), load their row block's A fragments, issue one
+// Warps 0..7 (the consumers, two warpgroups) wait full[slot], load their row block's A fragments, issue one
 // wgmma per k block, commit them as a group and wait for it before releasing the slot (the two
 // warpgroups' groups overlap each other). At a tile's end the consumers store its epilogue from registers (lane (g, t)
 // holds rows g and g + 8 and tokens 2t, 2t + 1 of each 8-token group). Nothing else synchronises
@@ -36,8 +33,7 @@ namespace {
 constexpr int kHeaderBytes = 256;  // full[kMaxStages], empty[kMaxStages], the split flag
 // The stages start at the first kStageAlign boundary past the header (a swizzled box's alignment).
 constexpr int kSmemSlack = kHeaderBytes + kStageAlign;
-// full[slot]'s arrivals: the expect_tx one, plus (gathered rows) each producer lane's cp.asyncs.
-constexpr int full_arrivals(bool gather) { return gather ? 1 + 32 : 1; }
+constexpr int kFullArrivals = 1;   // the producer's expect_tx; the copies complete as bytes
 constexpr int kConsumerThreads = kConsumerWarps * 32;
 constexpr int kSplitBar = 1;       // named barrier of the consumers
 
@@ -45,11 +41,8 @@ template <int kNT>
 struct Cfg {
   static constexpr int kKB = stage_kb(kNT);
   static constexpr int kWBytes = stage_weight_bytes(kNT);
-  static constexpr int kXKb = stage_x_kb_bytes(kNT);   // one k block of the activation area
   static constexpr int kStage = stage_bytes(kNT);
   static constexpr int kTokens = 8 * kNT;
-  static constexpr int kChunks = kKB * 2;               // 16-byte pieces of a token's stage row
-  static_assert(kChunks % 4 == 0, "the producer's piece passes");
   static_assert(kConsumerWarps == kTileRowBlocks, "one row block per consumer warp");
   static_assert(kSplitUnitKb % kKB == 0, "a split unit is whole stages");
   static constexpr int kBoxes = stage_x_boxes(kNT);
@@ -103,69 +96,38 @@ __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, i
   return ti;
 }
 
-template <int kNT, bool kGather>
+template <int kNT>
 __device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_map, const Shape& s, uint8_t* stages,
                                         uint64_t* full, uint64_t* empty, int n_stages) {
   using C = Cfg<kNT>;
   const int lane = threadIdx.x & 31;
-  // Activation pieces: lane (t8, cq) copies token t8 + 8 tp's pieces 4 cp + cq, for every token
-  // group tp and piece pass cp. One cp.async instruction covers 8 tokens x 4 consecutive pieces:
-  // 64 contiguous bytes of each token row (whole sectors), and each phase of 8 lanes writes one
-  // core matrix row by row (8 distinct bank groups: no conflicts).
-  const int t8 = lane & 7, cq = lane >> 3;
   const uint64_t policy = ptx::policy_evict_first();
   int slot = 0;
   uint32_t phase = 0;  // ring position: slot, and the parity of its passes
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
-    int64_t rows[kNT];  // this lane's tokens' X row offsets, for the whole tile (no per-stage lookups)
-    if constexpr (kGather) {
-#pragma unroll
-      for (int tp = 0; tp < kNT; ++tp) {
-        const int i = tp * 8 + t8;
-        rows[tp] = i < ti.n_tok ? static_cast<int64_t>(a.gather[ti.tok0 + i]) * a.x_stride : 0;
-      }
-    }
     for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, advance_ring(slot, phase, n_stages)) {
       ptx::mbar_wait(&empty[slot], phase ^ 1);
       const int nkb = min(C::kKB, ti.kb1 - kb);
       const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes;
-      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + (kGather ? 0 : C::kXBytes));
+      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + C::kXBytes);
       __syncwarp();  // expect_tx precedes every bulk copy of the phase: it cannot complete early
       uint8_t* st = stages + slot * C::kStage;
       if (lane < ti.n_rb)
         ptx::bulk_g2s(st + lane * C::kKB * kPackTileBytes,
                       ti.w + (static_cast<int64_t>(ti.rb0 + lane) * s.n_kb + kb) * (kPackRows * kPackK), w_bytes,
                       &full[slot], policy);
-      uint8_t* dst = st + C::kWBytes;
-      if constexpr (!kGather) {
-        // Every box of the stage, also past the tile's K (zero-filled: the consumers multiply them).
-        if (lane == 0) {
+      // Every box of the stage, also past the tile's K (zero-filled: the consumers multiply them).
+      if (lane == 0) {
 #pragma unroll
-          for (int b = 0; b < C::kBoxes; ++b)
-            ptx::tma_load_2d(dst + b * C::kBoxBytes, x_map, kb * kPackK + b * kXBoxK, ti.tok0, &full[slot]);
-        }
-      } else {
-        // Pieces past the tile's K are zero-filled (source size 0): the consumers multiply them.
-#pragma unroll
-        for (int tp = 0; tp < kNT; ++tp) {
-          const int i = tp * 8 + t8;
-          if (i >= ti.n_tok) break;  // tokens fill the groups in order
-#pragma unroll
-          for (int cp = 0; cp < C::kChunks / 4; ++cp) {
-            const int piece = cp * 4 + cq;
-            const bool in_k = piece < 2 * nkb;
-            ptx::cp_async_16(dst + stage_x_offset(kNT, i, piece), a.x + rows[tp] + (in_k ? kb * kPackK + piece * 8 : 0),
-                             in_k ? 16 : 0);
-          }
-        }
-        ptx::cp_async_mbar_arrive_noinc(&full[slot]);  // this lane's pieces, as one arrival
+        for (int b = 0; b < C::kBoxes; ++b)
+          ptx::tma_load_2d(st + C::kWBytes + b * C::kBoxBytes, x_map, kb * kPackK + b * kXBoxK, ti.tok0, &full[slot]);
       }
     }
   }
 }
 
-template <int kNT, Epilogue kEpi, bool kGather>
+template <int kNT, Epilogue kEpi>
 __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
                                         uint64_t* empty, int n_stages, int* split_flag) {
   using C = Cfg<kNT>;
@@ -190,8 +152,7 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       __syncwarp();  // converged for the .aligned wgmma instructions
       // Every warpgroup runs every k block of the stage, straight-line (a wgmma under a branch
       // serialises them all): a missing row block or k block multiplies zeros (its A fragment is
-      // zero here; the producer zero-fills the activation pieces past the tile's K).
-      if constexpr (kGather) ptx::fence_proxy_async_shared();  // the cp.async bytes, seen here, before the async proxy reads them
+      // zero here; the activations past the tile's K are zero-filled boxes).
       const uint8_t* st = stages + slot * C::kStage;
       const int nkb = min(C::kKB, ti.kb1 - kb);
       uint32_t frag[C::kKB][4];
@@ -209,9 +170,7 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < C::kKB; ++kk) {
-        const uint64_t desc =
-            kGather ? ptx::wgmma_desc(x0 + kk * C::kXKb, kCoreMatrixBytes, kXGroupBytes)
-                    : ptx::wgmma_desc_sw128(x0 + (kk * 16 / kXBoxK) * C::kBoxBytes + (kk * 16 % kXBoxK) * 2);
+        const uint64_t desc = ptx::wgmma_desc_sw128(x0 + (kk * 16 / kXBoxK) * C::kBoxBytes + (kk * 16 % kXBoxK) * 2);
         ptx::wgmma_bf16_rs<kNT>(acc, frag[kk], desc, 1);
       }
       ptx::wgmma_commit();
@@ -290,7 +249,7 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
   }
 }
 
-template <int kNT, Epilogue kEpi, bool kGather>
+template <int kNT, Epilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_kernel(const GemmArgs a, const __grid_constant__ CUtensorMap x_map, const Shape shape_in, int n_stages) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -306,17 +265,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (threadIdx.x == 0) {
     for (int i = 0; i < n_stages; ++i) {
-      ptx::mbar_init(&full[i], full_arrivals(kGather));
+      ptx::mbar_init(&full[i], kFullArrivals);
       ptx::mbar_init(&empty[i], kConsumerWarps);
     }
     ptx::fence_mbar_init();
   }
-  if (!kGather && threadIdx.x == kConsumerThreads) ptx::prefetch_tensormap(&x_map);
+  if (threadIdx.x == kConsumerThreads) ptx::prefetch_tensormap(&x_map);
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
-    produce<kNT, kGather>(a, &x_map, s, stages, full, empty, n_stages);
+    produce<kNT>(a, &x_map, s, stages, full, empty, n_stages);
   } else {
-    consume<kNT, kEpi, kGather>(a, s, stages, full, empty, n_stages, split_flag);
+    consume<kNT, kEpi>(a, s, stages, full, empty, n_stages, split_flag);
   }
 }
 
@@ -348,7 +307,7 @@ CUtensorMap x_tensor_map(const GemmArgs& a, int rows, int tile_tokens) {
   return map;
 }
 
-template <int kNT, Epilogue kEpi, bool kGather>
+template <int kNT, Epilogue kEpi>
 void launch(const GemmArgs& a, cudaStream_t stream) {
   using C = Cfg<kNT>;
   static int n_stages = 0, smem = 0;
@@ -361,7 +320,7 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
     MD_CHECK(n_stages >= 2, "gemm: shared memory too small for two stages of ", C::kStage, " bytes");
     smem = kSmemSlack + n_stages * C::kStage;
     CUDA_CHECK(
-        cudaFuncSetAttribute(gemm_kernel<kNT, kEpi, kGather>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        cudaFuncSetAttribute(gemm_kernel<kNT, kEpi>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   });
   Shape s;
   s.n_rb = static_cast<int>(pack_row_blocks(a.n_rows));
@@ -374,26 +333,20 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
   s.total = a.tiles != nullptr ? 0 : max_tiles;
   const int grid = std::min(max_tiles, sm_count());
   if (grid <= 0) return;
-  const CUtensorMap x_map = kGather ? CUtensorMap{} : x_tensor_map(a, a.tiles != nullptr ? a.x_rows : a.n_tokens, C::kTokens);
-  gemm_kernel<kNT, kEpi, kGather><<<grid, kThreads, smem, stream>>>(a, x_map, s, n_stages);
+  const CUtensorMap x_map = x_tensor_map(a, a.tiles != nullptr ? a.x_rows : a.n_tokens, C::kTokens);
+  gemm_kernel<kNT, kEpi><<<grid, kThreads, smem, stream>>>(a, x_map, s, n_stages);
   CUDA_CHECK_LAST();
 }
 
-template <Epilogue kEpi, bool kGather>
+template <Epilogue kEpi>
 void launch_groups(const GemmArgs& a, int token_groups, cudaStream_t stream) {
   switch (token_groups) {
-    case 1: return launch<1, kEpi, kGather>(a, stream);
-    case 2: return launch<2, kEpi, kGather>(a, stream);
-    case 4: return launch<4, kEpi, kGather>(a, stream);
-    case 8: return launch<8, kEpi, kGather>(a, stream);
-    default: return launch<16, kEpi, kGather>(a, stream);
+    case 1: return launch<1, kEpi>(a, stream);
+    case 2: return launch<2, kEpi>(a, stream);
+    case 4: return launch<4, kEpi>(a, stream);
+    case 8: return launch<8, kEpi>(a, stream);
+    default: return launch<16, kEpi>(a, stream);
   }
-}
-
-template <Epilogue kEpi>
-void launch_rows(const GemmArgs& a, cudaStream_t stream) {
-  if (a.gather != nullptr) return launch_groups<kEpi, true>(a, a.token_groups, stream);
-  launch_groups<kEpi, false>(a, a.token_groups, stream);
 }
 
 }  // namespace
@@ -429,8 +382,7 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
     MD_REQUIRE(valid_token_groups(a.token_groups), "gemm: grouped mode needs the list's token_groups (1, 2, 4, 8 or 16), got ",
                a.token_groups);
     MD_REQUIRE(a.k_splits == 1, "gemm: grouped GEMMs do not split K");
-    MD_REQUIRE(a.gather != nullptr || a.x_rows >= 1, "gemm: a grouped GEMM over contiguous rows needs x_rows (the ",
-               "rows of X its tiles may read), got ", a.x_rows);
+    MD_REQUIRE(a.x_rows >= 1, "gemm: a grouped GEMM needs x_rows (the rows of X its tiles may read), got ", a.x_rows);
   } else {
     MD_REQUIRE(a.n_tokens >= 0, "gemm: ", a.n_tokens, " tokens");
     if (a.n_tokens == 0) return;
@@ -441,9 +393,9 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
     MD_REQUIRE(epilogue != Epilogue::kSwiGlu && a.workspace != nullptr && a.semaphores != nullptr,
                "gemm: split K needs a workspace and semaphores, and no SwiGLU epilogue");
   switch (epilogue) {
-    case Epilogue::kStore: return launch_rows<Epilogue::kStore>(a, stream);
-    case Epilogue::kResidual: return launch_rows<Epilogue::kResidual>(a, stream);
-    case Epilogue::kSwiGlu: return launch_rows<Epilogue::kSwiGlu>(a, stream);
+    case Epilogue::kStore: return launch_groups<Epilogue::kStore>(a, a.token_groups, stream);
+    case Epilogue::kResidual: return launch_groups<Epilogue::kResidual>(a, a.token_groups, stream);
+    case Epilogue::kSwiGlu: return launch_groups<Epilogue::kSwiGlu>(a, a.token_groups, stream);
   }
 }
 

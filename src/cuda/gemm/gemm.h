@@ -3,8 +3,8 @@
 // projections (QKV, O, router, LM head) and grouped expert GEMMs, and the prefill pieces'.
 // One persistent kernel per call (one CTA per SM walking work tiles, gemm_plan.h): a producer warp
 // streams each tile's weight row blocks (cp.async.bulk, evict-first) and activation rows (TMA boxes
-// when the rows are contiguous, 16-byte cp.async when gathered) through a ring of shared-memory
-// stages, completing on mbarriers; two consumer warpgroups run wgmma m64nNk16 (bf16 in, fp32
+// of contiguous rows: callers put a grouped GEMM's rows in slot order first) through a ring of
+// shared-memory stages, completing on mbarriers; two consumer warpgroups run wgmma m64nNk16 (bf16 in, fp32
 // accumulate) and apply the epilogue from registers.
 // Grouped mode: the tile list (expert, slot range) and its count live on the device (built by the
 // MoE lists kernel), so the host never waits for the routing; each active expert's weights are read
@@ -37,15 +37,14 @@ struct GemmArgs {
   int k = 0;                    // a multiple of 16
   const uint16_t* x = nullptr;  // bf16 activation rows [*][x_stride], 16-byte aligned
   int x_stride = 0;             // elements, a multiple of 8
-  const int32_t* gather = nullptr;  // nullptr: output token i reads X row i; else X row gather[i]
-  int n_tokens = 0;             // dense: output tokens [0, n_tokens)
+  int n_tokens = 0;             // dense: output tokens [0, n_tokens), token i reading X row i
   // Grouped mode (tiles != nullptr): tile column c < *n_tiles is tiles[c]; output token i of it is
   // slot slot0 + i; the weight matrix is w + expert * w_expert_stride. token_groups must be the
   // tile size the list was built with (tiles of at most 8 * token_groups slots).
   const MoeTile* tiles = nullptr;
   const int32_t* n_tiles = nullptr;  // device scalar
   int tile_capacity = 0;        // entries of `tiles` (moe_tile_capacity)
-  int x_rows = 0;               // grouped without gather: rows of X the tiles may read (the slots)
+  int x_rows = 0;               // grouped: rows of X the tiles may read (the slots); rows past it read as 0
   int token_groups = 0;         // dense: 0 picks dense_tile_groups(...); grouped: required
   void* y = nullptr;            // [tokens][y_stride]
   int y_stride = 0;             // elements

@@ -34,30 +34,18 @@ MD_HOST_DEVICE constexpr int ceil_div(int64_t a, int64_t b) { return static_cast
 // packed row block w of the tile (16 weight rows; warpgroup w / 4 covers rows 64 (w / 4) .. + 63)
 // and all the tile's tokens: each lane's 16-byte fragment of the row block feeds one wgmma.
 // A pipeline stage holds kStageKb k blocks of the tile's 8 row blocks (one bulk copy per row block,
-// kStageKb x 512 contiguous bytes) and of its tokens' activations, laid out as the wgmma B operand
-// (K-major, no swizzle): per k block, per 8-token group, two 128-byte core matrices (k 0..7, then
-// k 8..15), each 8 token rows of 16 bytes. The producer writes a token's stage row as 16-byte
-// pieces (cp.async), piece c = k block c / 2, half c % 2.
+// kStageKb x 512 contiguous bytes) and of its tokens' activations: TMA boxes of 64 k x the tile's
+// tokens, 128-byte swizzled (the wgmma B operand, K-major, in that swizzle: token rows of 128
+// bytes, 8-row atoms of 1024 bytes), stage_kb(nt) / 4 boxes, box b at b * stage_x_box_bytes(nt).
 MD_HOST_DEVICE constexpr bool valid_token_groups(int nt) { return nt == 1 || nt == 2 || nt == 4 || nt == 8 || nt == 16; }
 MD_HOST_DEVICE constexpr int stage_kb(int nt) { return nt <= 8 ? 8 : 4; }
 MD_HOST_DEVICE constexpr int stage_weight_bytes(int nt) { return kTileRowBlocks * stage_kb(nt) * 512; }
-constexpr int kCoreMatrixBytes = 128;                    // 8 rows x 16 bytes
-constexpr int kXGroupBytes = 2 * kCoreMatrixBytes;       // one 8-token group of one k block (the SBO)
-MD_HOST_DEVICE constexpr int stage_x_kb_bytes(int nt) { return nt * kXGroupBytes; }  // one k block, all tokens
-// Byte offset, within a stage's activation area, of token `tok`'s 16-byte piece `piece`.
-MD_HOST_DEVICE constexpr int stage_x_offset(int nt, int tok, int piece) {
-  return (piece >> 1) * stage_x_kb_bytes(nt) + (tok >> 3) * kXGroupBytes + (piece & 1) * kCoreMatrixBytes +
-         (tok & 7) * 16;
-}
-// Contiguous activation rows (no gather) arrive instead as TMA boxes of 64 k x all the tile's tokens,
-// 128-byte swizzled (the wgmma B layout of that swizzle: token rows of 128 bytes, 8-row atoms of
-// 1024 bytes): stage_kb(nt) / 4 boxes, box b at b * stage_x_box_bytes(nt), in the same area.
 constexpr int kXBoxK = 64;                               // k elements of one box row (128 bytes)
 constexpr int kStageAlign = 1024;                        // a 128-byte-swizzle atom
 MD_HOST_DEVICE constexpr int stage_x_boxes(int nt) { return stage_kb(nt) * 16 / kXBoxK; }
 MD_HOST_DEVICE constexpr int stage_x_box_bytes(int nt) { return nt * 8 * 128; }
 MD_HOST_DEVICE constexpr int stage_bytes(int nt) {
-  return (stage_weight_bytes(nt) + stage_kb(nt) * stage_x_kb_bytes(nt) + 127) / 128 * 128;
+  return stage_weight_bytes(nt) + stage_x_boxes(nt) * stage_x_box_bytes(nt);
 }
 
 // Token groups of a tile for a dense GEMM of n_tokens rows (one tile column when it fits).

@@ -118,12 +118,18 @@ struct MoeListArgs {
   int32_t* error = nullptr;
   // Optional (x != nullptr): every routed entry's activation row, copied into slot order,
   // x_slots[token_slot[t][k]] = x[t] (row_elems bf16 each, a multiple of 8; strides multiples of
-  // 8), so the grouped gate/up GEMM reads contiguous rows (TMA boxes) instead of gathering them.
+  // 8): the grouped GEMMs read contiguous rows (TMA boxes).
   const uint16_t* x = nullptr;
   int x_stride = 0;
   int row_elems = 0;
   uint16_t* x_slots = nullptr;
   int x_slots_stride = 0;
+  // The copy above for rows of `row_elems` packed back to back (strides = row_elems) on both sides.
+  void copy_rows(const uint16_t* rows, int n_elems, uint16_t* slots) {
+    x = rows;
+    x_stride = x_slots_stride = row_elems = n_elems;
+    x_slots = slots;
+  }
 };
 void moe_lists(const MoeListArgs& args, cudaStream_t stream);
 

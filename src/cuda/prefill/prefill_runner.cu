@@ -350,11 +350,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   // The normed rows in slot order, in down_'s memory (bf16 [C*K][H], half of it): the gate/up
   // GEMM reads them before the down GEMM overwrites them (one stream).
   uint16_t* x_slots = reinterpret_cast<uint16_t*>(down_);
-  ml.x = xn_;
-  ml.x_stride = H;
-  ml.row_elems = H;
-  ml.x_slots = x_slots;
-  ml.x_slots_stride = H;
+  ml.copy_rows(xn_, H, x_slots);
   moe_lists(ml, stream);
 
   gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's token, per expert tile
