@@ -1,11 +1,11 @@
 // Per-expert token lists of a prefill chunk or a decode batch, built on the device (no host sync):
-// (1) one CTA per expert ranks the routed entries (token, k) that chose it, in entry order, by warp
-// ballots and a fixed-order CTA prefix; (2) one CTA turns the counts into offsets and the grouped
-// GEMMs' tile list by a scan over the experts (the list gemm_plan.h build_moe_tiles defines) and
-// scatters every entry to its slot; (3) optionally, one CTA per token copies its activation row to
-// each of its slots. Slots are in (expert,
-// token, k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same
-// rows in the same order. Integer work only; the result does not depend on scheduling.
+// (1) one CTA per expert ranks the routed entries (token, k) that chose it, in entry order (each
+// thread a consecutive range of entries, a block-wide scan of the ranges' counts); (2) one CTA
+// turns the counts into offsets and the grouped GEMMs' tile list by a scan over the experts (the
+// list gemm_plan.h build_moe_tiles defines) and scatters every entry to its slot; (3) optionally,
+// one CTA per token copies its activation row to each of its slots. Slots are in (expert, token,
+// k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same rows in
+// the same order. Integer work only; the result does not depend on scheduling.
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/moe.cuh"
@@ -14,7 +14,7 @@
 namespace megadecode::cuda::prefill {
 namespace {
 
-constexpr int kRankThreads = 256;
+constexpr int kRankThreads = 1024;
 constexpr int kScatterThreads = 1024;
 
 // Entry i = (token, k) takes a slot unless its row is padding.
@@ -26,22 +26,30 @@ __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a)
   __shared__ int32_t warp_total[kRankThreads / 32];
   const int e = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int n = a.n_tokens * a.top_k;
-  int running = 0;
-  for (int base = 0; base < n; base += kRankThreads) {
-    const int i = base + tid;
-    const int32_t id = i < n && routed(a, i) ? a.topk_ids[i] : -1;
-    if (e == 0 && i < n && routed(a, i) && (id < 0 || id >= a.n_experts)) atomicCAS(a.error, 0, 1);
-    const bool match = id == e;
-    const uint32_t ballot = __ballot_sync(0xffffffffu, match);
-    if (lane == 0) warp_total[warp] = __popc(ballot);
-    __syncthreads();
-    int before = running;
-    for (int w = 0; w < warp; ++w) before += warp_total[w];
-    if (match) a.rank[i] = before + __popc(ballot & ((1u << lane) - 1u));
-    for (int w = 0; w < kRankThreads / 32; ++w) running += warp_total[w];
-    __syncthreads();  // warp_total is rewritten next round
+  // Thread tid owns the consecutive entries [begin, end): it counts its matches, a block-wide
+  // exclusive scan of the counts gives the matches before its range, and it numbers its own in order.
+  const int per = (n + kRankThreads - 1) / kRankThreads;
+  const int begin = min(tid * per, n), end = min(begin + per, n);
+  int mine = 0;
+  for (int i = begin; i < end; ++i) {
+    if (!routed(a, i)) continue;
+    const int32_t id = a.topk_ids[i];
+    if (e == 0 && (id < 0 || id >= a.n_experts)) atomicCAS(a.error, 0, 1);
+    mine += id == e;
   }
-  if (tid == 0) a.counts[e] = running;
+  int incl = mine;  // inclusive scan within the warp, then over the warps' totals
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int before = incl - mine;
+  for (int w = 0; w < warp; ++w) before += warp_total[w];
+  for (int i = begin; i < end; ++i)
+    if (routed(a, i) && a.topk_ids[i] == e) a.rank[i] = before++;
+  if (tid == kRankThreads - 1) a.counts[e] = before;  // the last range ends after every match
 }
 
 // Offsets and tile list by a block-wide scan over the experts (thread e < E owns expert e): the
