@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "cuda/batched/batched_plan.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_marks.h"
 #include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
 #include "plan/planner.h"
@@ -563,6 +564,20 @@ std::vector<float> CudaBackend::time_last_step(int warmup, int reps) {
 std::vector<std::pair<std::string, double>> CudaBackend::profile_last_step() {
   if (last_path_ != DecodePath::kBatched) return {};
   return batched_->profile_last_step(stream_);
+}
+
+std::vector<std::pair<std::string, double>> CudaBackend::profile_prefill(const SeqChunk& chunk) {
+  MD_REQUIRE(prefill_ != nullptr, "profile_prefill: this backend has no prefill runner (prefill chunk 0)");
+  KernelMarks marks(stream_);
+  prefill_->set_kernel_marks(&marks);
+  try {
+    prefill(chunk, {});
+  } catch (...) {
+    prefill_->set_kernel_marks(nullptr);
+    throw;
+  }
+  prefill_->set_kernel_marks(nullptr);
+  return marks.collect();
 }
 
 std::vector<uint8_t> CudaBackend::read_buffer(const BufferSpan& span) const {

@@ -91,6 +91,9 @@ class CudaBackend : public Backend {
   // The batched path's last step once more with an event after every launch: milliseconds per
   // kernel, summed over the layers (empty when the last step ran on the megakernel).
   std::vector<std::pair<std::string, double>> profile_last_step();
+  // The next prefill() with an event after every launch: milliseconds per kernel of all its pieces,
+  // summed over the layers. Error when this backend prefills without the prefill runner.
+  std::vector<std::pair<std::string, double>> profile_prefill(const SeqChunk& chunk);
   // Bytes of one buffer of the last step's arena (e.g. moe_n_items), copied to the host.
   std::vector<uint8_t> read_buffer(const BufferSpan& span) const;
   // Per-SM trace of the following launches (trace.h): capacity records per SM and role; 0 turns

@@ -9,6 +9,7 @@
 #include "cuda/batched/batched_plan.h"
 #include "cuda/batched/decode_attention.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_marks.h"
 #include "cuda/common/workspace_carver.h"
 #include "cuda/common/device_info.h"
 #include "cuda/common/kernels.h"
@@ -427,7 +428,7 @@ void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& k
   fn.eps = view_.rms_eps;
   fn.out = xf_;
   prefill::residual_norm(fn, stream);
-  mark("final_norm", stream);
+  if (marks_) marks_->mark("final_norm");
   gemm::GemmArgs head;
   head.w = view_.lm_head;
   head.n_rows = c.vocab_size;
@@ -438,11 +439,11 @@ void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& k
   head.y = logits_;
   head.y_stride = c.vocab_size;
   gemm::gemm(head, gemm::Epilogue::kStore, stream);
-  mark("lm_head_gemm", stream);
+  if (marks_) marks_->mark("lm_head_gemm");
   sample_tokens(logits_, c.vocab_size, bucket, c.vocab_size,
                 reinterpret_cast<const SamplingParams*>(inputs_ + in.sampling),
                 reinterpret_cast<const int64_t*>(inputs_ + in.sample_pos), out_tokens_, 1024, stream);
-  mark("sample", stream);
+  if (marks_) marks_->mark("sample");
   CUDA_CHECK(cudaMemcpyAsync(tokens_host_, out_tokens_, bucket * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaMemcpyAsync(tokens_host_ + max_rows_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
 }
@@ -482,7 +483,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   rn.out = xn_;
   rn.error = error_;
   prefill::residual_norm(rn, stream);
-  mark("input_norm", stream);
+  if (marks_) marks_->mark("input_norm");
 
   gemm::GemmArgs dense;  // the fields every dense GEMM of the step shares
   dense.n_tokens = bucket;
@@ -499,7 +500,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   qkv.y_stride = qkv_rows;
   qkv.k_splits = qkv_splits_;
   gemm::gemm(qkv, gemm::Epilogue::kStore, stream);
-  mark("qkv_gemm", stream);
+  if (marks_) marks_->mark("qkv_gemm");
 
   prefill::QkRopeArgs qr;
   qr.qkv = qkv_;
@@ -520,7 +521,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   qr.k_cache = k_cache;
   qr.v_cache = v_cache;
   prefill::qk_norm_rope_store(qr, stream);
-  mark("qk_norm_rope_kv", stream);
+  if (marks_) marks_->mark("qk_norm_rope_kv");
 
   DecodeAttnArgs at;
   at.q = q_;
@@ -563,7 +564,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
     pa.merge_rows = shape.rows - shape.decode_rows;
     prefill::attention(pa, stream);
   }
-  mark("attention", stream);
+  if (marks_) marks_->mark("attention");
 
   gemm::GemmArgs o = dense;  // h = x + O-proj(attn)
   o.w = lw.o_proj;
@@ -577,10 +578,10 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   o.residual_stride = H;
   o.k_splits = o_splits_;
   gemm::gemm(o, gemm::Epilogue::kResidual, stream);
-  mark("o_proj_gemm", stream);
+  if (marks_) marks_->mark("o_proj_gemm");
 
   rms_norm(h_, H, lw.post_norm, xn_, H, bucket, H, w.rms_eps, stream);
-  mark("post_norm", stream);
+  if (marks_) marks_->mark("post_norm");
 
   gemm::GemmArgs router = dense;
   router.w = lw.router;
@@ -592,9 +593,9 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   router.y_stride = E;
   router.k_splits = router_splits_;
   gemm::gemm(router, gemm::Epilogue::kStore, stream);
-  mark("router_gemm", stream);
+  if (marks_) marks_->mark("router_gemm");
   router_topk(router_, E, bucket, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
-  mark("router_topk", stream);
+  if (marks_) marks_->mark("router_topk");
   if (route_ids_) {  // routing capture: row r's K choices of layer l at [r][l][*]
     const size_t row = static_cast<size_t>(c.n_layers) * K;
     CUDA_CHECK(cudaMemcpy2DAsync(route_ids_ + static_cast<size_t>(l) * K, row * sizeof(int32_t), topk_ids_,
@@ -625,7 +626,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   uint16_t* x_slots = reinterpret_cast<uint16_t*>(down_);
   ml.copy_rows(xn_, H, x_slots);
   prefill::moe_lists(ml, stream);
-  mark("moe_lists", stream);
+  if (marks_) marks_->mark("moe_lists");
 
   gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's row, per expert tile
   up.w = lw.experts_up;
@@ -642,7 +643,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   up.y = hidden_;
   up.y_stride = I;
   gemm::gemm(up, gemm::Epilogue::kSwiGlu, stream);
-  mark("expert_up_gemm", stream);
+  if (marks_) marks_->mark("expert_up_gemm");
 
   gemm::GemmArgs down = up;  // down[slot] = W_down(expert) hidden[slot]
   down.w = lw.experts_down;
@@ -655,40 +656,16 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   down.y = down_;
   down.y_stride = H;
   gemm::gemm(down, gemm::Epilogue::kStore, stream);
-  mark("expert_down_gemm", stream);
-}
-
-void BatchedStep::mark(const char* name, cudaStream_t stream) {
-  if (marks_ == nullptr) return;
-  cudaEvent_t e = nullptr;
-  CUDA_CHECK(cudaEventCreate(&e));
-  CUDA_CHECK(cudaEventRecord(e, stream));
-  marks_->push_back({name, e});
+  if (marks_) marks_->mark("expert_down_gemm");
 }
 
 std::vector<std::pair<std::string, double>> BatchedStep::profile_last_step(cudaStream_t stream) {
   MD_REQUIRE(last_rows_ > 0, "batched step: profile_last_step needs a step first");
-  std::vector<std::pair<const char*, cudaEvent_t>> marks;
-  cudaEvent_t start = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventRecord(start, stream));
+  KernelMarks marks(stream);
   marks_ = &marks;
   enqueue_step(last_shape_, last_kv_, stream);  // eagerly, an event after each launch
   marks_ = nullptr;
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<std::pair<std::string, double>> out;  // milliseconds per kernel name, in first-seen order
-  cudaEvent_t prev = start;
-  for (const auto& [name, e] : marks) {
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, prev, e));
-    auto it = std::find_if(out.begin(), out.end(), [&](const auto& x) { return x.first == name; });
-    if (it == out.end()) out.push_back({name, ms});
-    else it->second += ms;
-    prev = e;
-  }
-  for (const auto& m : marks) CUDA_CHECK(cudaEventDestroy(m.second));
-  CUDA_CHECK(cudaEventDestroy(start));
-  return out;
+  return marks.collect();
 }
 
 std::vector<float> BatchedStep::time_last_step(int warmup, int reps, cudaStream_t stream) {

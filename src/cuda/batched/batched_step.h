@@ -30,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/batched/batched_plan.h"
+#include "cuda/common/kernel_marks.h"
 #include "cuda/gemm/gemm_plan.h"
 #include "cuda/megakernel/types.h"
 #include "cuda/prefill/prefill_runner.h"
@@ -126,7 +127,6 @@ class BatchedStep {
   void enqueue_step(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
   void enqueue_layer(int layer, const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
   void drop_graphs();
-  void mark(const char* name, cudaStream_t stream);  // profile_last_step's event after a launch
   cudaGraphExec_t graph_for(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
 
   ModelConfig config_;
@@ -187,7 +187,7 @@ class BatchedStep {
   prefill::KvCacheView last_kv_;
   std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
   std::set<std::tuple<int, int, int>> seen_;
-  std::vector<std::pair<const char*, cudaEvent_t>>* marks_ = nullptr;  // profiling: events after launches
+  KernelMarks* marks_ = nullptr;  // profile_last_step: an event after each launch
 };
 
 }  // namespace megadecode::cuda::batched

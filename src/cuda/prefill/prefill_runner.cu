@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/kernel_marks.h"
 #include "cuda/common/workspace_carver.h"
 #include "cuda/common/kernels.h"
 #include "cuda/gemm/gemm.h"
@@ -176,6 +177,7 @@ void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::spa
   fn.eps = w.rms_eps;
   fn.out = xf_;
   residual_norm(fn, stream);
+  if (marks_) marks_->mark("final_norm");
   if (!last_logits.empty()) {
     gemm::GemmArgs g;
     g.w = w.lm_head;
@@ -187,6 +189,7 @@ void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::spa
     g.x_stride = c.hidden_size;
     g.y_stride = c.vocab_size;
     gemm::gemm(g, gemm::Epilogue::kStore, stream);
+    if (marks_) marks_->mark("lm_head_gemm");
   }
   CUDA_CHECK(cudaMemcpyAsync(error_host_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   if (!last_logits.empty())
@@ -252,6 +255,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   rn.out = xn_;
   rn.error = error_;
   residual_norm(rn, stream);
+  if (marks_) marks_->mark("input_norm");
 
   gemm::GemmArgs qkv;
   qkv.w = lw.qkv;
@@ -263,6 +267,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   qkv.y = qkv_;
   qkv.y_stride = qkv_rows;
   gemm::gemm(qkv, gemm::Epilogue::kStore, stream);
+  if (marks_) marks_->mark("qkv_gemm");
 
   QkRopeArgs qr;
   qr.qkv = qkv_;
@@ -282,6 +287,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   qr.k_cache = k_cache;
   qr.v_cache = v_cache;
   qk_norm_rope_store(qr, stream);
+  if (marks_) marks_->mark("qk_norm_rope_kv");
 
   AttnArgs at;
   at.q = q_;
@@ -297,6 +303,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   at.scale = w.attn_scale;
   at.out = attn_;
   attention(at, stream);
+  if (marks_) marks_->mark("attention");
 
   gemm::GemmArgs o;  // h = x + O-proj(attn)
   o.w = lw.o_proj;
@@ -310,8 +317,10 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   o.residual = x_;
   o.residual_stride = H;
   gemm::gemm(o, gemm::Epilogue::kResidual, stream);
+  if (marks_) marks_->mark("o_proj_gemm");
 
   rms_norm(h_, H, lw.post_norm, xn_, H, T, H, w.rms_eps, stream);
+  if (marks_) marks_->mark("post_norm");
 
   gemm::GemmArgs router;
   router.w = lw.router;
@@ -323,7 +332,9 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   router.y = router_;
   router.y_stride = E;
   gemm::gemm(router, gemm::Epilogue::kStore, stream);
+  if (marks_) marks_->mark("router_gemm");
   router_topk(router_, E, T, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
+  if (marks_) marks_->mark("router_topk");
   if (route_ids_) {  // routing capture: token t's K choices of layer l at [t][l][*]
     const size_t row = static_cast<size_t>(c.n_layers) * K;
     CUDA_CHECK(cudaMemcpy2DAsync(route_ids_ + static_cast<size_t>(l) * K, row * sizeof(int32_t), topk_ids_,
@@ -352,6 +363,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   uint16_t* x_slots = reinterpret_cast<uint16_t*>(down_);
   ml.copy_rows(xn_, H, x_slots);
   moe_lists(ml, stream);
+  if (marks_) marks_->mark("moe_lists");
 
   gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's token, per expert tile
   up.w = lw.experts_up;
@@ -368,6 +380,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   up.y = hidden_;
   up.y_stride = I;
   gemm::gemm(up, gemm::Epilogue::kSwiGlu, stream);
+  if (marks_) marks_->mark("expert_up_gemm");
 
   gemm::GemmArgs down;  // down[slot] = W_down(expert) hidden[slot]
   down.w = lw.experts_down;
@@ -384,6 +397,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   down.y = down_;
   down.y_stride = H;
   gemm::gemm(down, gemm::Epilogue::kStore, stream);
+  if (marks_) marks_->mark("expert_down_gemm");
 }
 
 }  // namespace megadecode::cuda::prefill

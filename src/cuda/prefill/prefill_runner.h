@@ -16,6 +16,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/kernel_marks.h"
 #include "cuda/gemm/gemm_plan.h"
 #include "cuda/megakernel/types.h"
 #include "cuda/prefill/prefill_index.h"
@@ -66,6 +67,8 @@ class PrefillRunner {
   // Routing capture (tests; off by default, nothing is copied when off): after run(), the
   // experts and weights the piece's tokens chose, [n_tokens][n_layers][top_k] each.
   void set_routing_capture(bool on);
+  // Benchmarks: an event after each launch of the next run() calls into `marks` (nullptr: off).
+  void set_kernel_marks(KernelMarks* marks) { marks_ = marks; }
   void read_routing(int n_tokens, std::vector<int32_t>& experts, std::vector<float>& weights) const;
 
  private:
@@ -107,6 +110,7 @@ class PrefillRunner {
   float* down_ = nullptr;           // [C*K][H] fp32 expert outputs per slot
   uint16_t* xf_ = nullptr;          // [H] bf16 final-normed last token
   float* logits_ = nullptr;         // [V] fp32
+  KernelMarks* marks_ = nullptr;     // set_kernel_marks
   int32_t* route_ids_ = nullptr;    // [C][n_layers][K] routing capture (set_routing_capture)
   float* route_w_ = nullptr;
 };
