@@ -15,12 +15,6 @@
 // wait on before they write the next round. Ordered both ways through mbarriers only, which
 // racecheck does not follow either: its reports here are the pattern of the megakernel's routing
 // tables (written by compute_routing, read by the loader's job walk, ops.cuh JobWalk).
-// The third probe is the GEMM engine's activation stage (gemm/gemm.cu): a producer warp whose 32
-// lanes each fill their 16-byte pieces of a ring slot with cp.async and make one
-// cp.async.mbarrier.arrive.noinc each on the slot's full barrier (count 32); 8 consumer warps wait
-// on it, read the slot with ldmatrix, check every word, and (after __syncwarp) arrive on its empty
-// barrier, which every producer lane waits on before refilling the slot. Its racecheck reports (if
-// any) are the pattern of the GEMM's cp_async_16 stage refills against its ldmatrix reads.
 #include <cstdint>
 #include <vector>
 
@@ -104,60 +98,6 @@ __global__ void table_probe(uint32_t* bad) {
     asm volatile("bar.sync 1, 256;" ::: "memory");
     if (threadIdx.x == 0) cuda::ptx::mbar_arrive(&ready);
   }
-}
-
-constexpr int kRowSlots = 4;
-constexpr int kRowWords = 512;  // 2 KB slots: 4 ldmatrix.x4 of 512 bytes
-constexpr int kRowPages = 64;
-
-__global__ void cp_async_ring_probe(const uint32_t* src, uint32_t* bad) {
-  __shared__ __align__(128) uint32_t rows[kRowSlots][kRowWords];
-  __shared__ __align__(8) uint64_t full[kRowSlots], empty[kRowSlots];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kRowSlots; ++i) {
-      cuda::ptx::mbar_init(&full[i], 32);  // one .noinc arrival per producer lane
-      cuda::ptx::mbar_init(&empty[i], 8);
-    }
-    cuda::ptx::fence_mbar_init();
-  }
-  __syncthreads();
-  if (warp == 8) {
-    for (int p = 0; p < kRowPages; ++p) {
-      const int slot = p % kRowSlots;
-      if (p >= kRowSlots) cuda::ptx::mbar_wait(&empty[slot], ((p / kRowSlots) - 1) & 1);
-      for (int i = lane * 4; i < kRowWords; i += 32 * 4)
-        cuda::ptx::cp_async_16(&rows[slot][i], src + static_cast<int64_t>(p) * kRowWords + i, 16);
-      cuda::ptx::cp_async_mbar_arrive_noinc(&full[slot]);
-    }
-    return;
-  }
-  uint32_t wrong = 0;
-  for (int p = 0; p < kRowPages; ++p) {
-    const int slot = p % kRowSlots;
-    cuda::ptx::mbar_wait(&full[slot], (p / kRowSlots) & 1);
-    for (int c = 0; c < kRowWords / 128; ++c) {
-      // Lane l gives row l (16 bytes) of the 512-byte chunk; matrix j's word for lane l is 32 j + l.
-      uint32_t r[4];
-      cuda::ptx::ldmatrix_x4(r, &rows[slot][c * 128 + lane * 4]);
-      for (int j = 0; j < 4; ++j) wrong += r[j] != static_cast<uint32_t>(p * 7919 + c * 128 + 32 * j + lane);
-    }
-    __syncwarp();
-    if (lane == 0) cuda::ptx::mbar_arrive(&empty[slot]);
-  }
-  atomicAdd(bad, wrong);
-}
-
-TEST(RacecheckProbe, CpAsyncStageReadsEverySlotBeforeItsRefill) {
-  MD_REQUIRE_GPU();
-  std::vector<uint32_t> host(static_cast<size_t>(kRowPages) * kRowWords);
-  for (int p = 0; p < kRowPages; ++p)
-    for (int i = 0; i < kRowWords; ++i) host[static_cast<size_t>(p) * kRowWords + i] = static_cast<uint32_t>(p * 7919 + i);
-  DeviceBuffer<uint32_t> src(host), bad(1);
-  bad.fill_bytes(0);
-  cp_async_ring_probe<<<1, 288>>>(src.get(), bad.get());
-  CUDA_CHECK_LAST();
-  EXPECT_EQ(bad.download()[0], 0u) << "a slot was refilled before its readers were done";
 }
 
 TEST(RacecheckProbe, RoutingTablesHandedOverThroughMbarriers) {

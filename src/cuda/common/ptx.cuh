@@ -116,11 +116,6 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, uint32_t
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
                : "memory");
 }
-// The mbarrier counts one arrival of this thread once every cp.async it issued so far has landed
-// (.noinc: the arrival is one of the barrier's expected count, not added to it).
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
