@@ -94,12 +94,51 @@ TEST(PrefillIndex, AttentionTilesCoverTokensAndHeads) {
 // Key splits: 1 when the query tiles fill the target alone; otherwise CTAs within the target (the
 // partial buffers are sized by it), each split at least kAttnMinSplitTiles key tiles of the longest
 // query tile, and the splits of every query tile cover its key tiles once, in order.
+// The wgmma attention's shared layout: each row keeps its own 128 bytes, its 8 chunks permuted (so
+// the region's bytes are covered once), and the permutation repeats every 8 rows (1024 bytes, the
+// swizzle atom TMA and the descriptors assume).
+TEST(PrefillIndex, Sw128OffsetsPermuteChunksWithinEachRow) {
+  std::vector<int> hits(kAttnKeyTile * 128 / 16, 0);
+  for (int row = 0; row < kAttnKeyTile; ++row)
+    for (int ch = 0; ch < 8; ++ch) {
+      const int off = attn_sw128_offset(row, ch);
+      ASSERT_EQ(off % 16, 0);
+      ASSERT_EQ(off / 128, row) << "row " << row << " chunk " << ch;
+      ++hits[off / 16];
+      EXPECT_EQ(attn_sw128_offset(row + 8, ch) - off, 1024);
+    }
+  for (int h : hits) EXPECT_EQ(h, 1);
+  EXPECT_EQ(attn_sw128_offset(0, 5), 80);   // row 0: unswizzled
+  EXPECT_EQ(attn_sw128_offset(3, 5), 3 * 128 + (5 ^ 3) * 16);
+}
+
+// Runs of keys in one block: every run of a key tile starts at a multiple of the run and stays in
+// its block, for any block size; boxes only where a run fills whole 8-row atoms and rows whole regions.
+TEST(PrefillIndex, KvRunsStayInsideOneBlock) {
+  for (int bs : {1, 5, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 384, 1024}) {
+    const int run = attn_kv_run(bs);
+    ASSERT_GE(run, 1);
+    EXPECT_EQ(bs % run, 0) << bs;
+    EXPECT_EQ(kAttnKeyTile % run, 0) << bs;
+    for (int kt = 0; kt < 12; ++kt)
+      for (int key = kt * kAttnKeyTile; key < (kt + 1) * kAttnKeyTile; key += run)
+        ASSERT_EQ(key / bs, (key + run - 1) / bs) << "block size " << bs << " key " << key;
+    EXPECT_EQ(attn_kv_boxes(128, bs), run >= 8) << bs;
+    EXPECT_FALSE(attn_kv_boxes(32, bs));
+  }
+  EXPECT_EQ(attn_kv_run(16), 16);
+  EXPECT_EQ(attn_kv_run(384), 128);
+  EXPECT_EQ(attn_kv_run(12), 4);
+}
+
 TEST(PrefillIndex, KeySplitsStayWithinTheTargetAndCoverEveryKeyTileOnce) {
   constexpr int kTarget = 264;
   EXPECT_EQ(attn_key_splits(0, 2048, 8, 4, kTarget), 1) << "128 tiles x 4 groups fill it";
-  EXPECT_EQ(attn_key_splits(10000, 16, 8, 4, kTarget), kAttnMaxKeySplits) << "one tile a group, 10K keys";
+  EXPECT_EQ(attn_key_splits(20000, 16, 8, 4, kTarget), kAttnMaxKeySplits) << "one tile a group, 20K keys";
+  EXPECT_EQ(attn_key_splits(10000, 16, 8, 4, kTarget), 10016 / kAttnKeyTile / kAttnMinSplitTiles)
+      << "10K keys: splits of at least kAttnMinSplitTiles key tiles";
   EXPECT_EQ(attn_key_splits(0, 16, 8, 4, kTarget), 1) << "16 keys: nothing to split";
-  EXPECT_EQ(attn_key_splits(200, 100, 8, 4, kTarget), 1) << "5 key tiles: under two splits' minimum";
+  EXPECT_EQ(attn_key_splits(200, 100, 8, 4, kTarget), 1) << "3 key tiles: under two splits' minimum";
   for (int start : {0, 1, 255, 256, 1000, 4097, 16000})
     for (int n : {1, 7, 16, 17, 100, 500, 768})
       for (int gs : {1, 4, 8}) {

@@ -61,10 +61,10 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
         slot_token[slot++] = i / K;
       }
 
-  DeviceBuffer<int32_t> d_ids(ids), rank(T * K), d_counts(E), d_offsets(E + 1), d_ts(T * K), d_st(T * K), n_t(1),
+  DeviceBuffer<int32_t> d_ids(ids), rank(T * K), d_counts(E), d_offsets(E + 1), d_ts(T * K), n_t(1),
       err(1);
   DeviceBuffer<gemm::MoeTile> d_tiles(cap);
-  for (auto* b : {&rank, &d_counts, &d_offsets, &d_ts, &d_st, &n_t}) b->poison();
+  for (auto* b : {&rank, &d_counts, &d_offsets, &d_ts, &n_t}) b->poison();
   d_tiles.poison();  // the kernel writes n_tiles of the cap entries; the download reads them all
   err.fill_bytes(0);
   MoeListArgs ml;
@@ -76,7 +76,6 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   ml.counts = d_counts.get();
   ml.offsets = d_offsets.get();
   ml.token_slot = d_ts.get();
-  ml.slot_token = d_st.get();
   ml.tiles = d_tiles.get();
   ml.n_tiles = n_t.get();
   ml.tile_tokens = kTileTokens;
@@ -103,7 +102,6 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   EXPECT_EQ(d_counts.download(), counts);
   EXPECT_EQ(d_offsets.download(), offsets);
   EXPECT_EQ(d_ts.download(), token_slot);
-  EXPECT_EQ(d_st.download(), slot_token);
   ASSERT_EQ(n_t.download()[0], n_tiles);
   const std::vector<gemm::MoeTile> got_tiles = d_tiles.download();
   for (int i = 0; i < n_tiles; ++i) {
@@ -226,17 +224,21 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
 }
 
 struct AttnCase {
-  int G, gs, D, bs, start, T;
+  int G, gs, D, bs, start, T, splits = 1;  // key splits (attention only)
 };
 
 TEST(PrefillAttention, CausalPagedMatchesHost) {
   MD_REQUIRE_GPU();
   SplitMix64 rng(test::seed_for("PrefillAttention"));
-  for (const AttnCase c : {AttnCase{2, 4, 32, 5, 0, 1}, AttnCase{2, 4, 32, 5, 0, 70}, AttnCase{1, 8, 128, 16, 77, 130},
-                           AttnCase{3, 3, 64, 7, 100, 45}, AttnCase{1, 1, 128, 16, 0, 200},
-                           AttnCase{4, 8, 128, 16, 190, 33}}) {
+  // Block sizes: odd (every row copied by the producer warp), 8, 16 and 32 (TMA boxes of whole runs, the
+  // last partial run copied), 256 (a block longer than a key tile); key splits with partials and a merge.
+  for (const AttnCase c : {AttnCase{2, 4, 32, 5, 0, 1, 1}, AttnCase{2, 4, 32, 5, 0, 70, 1},
+                           AttnCase{1, 8, 128, 16, 77, 130, 1}, AttnCase{3, 3, 64, 7, 100, 45, 1},
+                           AttnCase{1, 1, 128, 16, 0, 200, 1}, AttnCase{4, 8, 128, 16, 190, 33, 1},
+                           AttnCase{2, 4, 64, 32, 300, 150, 1}, AttnCase{1, 8, 128, 256, 500, 140, 1},
+                           AttnCase{2, 2, 128, 8, 0, 300, 1}, AttnCase{1, 8, 128, 16, 1000, 37, 3}}) {
     SCOPED_TRACE(::testing::Message() << "G " << c.G << " gs " << c.gs << " D " << c.D << " bs " << c.bs << " start "
-                                      << c.start << " T " << c.T);
+                                      << c.start << " T " << c.T << " splits " << c.splits);
     const int n_heads = c.G * c.gs, n_pos = c.start + c.T;
     const int used = (n_pos + c.bs - 1) / c.bs, n_blocks = used + 3;
     std::vector<int32_t> table(n_blocks);
@@ -270,8 +272,17 @@ TEST(PrefillAttention, CausalPagedMatchesHost) {
     a.group_size = c.gs;
     a.head_dim = c.D;
     a.block_size = c.bs;
+    a.kv_blocks = n_blocks;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
     a.out = out.get();
+    const int q_tiles = attn_q_tiles(c.T, c.gs);
+    DeviceBuffer<float> part_o(static_cast<size_t>(q_tiles) * c.G * c.splits * kAttnRows * c.D),
+        part_ml(static_cast<size_t>(q_tiles) * c.G * c.splits * kAttnRows * 2);
+    part_o.poison();
+    part_ml.poison();
+    a.key_splits = c.splits;
+    a.part_o = part_o.get();
+    a.part_ml = part_ml.get();
     attention(a, nullptr);
     const std::vector<float> got = test::bf16_to_float(out.download());
     std::vector<double> want(got.size());

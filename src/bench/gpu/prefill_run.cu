@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -103,10 +104,30 @@ int bench_prefill(int argc, char** argv) {
       kernel_ms[name] = ms;
     }
     std::printf("\n");
+    // Attention per piece (each piece profiled alone, its prefix already in the cache): ms and
+    // TFLOP/s of the causal attention flops (4 x heads x head_dim x keys attended, every layer).
+    nlohmann::json attn_ms = nlohmann::json::array(), attn_tflops = nlohmann::json::array();
+    std::printf("    attention per piece (ms, TFLOP/s):");
+    for (int begin = 0; begin < n; begin += chunk) {
+      SeqChunk piece;
+      piece.tokens = std::span<const int32_t>(tokens).subspan(begin, std::min(chunk, n - begin));
+      piece.start_pos = begin;
+      piece.block_table = table;
+      double ms = 0;
+      for (const auto& [name, k_ms] : be.profile_prefill(piece))
+        if (name == "attention") ms += k_ms;
+      const double len = static_cast<double>(piece.tokens.size());
+      const double flops = 4.0 * c.n_heads * c.head_dim * len * (2.0 * begin + len + 1) / 2.0 * c.n_layers;
+      attn_ms.push_back(ms);
+      attn_tflops.push_back(flops / (ms / 1e3) / 1e12);
+      std::printf(" %.2f (%.0f)", ms, attn_tflops.back().get<double>());
+    }
+    std::printf("\n");
     records.push_back({{"backend", "prefill-kernels"}, {"preset", o.preset}, {"tokens", n}, {"chunk", chunk},
                        {"total_ms", total}, {"tokens_per_s", tok_s}, {"tflops", tflops}, {"piece_ms", pieces},
                        {"ms_per_piece_mean", total / static_cast<double>(pieces.size())}, {"total_ms_reps", totals},
-                       {"kernel_ms", kernel_ms}});
+                       {"kernel_ms", kernel_ms}, {"attention_piece_ms", attn_ms},
+                       {"attention_piece_tflops", attn_tflops}});
   }
   if (o.one_token) {
     // The baseline: the decode path one token per step, on the first length.

@@ -125,7 +125,6 @@ size_t BatchedStep::workspace_bytes(const ModelConfig& config, int max_rows, int
   c.take<float>(s.R * s.K);
   c.take<int32_t>(s.R * s.K);
   c.take<int32_t>(s.R * s.K);
-  c.take<int32_t>(s.R * s.K);
   c.take<int32_t>(s.E);
   c.take<int32_t>(s.E + 1);
   c.take<int32_t>(1);
@@ -186,7 +185,6 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   topk_w_ = v.take<float>(s.R * s.K);
   rank_ = v.take<int32_t>(s.R * s.K);
   token_slot_ = v.take<int32_t>(s.R * s.K);
-  slot_token_ = v.take<int32_t>(s.R * s.K);
   counts_ = v.take<int32_t>(s.E);
   offsets_ = v.take<int32_t>(s.E + 1);
   n_tiles_ = v.take<int32_t>(1);
@@ -552,6 +550,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
     pa.group_size = gs;
     pa.head_dim = D;
     pa.block_size = kv.block_size;
+    pa.kv_blocks = kv.n_blocks;
     pa.scale = w.attn_scale;
     pa.out = attn_;
     pa.part_o = piece_part_o_;
@@ -616,7 +615,6 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   ml.counts = counts_;
   ml.offsets = offsets_;
   ml.token_slot = token_slot_;
-  ml.slot_token = slot_token_;
   ml.tiles = tiles_;
   ml.n_tiles = n_tiles_;
   ml.tile_capacity = tile_capacity_;

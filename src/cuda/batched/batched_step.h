@@ -167,7 +167,6 @@ class BatchedStep {
   float* topk_w_ = nullptr;         // [R][K]
   int32_t* rank_ = nullptr;         // [R*K]
   int32_t* token_slot_ = nullptr;   // [R*K]
-  int32_t* slot_token_ = nullptr;   // [R*K]
   int32_t* counts_ = nullptr;       // [E]
   int32_t* offsets_ = nullptr;      // [E+1]
   int32_t* n_tiles_ = nullptr;      // [1]

@@ -23,6 +23,7 @@
 #include "cuda/common/device_info.h"
 #include "cuda/common/moe.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/tensor_map.h"
 #include "cuda/common/weight_pack.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemm.h"
@@ -282,29 +283,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 // The TMA map of X's contiguous rows: [rows][k] bf16 with row pitch x_stride, boxes of 64 k x the
 // tile's tokens, 128-byte swizzle. Rows past `rows` and k past `k` read as zeros.
 CUtensorMap x_tensor_map(const GemmArgs& a, int rows, int tile_tokens) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static Encode encode = nullptr;
-  static std::once_flag found;
-  std::call_once(found, [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-    MD_CHECK(q == cudaDriverEntryPointSuccess && fn != nullptr, "gemm: the driver has no cuTensorMapEncodeTiled");
-    encode = reinterpret_cast<Encode>(fn);
-  });
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.x_stride) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kXBoxK), static_cast<cuuint32_t>(tile_tokens)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(a.x), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MD_CHECK(r == CUDA_SUCCESS, "gemm: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ") for X [", rows, "][",
-           a.k, "] pitch ", a.x_stride);
-  return map;
+  const uint64_t dims[2] = {static_cast<uint64_t>(a.k), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(a.x_stride) * 2};
+  const uint32_t box[2] = {static_cast<uint32_t>(kXBoxK), static_cast<uint32_t>(tile_tokens)};
+  return bf16_tensor_map_sw128(a.x, 2, dims, strides, box, "gemm X");
 }
 
 template <int kNT, Epilogue kEpi>

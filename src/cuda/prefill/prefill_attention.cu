@@ -1,12 +1,23 @@
-// Causal prefill attention on tensor cores over the paged KV cache (flash-attention style).
-// CTA = (query tile, KV group) (or items of a work list: attn_work.h): 128 MMA rows = the tile's tokens x the group's heads (row r is
-// token r / gs, head r % gs: the 8 query heads of a group share every K/V tile), 8 warps x 16 rows.
-// Keys stream in tiles of 64 from the cache ([block][group][slot][D] pages through the block table)
-// with cp.async, double-buffered; S = Q K^T and O += P V are mma.sync m16n8k16 (bf16 in, fp32
-// accumulate), the softmax is online in base 2 with fp32 running max/sum per row
-// (cuda/common/attention_state.cuh). Keys of a row are
-// [0, its position]: earlier chunks' and this chunk's K/V (written by qk_norm_rope_store first).
-// Rounding: q, K, V and P are bf16 MMA inputs; the output is bf16 like the decode path's.
+// Causal prefill attention over the paged KV cache on wgmma (flash-attention style, warp-specialized).
+// A CTA takes items (query tile, KV group, key split): one per CTA (grid mode) or a work list's
+// items c, c + grid, ... (attn_work.h). A query tile is kAttnRows (token, head) rows: row r is token
+// r / gs, head r % gs of the group, so the group's heads share every K/V tile.
+// - Warp 8 (the producer) fills a ring of kStages stages, each one key tile's K and V
+//   (kAttnKeyTile keys x head_dim, 128-byte swizzled regions: attn_sw128_offset). Whole runs of
+//   keys in one cache block go as TMA boxes (64 d x run keys, a 3-D map over
+//   [block x group][slot][d]); the rest (a tile's last, partial run, odd block sizes, head_dim 32)
+//   the warp copies itself, then fences them to the async proxy. Everything completes on
+//   full[stage] (one arrival with the boxes' transaction bytes). Keys past the tile's causal end
+//   are never read: their rows keep what the stage held (zeros first, then earlier tiles' keys,
+//   always finite), and their weights are exactly 0.
+// - Warpgroups 0 and 1 (the consumers) own rows 64 w .. 64 w + 63. Each copies its Q rows into
+//   shared memory once per item, then per key tile: S = Q K^T (wgmma m64n128k16, both operands
+//   from shared memory), the causal mask and online softmax in base 2 on the accumulators
+//   (cuda/common/attention_state.cuh; P rounded to bf16, l summing the rounded weights), O += P V
+//   (P from registers, V N-major through the descriptor's transpose), then each warp releases the
+//   stage on empty[stage]. The two warpgroups overlap each other's softmax and MMAs.
+// Rounding: q, K, V and P are bf16 MMA inputs, fp32 accumulation; the output is bf16 like the
+// decode path's.
 #include <cmath>
 #include <mutex>
 
@@ -14,215 +25,278 @@
 #include "cuda/common/attention_state.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/tensor_map.h"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/prefill/prefill_kernels.h"
 
 namespace megadecode::cuda::prefill {
 namespace {
 
+constexpr int kConsumerThreads = 256;            // two warpgroups of 64 rows
+constexpr int kThreads = kConsumerThreads + 32;  // and the producer warp
+constexpr int kStages = 2;
+constexpr int kConsumerWarps = kConsumerThreads / 32;
+
 template <int kD>
 struct AttnShape {
-  static constexpr int kPitch = kD * 2 + 16;  // bytes per smem row: ldmatrix rows hit distinct banks
-  static constexpr int kQBytes = kAttnRows * kPitch;
-  static constexpr int kKvBytes = kAttnKeyTile * kPitch;  // one K or V tile
-  static constexpr int kSmemBytes = kQBytes + 4 * kKvBytes;  // Q, K[2], V[2]
+  static constexpr int kDp = kD < 64 ? 64 : kD;  // d columns in shared memory (zeros past kD)
+  static constexpr int kRegions = kDp / 64;      // 128-byte regions of a row
+  static constexpr int kQRegion = kAttnRows * 128;
+  static constexpr int kKvRegion = kAttnKeyTile * 128;
+  static constexpr int kQBytes = kRegions * kQRegion;
+  static constexpr int kTileBytes = kRegions * kKvRegion;  // K or V of one key tile
+  static constexpr int kStageBytes = 2 * kTileBytes;        // K, then V
+  static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;
+  static constexpr int kSmemBytes = 1024 + kBarOffset + 2 * kStages * 8;  // + alignment slack
 };
 
-// Issues K and V of key tile `kt` into buffer `buf`: 64 keys x kD/8 chunks each, zero past key_end.
-template <int kD>
-__device__ __forceinline__ void load_kv(uint8_t* smem, int buf, int kt, const AttnArgs& a, int g, int key_end) {
-  using S = AttnShape<kD>;
-  constexpr int kChunks = kD / 8;
-  uint8_t* ks = smem + S::kQBytes + buf * S::kKvBytes;
-  uint8_t* vs = smem + S::kQBytes + (2 + buf) * S::kKvBytes;
-  for (int c = threadIdx.x; c < kAttnKeyTile * kChunks; c += kAttnThreads) {
-    const int kl = c / kChunks, part = c % kChunks;
-    const int key = kt * kAttnKeyTile + kl;
-    const bool ok = key < key_end;
-    int64_t off = 0;
-    if (ok) off = kv_offset(a.block_table[key / a.block_size], g, key % a.block_size, part * 8, a.n_kv_heads,
-                            a.block_size, kD);
-    ptx::cp_async_16(ks + kl * S::kPitch + part * 16, a.k_cache + off, ok ? 16 : 0);
-    ptx::cp_async_16(vs + kl * S::kPitch + part * 16, a.v_cache + off, ok ? 16 : 0);
+// One item: query tile q_tile of a piece (its rows at q / out, its block table), KV group g, key
+// split `split` of `splits` (its partial to slot part_slot when splits > 1).
+struct Item {
+  const uint16_t* q;
+  uint16_t* out;
+  const int32_t* table;
+  int start_pos, n_tokens, q_tile, split, splits, g;
+  int64_t part_slot;
+};
+
+// The CTA's item number idx: grid mode has one (blockIdx), work mode items blockIdx.x + idx * gridDim.x.
+template <bool kWork>
+__device__ __forceinline__ bool item(const AttnArgs& a, int idx, Item& it) {
+  const int n_heads = a.n_kv_heads * a.group_size;
+  if constexpr (kWork) {
+    const int i = blockIdx.x + idx * gridDim.x;
+    if (i >= *a.n_work) return false;
+    const AttnWork w = a.work[i];
+    const int64_t row0 = static_cast<int64_t>(w.row0) * n_heads * a.head_dim;
+    it = Item{a.q + row0, a.out + row0, a.block_table + w.table, w.start_pos, w.n_tokens, w.q_tile, w.split,
+              w.splits, static_cast<int>(blockIdx.y), static_cast<int64_t>(w.part) * a.n_kv_heads + blockIdx.y};
+    return true;
+  } else {
+    if (idx > 0) return false;
+    const int qt = gridDim.x - 1 - blockIdx.x, g = blockIdx.y;  // the longest tiles first
+    it = Item{a.q, a.out, a.block_table, a.start_pos, a.n_tokens, qt, static_cast<int>(blockIdx.z), a.key_splits, g,
+              (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits + blockIdx.z};
+    return true;
   }
 }
 
-// One CTA's work: query tile qt of KV group g, key split `split` of a.key_splits; with splits its
-// unnormalised partial goes to slot part_cta of part_o / part_ml. The caller syncs before reusing smem.
-template <int kD>
-__device__ __forceinline__ void attend_tile(const AttnArgs& a, uint8_t* smem, int qt, int g, int split,
-                                            int64_t part_cta) {
+// The key tiles of an item, [begin, end), and its causal end.
+__device__ __forceinline__ AttnTileRange item_tiles(const Item& it, int group_size, int& key_end) {
+  key_end = attn_key_end(it.start_pos, it.n_tokens, it.q_tile, group_size);
+  return attn_split_tiles(ceil_div(key_end, kAttnKeyTile), it.split, it.splits);
+}
+
+template <int kD, bool kWork>
+__device__ __forceinline__ void produce(const AttnArgs& a, const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                        int run, bool boxes, uint8_t* stages, uint64_t* full, uint64_t* empty) {
   using S = AttnShape<kD>;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g4 = lane >> 2, t4 = lane & 3;
-  const int gs = a.group_size, n_heads = a.n_kv_heads * gs;
-  const int tq = attn_tile_tokens(gs), tok0 = qt * tq;
-  const int key_end = attn_key_end(a.start_pos, a.n_tokens, qt, gs);
-  // This CTA's key tiles: all of them, or split `split`'s range.
-  const AttnTileRange tiles = attn_split_tiles(ceil_div(key_end, kAttnKeyTile), split, a.key_splits);
-  const int kt0 = tiles.begin, n_kt = tiles.end - tiles.begin;
-
-  // Q rows (token, head) of the tile; padding rows are zero.
-  for (int c = tid; c < kAttnRows * (kD / 8); c += kAttnThreads) {
-    const int r = c / (kD / 8), part = c % (kD / 8);
-    const int tl = attn_row_token(r, gs);
-    const bool ok = r < tq * gs && tok0 + tl < a.n_tokens;
-    const uint16_t* src =
-        ok ? a.q + (static_cast<int64_t>(tok0 + tl) * n_heads + g * gs + attn_row_head(r, gs)) * kD + part * 8 : a.q;
-    ptx::cp_async_16(smem + r * S::kPitch + part * 16, src, ok ? 16 : 0);
-  }
-  if (n_kt > 0) load_kv<kD>(smem, 0, kt0, a, g, key_end);
-  ptx::cp_async_commit();
-
-  // This lane's two rows (g4, g4 + 8 of the warp's 16) and their query positions (-1: padding).
-  int qpos[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + g4 + 8 * h;
-    const int tl = attn_row_token(r, gs);
-    qpos[h] = (r < tq * gs && tok0 + tl < a.n_tokens) ? a.start_pos + tok0 + tl : -1;
-  }
-  const float scale_log2 = attn_scale_log2(a.scale);
-  float o[kD / 8][4];
-#pragma unroll
-  for (int n = 0; n < kD / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  uint32_t qf[kD / 16][4];
-
-  for (int it = 0; it < n_kt; ++it) {
-    const int kt = kt0 + it;  // buffers alternate with it
-    if (it + 1 < n_kt) {
-      load_kv<kD>(smem, (it + 1) & 1, kt + 1, a, g, key_end);
-      ptx::cp_async_commit();
-      ptx::cp_async_wait<1>();
-    } else {
-      ptx::cp_async_wait<0>();
-    }
-    __syncthreads();  // tile kt (and Q) landed for every thread
-    if (it == 0) {
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-        ptx::ldmatrix_x4(qf[kk], smem + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S::kPitch + kk * 32 +
-                                     (lane >> 4) * 16);
-    }
-    const uint8_t* ks = smem + S::kQBytes + (it & 1) * S::kKvBytes;
-    const uint8_t* vs = smem + S::kQBytes + (2 + (it & 1)) * S::kKvBytes;
-
-    // S = Q K^T for 16 rows x 64 keys.
-    float s[8][4];
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        uint32_t r[4];
-        ptx::ldmatrix_x4(r, ks + (jj * 16 + (lane >> 4) * 8 + (lane & 7)) * S::kPitch + kk * 32 + ((lane >> 3) & 1) * 16);
-        ptx::mma_bf16_16816(s[2 * jj], qf[kk], r[0], r[1]);
-        ptx::mma_bf16_16816(s[2 * jj + 1], qf[kk], r[2], r[3]);
+  constexpr int kChunks = kD / 8;  // 16-byte pieces of a cache row
+  const int lane = threadIdx.x & 31;
+  uint32_t ctr = 0;  // key tiles so far: stage ctr % kStages, its use ctr / kStages
+  Item it;
+  for (int idx = 0; item<kWork>(a, idx, it); ++idx) {
+    int key_end;
+    const AttnTileRange r = item_tiles(it, a.group_size, key_end);
+    for (int kt = r.begin; kt < r.end; ++kt, ++ctr) {
+      const int st = ctr % kStages;
+      const uint32_t use = ctr / kStages;
+      if (use > 0) ptx::mbar_wait(&empty[st], (use - 1) & 1);  // every consumer warp is done with it
+      uint8_t* ks = stages + st * S::kStageBytes;
+      uint8_t* vs = ks + S::kTileBytes;
+      const int key0 = kt * kAttnKeyTile;
+      const int n_valid = min(kAttnKeyTile, key_end - key0);
+      const int n_runs = boxes ? n_valid / run : 0;  // whole runs: TMA boxes
+      const int row0 = n_runs * run;
+      for (int c = lane; c < (n_valid - row0) * kChunks; c += 32) {  // the rest: copied here
+        const int row = row0 + c / kChunks, ch = c % kChunks, key = key0 + row;
+        const int64_t off = kv_offset(it.table[key / a.block_size], it.g, key % a.block_size, ch * 8, a.n_kv_heads,
+                                      a.block_size, kD);
+        const int dst = (ch / 8) * S::kKvRegion + attn_sw128_offset(row, ch % 8);
+        *reinterpret_cast<uint4*>(ks + dst) = *reinterpret_cast<const uint4*>(a.k_cache + off);
+        *reinterpret_cast<uint4*>(vs + dst) = *reinterpret_cast<const uint4*>(a.v_cache + off);
       }
+      ptx::fence_proxy_async_shared();  // the copies, visible to the consumers' wgmma (async proxy)
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[st], static_cast<uint32_t>(n_runs * 2 * S::kRegions * run * 128));
+      __syncwarp();
+      for (int i = lane; i < n_runs * 2 * S::kRegions; i += 32) {
+        const int ri = i / (2 * S::kRegions), v = (i / S::kRegions) & 1, h = i % S::kRegions;
+        const int key = key0 + ri * run;
+        ptx::tma_load_3d((v ? vs : ks) + h * S::kKvRegion + ri * run * 128, v ? v_map : k_map, 64 * h,
+                         key % a.block_size, it.table[key / a.block_size] * a.n_kv_heads + it.g, &full[st]);
+      }
+    }
+  }
+}
 
-    // Causal mask, online softmax (base 2), P rounded to bf16 (the MMA's input; l sums the same
-    // values, per lane: the quad's shares are summed once, after the last tile).
-    float alpha[2];
+template <int kD, bool kWork>
+__device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t* stages, uint64_t* full,
+                                        uint64_t* empty) {
+  using S = AttnShape<kD>;
+  constexpr int kNo = S::kDp / 8;  // 8-column groups of O
+  const int tid = threadIdx.x, wg = tid >> 7, wt = tid & 127, warp = wt >> 5, lane = tid & 31;
+  const int g4 = lane >> 2, t4 = lane & 3;
+  const int gs = a.group_size, n_heads = a.n_kv_heads * gs, tq = attn_tile_tokens(gs);
+  const float scale_log2 = attn_scale_log2(a.scale);
+  const uint32_t q_base = ptx::smem_addr(q_s) + 64 * wg * 128;  // this warpgroup's 64 rows
+  uint32_t ctr = 0;
+  Item it;
+  for (int idx = 0; item<kWork>(a, idx, it); ++idx) {
+    int key_end;
+    const AttnTileRange r = item_tiles(it, gs, key_end);
+    const int tok0 = it.q_tile * tq;
+    // This warpgroup's Q rows (zeros past the tile's rows, the piece's tokens and kD). Its previous
+    // item's MMAs are done (each tile waits for them), but not every warp may have seen that yet.
+    ptx::named_barrier_sync(1 + wg, 128);
+    for (int c = wt; c < 64 * S::kRegions * 8; c += 128) {
+      const int row = 64 * wg + c / (S::kRegions * 8), ch = c % (S::kRegions * 8), tl = attn_row_token(row, gs);
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (row < tq * gs && tok0 + tl < it.n_tokens && ch < kD / 8)
+        v = *reinterpret_cast<const uint4*>(
+            it.q + (static_cast<int64_t>(tok0 + tl) * n_heads + it.g * gs + attn_row_head(row, gs)) * kD + ch * 8);
+      *reinterpret_cast<uint4*>(q_s + (ch / 8) * S::kQRegion + attn_sw128_offset(row, ch % 8)) = v;
+    }
+    ptx::fence_proxy_async_shared();
+    ptx::named_barrier_sync(1 + wg, 128);
+
+    // This lane's two rows (g4, g4 + 8 of its warp's 16) and their positions (-1: padding).
+    int qpos[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const AttnFragRow<8> row{s, h};
-      const int key0 = kt * kAttnKeyTile + 2 * t4;  // score i is key key0 + (i / 2) * 8 + i % 2
-      const float mx = attn_scale_mask(row.kScores, row, scale_log2,
-                                       [&](int i) { return key0 + (i >> 1) * 8 + (i & 1) <= qpos[h]; });
-      // a row with no key yet: 0, not NaN
-      alpha[h] = attn_online_step(m[h], l[h], quad_max(mx), row.kScores, row, [](float p) { return round_bf16(p); },
-                                  AttnIdentity{});
+      const int row = 64 * wg + 16 * warp + g4 + 8 * h, tl = attn_row_token(row, gs);
+      qpos[h] = (row < tq * gs && tok0 + tl < it.n_tokens) ? it.start_pos + tok0 + tl : -1;
     }
-    uint32_t pf[4][4];  // P as the A operand of P V: 4 k-steps of 16 keys
+    const int qmin = min(qpos[0], qpos[1]);
+    float o[kNo][4];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      pf[n >> 1][(n & 1) * 2] = ptx::pack_bf16x2(s[n][0], s[n][1]);
-      pf[n >> 1][(n & 1) * 2 + 1] = ptx::pack_bf16x2(s[n][2], s[n][3]);
-    }
+    for (int n = 0; n < kNo; ++n)
 #pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
-    }
-    // O += P V; V tile [key][d] read transposed as the col-major B operand.
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int nd = 0; nd < kD / 16; ++nd) {
-        uint32_t r[4];
-        ptx::ldmatrix_x4_trans(r, vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * S::kPitch + nd * 32 +
-                                      (lane >> 4) * 16);
-        ptx::mma_bf16_16816(o[2 * nd], pf[kk], r[0], r[1]);
-        ptx::mma_bf16_16816(o[2 * nd + 1], pf[kk], r[2], r[3]);
-      }
-    __syncthreads();  // buffer it & 1 is refilled by the next iteration's load
-  }
-  ptx::cp_async_wait<0>();  // (an empty split's Q copies) no copy outlives the CTA
+      for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  if (a.key_splits > 1) {  // this split's unnormalised partial; the merge normalises
-    const int64_t cta = part_cta;
+    for (int kt = r.begin; kt < r.end; ++kt, ++ctr) {
+      const int st = ctr % kStages;
+      ptx::mbar_wait(&full[st], (ctr / kStages) & 1);
+      const uint32_t k_base = ptx::smem_addr(stages + st * S::kStageBytes), v_base = k_base + S::kTileBytes;
+
+      // S = Q K^T: 64 rows x kAttnKeyTile keys, k16 steps over d.
+      float sc[kAttnKeyTile / 8][4];
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < S::kDp / 16; ++kk) {
+        const uint32_t step = (kk % 4) * 32;  // the k16 step within a 64-d region
+        ptx::wgmma_bf16_ss<kAttnKeyTile / 8>(sc, ptx::wgmma_desc_sw128(q_base + (kk / 4) * S::kQRegion + step),
+                                             ptx::wgmma_desc_sw128(k_base + (kk / 4) * S::kKvRegion + step), kk > 0);
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operands(sc);
+
+      // Causal mask (only where a key may pass a row's position), online softmax, P in bf16.
+      const int key0 = kt * kAttnKeyTile;
+      float alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const AttnFragRow<kAttnKeyTile / 8> row{sc, h};
+        float mx;
+        if (key0 + kAttnKeyTile - 1 <= qmin) {
+          mx = attn_scale_mask(row.kScores, row, scale_log2, [](int) { return true; });
+        } else {
+          const int kb = key0 + 2 * t4;  // score i is key kb + (i / 2) * 8 + i % 2
+          mx = attn_scale_mask(row.kScores, row, scale_log2,
+                               [&](int i) { return kb + (i >> 1) * 8 + (i & 1) <= qpos[h]; });
+        }
+        alpha[h] = attn_online_step(m[h], l[h], quad_max(mx), row.kScores, row, [](float p) { return round_bf16(p); },
+                                    AttnIdentity{});
+      }
+      uint32_t pf[kAttnKeyTile / 16][4];  // P as the A operand of P V: k16 steps of keys
+#pragma unroll
+      for (int n = 0; n < kAttnKeyTile / 8; ++n) {
+        pf[n >> 1][(n & 1) * 2] = ptx::pack_bf16x2(sc[n][0], sc[n][1]);
+        pf[n >> 1][(n & 1) * 2 + 1] = ptx::pack_bf16x2(sc[n][2], sc[n][3]);
+      }
+#pragma unroll
+      for (int n = 0; n < kNo; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+      // O += P V: V's rows are keys (k), its 64-d regions the N extent (LBO apart).
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kAttnKeyTile / 16; ++kk)
+        ptx::wgmma_bf16_rs_tb<kNo>(o, pf[kk], ptx::wgmma_desc_b_mn_sw128(v_base + kk * 2048, S::kKvRegion), 1);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operands(o);
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&empty[st]);  // this warp no longer reads the stage
+    }
+
+    if (it.splits > 1) {  // this split's unnormalised partial; the merge normalises
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l[h] = quad_sum(l[h]);
+        const int row = 64 * wg + 16 * warp + g4 + 8 * h;
+        float* po = a.part_o + (it.part_slot * kAttnRows + row) * kD;
+#pragma unroll
+        for (int n = 0; n < kD / 8; ++n)
+          *reinterpret_cast<float2*>(po + n * 8 + 2 * t4) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+        if (t4 == 0) {
+          a.part_ml[(it.part_slot * kAttnRows + row) * 2] = m[h];
+          a.part_ml[(it.part_slot * kAttnRows + row) * 2 + 1] = l[h];
+        }
+      }
+      continue;
+    }
+    // Normalise and store bf16 rows [token][head * D + d].
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       l[h] = quad_sum(l[h]);
-      const int r = warp * 16 + g4 + 8 * h;
-      float* po = a.part_o + (cta * kAttnRows + r) * kD;
+      if (qpos[h] < 0) continue;
+      const int row = 64 * wg + 16 * warp + g4 + 8 * h;
+      uint16_t* out = it.out + static_cast<int64_t>(tok0 + attn_row_token(row, gs)) * n_heads * kD +
+                      static_cast<int64_t>(it.g * gs + attn_row_head(row, gs)) * kD;
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n)
-        *reinterpret_cast<float2*>(po + n * 8 + 2 * t4) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
-      if (t4 == 0) {
-        a.part_ml[(cta * kAttnRows + r) * 2] = m[h];
-        a.part_ml[(cta * kAttnRows + r) * 2 + 1] = l[h];
-      }
+        *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) =
+            ptx::pack_bf16x2(attn_normalise(o[n][2 * h], l[h]), attn_normalise(o[n][2 * h + 1], l[h]));
     }
-    return;
-  }
-
-  // Normalise and store bf16 rows [token][head * D + d].
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] = quad_sum(l[h]);
-    if (qpos[h] < 0) continue;
-    const int r = warp * 16 + g4 + 8 * h;
-    uint16_t* out = a.out + static_cast<int64_t>(tok0 + attn_row_token(r, gs)) * n_heads * kD +
-                    static_cast<int64_t>(g * gs + attn_row_head(r, gs)) * kD;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n)
-      *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) =
-          ptx::pack_bf16x2(attn_normalise(o[n][2 * h], l[h]), attn_normalise(o[n][2 * h + 1], l[h]));
   }
 }
 
-// A piece's CTAs: (query tile, KV group, key split), the longest tiles first.
-template <int kD>
-__global__ void __launch_bounds__(kAttnThreads) attention_kernel(const AttnArgs a) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  const int qt = gridDim.x - 1 - blockIdx.x, g = blockIdx.y;
-  attend_tile<kD>(a, smem, qt, g, blockIdx.z, (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits + blockIdx.z);
-}
-
-// Work-list mode: this CTA takes items blockIdx.x, + gridDim.x, ... of KV group blockIdx.y.
-template <int kD>
-__global__ void __launch_bounds__(kAttnThreads) attention_work_kernel(const AttnArgs a) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  const int g = blockIdx.y, n_heads = a.n_kv_heads * a.group_size, n = *a.n_work;
-  for (int i = blockIdx.x; i < n; i += gridDim.x) {
-    const AttnWork w = a.work[i];
-    AttnArgs p = a;
-    p.q = a.q + static_cast<int64_t>(w.row0) * n_heads * kD;
-    p.out = a.out + static_cast<int64_t>(w.row0) * n_heads * kD;
-    p.block_table = a.block_table + w.table;
-    p.start_pos = w.start_pos;
-    p.n_tokens = w.n_tokens;
-    p.key_splits = w.splits;
-    attend_tile<kD>(p, smem, w.q_tile, g, w.split, static_cast<int64_t>(w.part) * a.n_kv_heads + g);
-    __syncthreads();  // the next item refills Q and the K/V buffers
+template <int kD, bool kWork>
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_kernel(const AttnArgs a, const __grid_constant__ CUtensorMap k_map,
+                     const __grid_constant__ CUtensorMap v_map, int run, int boxes) {
+  using S = AttnShape<kD>;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // swizzle atoms
+  uint8_t* stages = smem + S::kQBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarOffset);
+  uint64_t* empty = full + kStages;
+  // Stage rows no copy writes (past a tile's causal end) must hold finite values: zeros first.
+  for (int i = threadIdx.x; i < kStages * S::kStageBytes / 16; i += kThreads)
+    reinterpret_cast<uint4*>(stages)[i] = make_uint4(0, 0, 0, 0);
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      ptx::mbar_init(&full[st], 1);
+      ptx::mbar_init(&empty[st], kConsumerWarps);
+    }
+    ptx::fence_mbar_init();
   }
+  ptx::fence_proxy_async_shared();
+  if (threadIdx.x == kConsumerThreads && boxes) {
+    ptx::prefetch_tensormap(&k_map);
+    ptx::prefetch_tensormap(&v_map);
+  }
+  __syncthreads();
+  if (threadIdx.x >= kConsumerThreads)
+    produce<kD, kWork>(a, &k_map, &v_map, run, boxes != 0, stages, full, empty);
+  else
+    consume<kD, kWork>(a, smem, stages, full, empty);
 }
 
 // Row (token, head)'s `splits` partials (slot(i): split i's CTA) merged in split order
@@ -261,15 +335,28 @@ __global__ void __launch_bounds__(kD) merge_work_kernel(const AttnArgs a) {
 
 template <int kD>
 void launch(const AttnArgs& a, cudaStream_t stream) {
+  using S = AttnShape<kD>;
   static std::once_flag configured;
   std::call_once(configured, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    AttnShape<kD>::kSmemBytes));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_work_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    AttnShape<kD>::kSmemBytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kD, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    S::kSmemBytes));
+    CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kD, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    S::kSmemBytes));
   });
+  const int run = attn_kv_run(a.block_size);
+  const bool boxes = attn_kv_boxes(kD, a.block_size);
+  CUtensorMap k_map{}, v_map{};
+  if (boxes) {  // [block x group][slot][d], boxes of 64 d x run slots
+    const uint64_t dims[3] = {static_cast<uint64_t>(kD), static_cast<uint64_t>(a.block_size),
+                              static_cast<uint64_t>(a.kv_blocks) * a.n_kv_heads};
+    const uint64_t strides[2] = {static_cast<uint64_t>(kD) * 2, static_cast<uint64_t>(a.block_size) * kD * 2};
+    const uint32_t box[3] = {64, static_cast<uint32_t>(run), 1};
+    k_map = bf16_tensor_map_sw128(a.k_cache, 3, dims, strides, box, "prefill attention K cache");
+    v_map = bf16_tensor_map_sw128(a.v_cache, 3, dims, strides, box, "prefill attention V cache");
+  }
   if (a.work != nullptr) {
-    attention_work_kernel<kD><<<dim3(a.work_ctas, a.n_kv_heads), kAttnThreads, AttnShape<kD>::kSmemBytes, stream>>>(a);
+    attention_kernel<kD, true><<<dim3(a.work_ctas, a.n_kv_heads), kThreads, S::kSmemBytes, stream>>>(
+        a, k_map, v_map, run, boxes);
     CUDA_CHECK_LAST();
     if (a.merge_rows > 0) {
       merge_work_kernel<kD><<<dim3(a.merge_rows, a.n_kv_heads * a.group_size), kD, 0, stream>>>(a);
@@ -278,7 +365,7 @@ void launch(const AttnArgs& a, cudaStream_t stream) {
     return;
   }
   const dim3 grid(attn_q_tiles(a.n_tokens, a.group_size), a.n_kv_heads, a.key_splits);
-  attention_kernel<kD><<<grid, kAttnThreads, AttnShape<kD>::kSmemBytes, stream>>>(a);
+  attention_kernel<kD, false><<<grid, kThreads, S::kSmemBytes, stream>>>(a, k_map, v_map, run, boxes);
   CUDA_CHECK_LAST();
   if (a.key_splits > 1) {
     merge_kernel<kD><<<dim3(a.n_tokens, a.n_kv_heads * a.group_size), kD, 0, stream>>>(a);
@@ -295,6 +382,7 @@ void attention(const AttnArgs& a, cudaStream_t stream) {
              "prefill attention: ", a.group_size, " heads per group, ", a.n_kv_heads, " groups");
   MD_REQUIRE(a.block_size >= 1 && a.start_pos >= 0 && a.scale > 0.0f, "prefill attention: bad block size or position");
   MD_REQUIRE(a.q && a.k_cache && a.v_cache && a.block_table && a.out, "prefill attention: null pointer");
+  MD_REQUIRE(a.kv_blocks >= 1, "prefill attention: the cache's block count (kv_blocks) is needed");
   MD_REQUIRE(a.key_splits >= 1 && a.key_splits <= kAttnMaxKeySplits, "prefill attention: ", a.key_splits,
              " key splits outside 1..", kAttnMaxKeySplits);
   MD_REQUIRE(a.key_splits == 1 || (a.part_o && a.part_ml), "prefill attention: key splits need partial buffers");

@@ -32,9 +32,8 @@ MD_HOST_DEVICE constexpr int64_t kv_offset(int64_t block, int kv_head, int slot,
 }
 
 // ---- attention tiles (prefill_attention.cu) ----
-constexpr int kAttnRows = 128;     // (token, head) rows per CTA: 8 warps x 16 MMA rows
-constexpr int kAttnKeyTile = 64;   // keys per K/V tile
-constexpr int kAttnThreads = 256;
+constexpr int kAttnRows = 128;     // (token, head) rows per CTA: two warpgroups x 64 wgmma rows
+constexpr int kAttnKeyTile = 128;  // keys per K/V tile (the wgmma N of S = Q K^T)
 
 // Query tokens per CTA: the group's heads of each token share the CTA, so rows = tokens x heads.
 MD_HOST_DEVICE constexpr int attn_tile_tokens(int group_size) { return kAttnRows / group_size; }
@@ -49,6 +48,30 @@ MD_HOST_DEVICE constexpr int attn_row_head(int row, int group_size) { return row
 MD_HOST_DEVICE constexpr int attn_key_end(int start_pos, int n_tokens, int tile, int group_size) {
   const int t_end = (tile + 1) * attn_tile_tokens(group_size);
   return start_pos + (t_end < n_tokens ? t_end : n_tokens);
+}
+
+// Shared-memory layout of the wgmma attention (prefill_attention.cu): Q, K and V tiles are rows of
+// 128-byte regions (64 bf16 of d each, kAttnRows or kAttnKeyTile rows a region), 128-byte swizzled
+// as a TMA box with CU_TENSOR_MAP_SWIZZLE_128B writes them: 16-byte chunk c of row r sits at
+// r * 128 + ((c ^ (r % 8)) * 16). Regions start on 1024-byte boundaries, so the pattern is the
+// address's own (what TMA and the wgmma descriptors apply).
+MD_HOST_DEVICE constexpr int attn_sw128_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+// A key tile's rows come in runs of attn_kv_run(block_size) keys that lie in one cache block
+// (key tiles start at multiples of kAttnKeyTile): gcd(block_size, kAttnKeyTile).
+MD_HOST_DEVICE constexpr int attn_kv_run(int block_size) {
+  int a = block_size, b = kAttnKeyTile;
+  while (b != 0) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+// Whole runs load as TMA boxes (64 d x run keys) when a run fills whole swizzle atoms (>= 8 rows)
+// and a row is whole regions (head_dim a multiple of 64); otherwise (and for a tile's last, partial
+// run) the producer warp copies rows itself.
+MD_HOST_DEVICE constexpr bool attn_kv_boxes(int head_dim, int block_size) {
+  return head_dim % 64 == 0 && attn_kv_run(block_size) >= 8;
 }
 
 // Key splits (a mixed step's small pieces at long positions): a piece whose CTAs (query tiles x KV

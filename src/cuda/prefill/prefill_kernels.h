@@ -73,6 +73,7 @@ struct AttnArgs {
   const uint16_t* k_cache = nullptr; // [n_blocks][G][block_size][D] bf16
   const uint16_t* v_cache = nullptr;
   const int32_t* block_table = nullptr;
+  int kv_blocks = 0;                 // blocks of k_cache and v_cache (the TMA maps' extent)
   int start_pos = 0, n_tokens = 0;
   int n_kv_heads = 0, group_size = 0, head_dim = 0, block_size = 0;
   float scale = 0.0f;                // 1/sqrt(D)
@@ -98,7 +99,7 @@ void attention(const AttnArgs& args, cudaStream_t stream);
 
 // ---- MoE token lists (prefill_moe.cu) ----
 // From topk_ids [n_tokens][top_k]: counts per expert, slots in (expert, token, k) order (the
-// decode DISPATCH order), token_slot[t][k], slot_token[slot], offsets[E + 1] and the tile list of
+// decode DISPATCH order), token_slot[t][k], offsets[E + 1] and the tile list of
 // the grouped GEMMs (tiles of at most tile_tokens slots, gemm_plan.h). Never syncs with the host.
 // Rows whose positions[t] < 0 (padding of a decode batch) take no slot (token_slot 0). error: set
 // to 1 on an expert id out of range or 2 on a tile list over capacity.
@@ -111,7 +112,6 @@ struct MoeListArgs {
   int32_t* counts = nullptr;          // [n_experts]
   int32_t* offsets = nullptr;         // [n_experts + 1]
   int32_t* token_slot = nullptr;      // [n_tokens * top_k]
-  int32_t* slot_token = nullptr;      // [n_tokens * top_k]
   gemm::MoeTile* tiles = nullptr;     // [tile_capacity]
   int32_t* n_tiles = nullptr;         // device scalar
   int tile_capacity = 0;

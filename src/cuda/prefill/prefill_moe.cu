@@ -96,9 +96,7 @@ __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const MoeListA
       a.token_slot[i] = 0;
       continue;
     }
-    const int slot = offsets[id] + a.rank[i];
-    a.token_slot[i] = slot;
-    a.slot_token[slot] = i / a.top_k;
+    a.token_slot[i] = offsets[id] + a.rank[i];
   }
 }
 
@@ -123,7 +121,7 @@ void moe_lists(const MoeListArgs& a, cudaStream_t stream) {
   MD_REQUIRE(a.n_experts >= 1 && a.n_experts <= kRouterMaxExperts, "prefill moe: ", a.n_experts, " experts outside 1..",
              kRouterMaxExperts);
   MD_REQUIRE(a.top_k >= 1 && a.top_k <= a.n_experts, "prefill moe: top_k ", a.top_k);
-  MD_REQUIRE(a.topk_ids && a.rank && a.counts && a.offsets && a.token_slot && a.slot_token && a.tiles && a.n_tiles &&
+  MD_REQUIRE(a.topk_ids && a.rank && a.counts && a.offsets && a.token_slot && a.tiles && a.n_tiles &&
                  a.error,
              "prefill moe: null pointer");
   MD_REQUIRE(a.tile_tokens >= 8 && a.tile_tokens <= 128 && a.tile_tokens % 8 == 0, "prefill moe: tile_tokens ",

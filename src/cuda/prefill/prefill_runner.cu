@@ -47,7 +47,6 @@ size_t PrefillRunner::workspace_bytes(const ModelConfig& config, int max_chunk) 
   c.take<float>(s.C * s.K);
   c.take<int32_t>(s.C * s.K);
   c.take<int32_t>(s.C * s.K);
-  c.take<int32_t>(s.C * s.K);
   c.take<int32_t>(s.E);
   c.take<int32_t>(s.E + 1);
   c.take<int32_t>(1);
@@ -87,7 +86,6 @@ PrefillRunner::PrefillRunner(const ModelConfig& config, const MkModelWeights& vi
   topk_w_ = c.take<float>(s.C * s.K);
   rank_ = c.take<int32_t>(s.C * s.K);
   token_slot_ = c.take<int32_t>(s.C * s.K);
-  slot_token_ = c.take<int32_t>(s.C * s.K);
   counts_ = c.take<int32_t>(s.E);
   offsets_ = c.take<int32_t>(s.E + 1);
   n_tiles_ = c.take<int32_t>(1);
@@ -300,6 +298,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   at.group_size = gs;
   at.head_dim = D;
   at.block_size = kv.block_size;
+  at.kv_blocks = kv.n_blocks;
   at.scale = w.attn_scale;
   at.out = attn_;
   attention(at, stream);
@@ -352,7 +351,6 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   ml.counts = counts_;
   ml.offsets = offsets_;
   ml.token_slot = token_slot_;
-  ml.slot_token = slot_token_;
   ml.tiles = tiles_;
   ml.n_tiles = n_tiles_;
   ml.tile_tokens = 8 * kExpertTokenGroups;

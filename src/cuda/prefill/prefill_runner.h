@@ -101,7 +101,6 @@ class PrefillRunner {
   float* topk_w_ = nullptr;         // [C][K]
   int32_t* rank_ = nullptr;         // [C*K]
   int32_t* token_slot_ = nullptr;   // [C*K]
-  int32_t* slot_token_ = nullptr;   // [C*K]
   int32_t* counts_ = nullptr;       // [E]
   int32_t* offsets_ = nullptr;      // [E+1]
   int32_t* n_tiles_ = nullptr;      // [1]
