@@ -53,6 +53,18 @@ __device__ __forceinline__ void named_barrier_sync(int id, int n_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n_threads) : "memory");
 }
 
+// ---- register reallocation between warpgroups (every warp of the warpgroup executes it) ----
+// Gives registers back down to N a thread (a producer warpgroup), or waits for them up to N (the
+// consumers): the kernel's launch bound decides the starting count.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
 // ---- L2 cache policies ----
 __device__ __forceinline__ uint64_t policy_evict_first() {
   uint64_t p;

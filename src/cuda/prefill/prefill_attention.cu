@@ -32,10 +32,12 @@
 namespace megadecode::cuda::prefill {
 namespace {
 
-constexpr int kConsumerThreads = 256;            // two warpgroups of 64 rows
-constexpr int kThreads = kConsumerThreads + 32;  // and the producer warp
-constexpr int kStages = 2;
+constexpr int kConsumerThreads = 256;             // two warpgroups of 64 rows
+constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup (one warp works)
+constexpr int kStages = 3;  // a stage is released mid-way through the next tile: two more in flight
 constexpr int kConsumerWarps = kConsumerThreads / 32;
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;  // 2 x 128 x 216 + 128 x 72 <= 64K
+static_assert(2 * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536, "register file");
 
 template <int kD>
 struct AttnShape {
@@ -108,6 +110,13 @@ __device__ __forceinline__ void produce(const AttnArgs& a, const CUtensorMap* k_
       const int n_valid = min(kAttnKeyTile, key_end - key0);
       const int n_runs = boxes ? n_valid / run : 0;  // whole runs: TMA boxes
       const int row0 = n_runs * run;
+      if (use == 0 && n_valid < kAttnKeyTile) {  // V rows past the causal end: finite (zeros) from the start
+        for (int c = lane; c < (kAttnKeyTile - n_valid) * S::kRegions * 8; c += 32) {
+          const int row = n_valid + c / (S::kRegions * 8), ch = c % (S::kRegions * 8);
+          *reinterpret_cast<uint4*>(vs + (ch / 8) * S::kKvRegion + attn_sw128_offset(row, ch % 8)) =
+              make_uint4(0, 0, 0, 0);
+        }
+      }
       for (int c = lane; c < (n_valid - row0) * kChunks; c += 32) {  // the rest: copied here
         const int row = row0 + c / kChunks, ch = c % kChunks, key = key0 + row;
         const int64_t off = kv_offset(it.table[key / a.block_size], it.g, key % a.block_size, ch * 8, a.n_kv_heads,
@@ -175,13 +184,11 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
       for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-    for (int kt = r.begin; kt < r.end; ++kt, ++ctr) {
-      const int st = ctr % kStages;
-      ptx::mbar_wait(&full[st], (ctr / kStages) & 1);
-      const uint32_t k_base = ptx::smem_addr(stages + st * S::kStageBytes), v_base = k_base + S::kTileBytes;
-
-      // S = Q K^T: 64 rows x kAttnKeyTile keys, k16 steps over d.
-      float sc[kAttnKeyTile / 8][4];
+    // S = Q K^T of stage st's tile: 64 rows x kAttnKeyTile keys, k16 steps over d (issued, not waited).
+    float sc[kAttnKeyTile / 8][4];
+    uint32_t pf[kAttnKeyTile / 16][4];  // P as the A operand of P V: k16 steps of keys
+    auto issue_qk = [&](int st) {
+      const uint32_t k_base = ptx::smem_addr(stages + st * S::kStageBytes);
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < S::kDp / 16; ++kk) {
@@ -190,12 +197,20 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
                                              ptx::wgmma_desc_sw128(k_base + (kk / 4) * S::kKvRegion + step), kk > 0);
       }
       ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
-      ptx::wgmma_fence_operands(sc);
-
-      // Causal mask (only where a key may pass a row's position), online softmax, P in bf16.
+    };
+    // O += P V of stage st's tile: V's rows are keys (k), its 64-d regions the N extent (LBO apart).
+    auto issue_pv = [&](int st) {
+      const uint32_t v_base = ptx::smem_addr(stages + st * S::kStageBytes) + S::kTileBytes;
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kAttnKeyTile / 16; ++kk)
+        ptx::wgmma_bf16_rs_tb<kNo>(o, pf[kk], ptx::wgmma_desc_b_mn_sw128(v_base + kk * 2048, S::kKvRegion), 1);
+      ptx::wgmma_commit();
+    };
+    // Causal mask (only where a key may pass a row's position) and the online softmax of tile kt in
+    // place (P rounded to bf16); returns each row's rescale of O.
+    auto softmax = [&](int kt, float (&alpha)[2]) {
       const int key0 = kt * kAttnKeyTile;
-      float alpha[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const AttnFragRow<kAttnKeyTile / 8> row{sc, h};
@@ -210,29 +225,59 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
         alpha[h] = attn_online_step(m[h], l[h], quad_max(mx), row.kScores, row, [](float p) { return round_bf16(p); },
                                     AttnIdentity{});
       }
-      uint32_t pf[kAttnKeyTile / 16][4];  // P as the A operand of P V: k16 steps of keys
+    };
+    auto pack_p = [&] {
 #pragma unroll
       for (int n = 0; n < kAttnKeyTile / 8; ++n) {
         pf[n >> 1][(n & 1) * 2] = ptx::pack_bf16x2(sc[n][0], sc[n][1]);
         pf[n >> 1][(n & 1) * 2 + 1] = ptx::pack_bf16x2(sc[n][2], sc[n][3]);
       }
+    };
+    auto release = [&](int st) {  // this warp no longer reads the stage
+      __syncwarp();
+      if (lane == 0) ptx::mbar_arrive(&empty[st]);
+    };
+
+    // Tile j's softmax runs while the tensor cores do P V of tile j - 1: per tile, issue Q K_j^T, then
+    // P_{j-1} V_{j-1}; wait for the older group (S_j), softmax; wait for P V, release tile j - 1's
+    // stage, rescale O and pack P_j. (wgmma groups complete in order; nothing touches pf or o while
+    // a P V reads or writes them, nor sc while a Q K^T writes it.)
+    if (r.end > r.begin) {
+      int st = ctr % kStages;
+      ptx::mbar_wait(&full[st], (ctr / kStages) & 1);
+      issue_qk(st);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_fence_operands(sc);
+      float alpha[2];
+      softmax(r.begin, alpha);  // O is still zero
+      pack_p();
+      for (int kt = r.begin + 1; kt < r.end; ++kt) {
+        const int prev = st;
+        ++ctr;
+        st = ctr % kStages;
+        ptx::mbar_wait(&full[st], (ctr / kStages) & 1);
+        issue_qk(st);
+        issue_pv(prev);
+        ptx::wgmma_wait<1>();
+        ptx::wgmma_fence_operands(sc);
+        softmax(kt, alpha);
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_operands(o);
+        release(prev);
 #pragma unroll
-      for (int n = 0; n < kNo; ++n) {
-        o[n][0] *= alpha[0];
-        o[n][1] *= alpha[0];
-        o[n][2] *= alpha[1];
-        o[n][3] *= alpha[1];
+        for (int n = 0; n < kNo; ++n) {
+          o[n][0] *= alpha[0];
+          o[n][1] *= alpha[0];
+          o[n][2] *= alpha[1];
+          o[n][3] *= alpha[1];
+        }
+        pack_p();
       }
-      // O += P V: V's rows are keys (k), its 64-d regions the N extent (LBO apart).
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kAttnKeyTile / 16; ++kk)
-        ptx::wgmma_bf16_rs_tb<kNo>(o, pf[kk], ptx::wgmma_desc_b_mn_sw128(v_base + kk * 2048, S::kKvRegion), 1);
-      ptx::wgmma_commit();
+      issue_pv(st);
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_operands(o);
-      __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(&empty[st]);  // this warp no longer reads the stage
+      release(st);
+      ++ctr;
     }
 
     if (it.splits > 1) {  // this split's unnormalised partial; the merge normalises
@@ -277,9 +322,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* stages = smem + S::kQBytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarOffset);
   uint64_t* empty = full + kStages;
-  // Stage rows no copy writes (past a tile's causal end) must hold finite values: zeros first.
-  for (int i = threadIdx.x; i < kStages * S::kStageBytes / 16; i += kThreads)
-    reinterpret_cast<uint4*>(stages)[i] = make_uint4(0, 0, 0, 0);
+  if constexpr (kD < 64) {  // d past kD is never copied: zeros (0 x a stale NaN would reach S)
+    for (int i = threadIdx.x; i < kStages * S::kStageBytes / 16; i += kThreads)
+      reinterpret_cast<uint4*>(stages)[i] = make_uint4(0, 0, 0, 0);
+    ptx::fence_proxy_async_shared();
+  }
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
       ptx::mbar_init(&full[st], 1);
@@ -287,16 +334,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ptx::fence_mbar_init();
   }
-  ptx::fence_proxy_async_shared();
   if (threadIdx.x == kConsumerThreads && boxes) {
     ptx::prefetch_tensormap(&k_map);
     ptx::prefetch_tensormap(&v_map);
   }
   __syncthreads();
-  if (threadIdx.x >= kConsumerThreads)
-    produce<kD, kWork>(a, &k_map, &v_map, run, boxes != 0, stages, full, empty);
-  else
+  if (threadIdx.x >= kConsumerThreads) {
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x < kConsumerThreads + 32) produce<kD, kWork>(a, &k_map, &v_map, run, boxes != 0, stages, full, empty);
+  } else {
+    ptx::setmaxnreg_inc<kConsumerRegs>();
     consume<kD, kWork>(a, smem, stages, full, empty);
+  }
 }
 
 // Row (token, head)'s `splits` partials (slot(i): split i's CTA) merged in split order
