@@ -18,12 +18,14 @@
 //   stage on empty[stage]. The two warpgroups overlap each other's softmax and MMAs.
 // Rounding: q, K, V and P are bf16 MMA inputs, fp32 accumulation; the output is bf16 like the
 // decode path's.
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 
 #include "core/check.h"
 #include "cuda/common/attention_state.cuh"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/device_info.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/tensor_map.h"
 #include "cuda/common/wgmma.cuh"
@@ -62,23 +64,28 @@ struct Item {
   int64_t part_slot;
 };
 
-// The CTA's item number idx: grid mode has one (blockIdx), work mode items blockIdx.x + idx * gridDim.x.
+// The CTA's item number idx (CTAs of KV group blockIdx.y take every gridDim.x-th item). Work mode:
+// the list's items blockIdx.x + idx * gridDim.x. Grid mode: the piece's (query tile, split) pairs,
+// the longest query tiles first, in a snake over the CTAs (idx even: left to right, odd: right to
+// left), so each CTA's causal work sums to about the same.
 template <bool kWork>
 __device__ __forceinline__ bool item(const AttnArgs& a, int idx, Item& it) {
-  const int n_heads = a.n_kv_heads * a.group_size;
+  const int n_heads = a.n_kv_heads * a.group_size, g = blockIdx.y;
   if constexpr (kWork) {
     const int i = blockIdx.x + idx * gridDim.x;
     if (i >= *a.n_work) return false;
     const AttnWork w = a.work[i];
     const int64_t row0 = static_cast<int64_t>(w.row0) * n_heads * a.head_dim;
     it = Item{a.q + row0, a.out + row0, a.block_table + w.table, w.start_pos, w.n_tokens, w.q_tile, w.split,
-              w.splits, static_cast<int>(blockIdx.y), static_cast<int64_t>(w.part) * a.n_kv_heads + blockIdx.y};
+              w.splits, g, static_cast<int64_t>(w.part) * a.n_kv_heads + g};
     return true;
   } else {
-    if (idx > 0) return false;
-    const int qt = gridDim.x - 1 - blockIdx.x, g = blockIdx.y;  // the longest tiles first
-    it = Item{a.q, a.out, a.block_table, a.start_pos, a.n_tokens, qt, static_cast<int>(blockIdx.z), a.key_splits, g,
-              (static_cast<int64_t>(qt) * a.n_kv_heads + g) * a.key_splits + blockIdx.z};
+    const int i = idx * gridDim.x + ((idx & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+    const int n_qt = attn_q_tiles(a.n_tokens, a.group_size), splits = a.key_splits;
+    if (i >= n_qt * splits) return false;
+    const int qt = n_qt - 1 - i / splits, split = i % splits;
+    it = Item{a.q, a.out, a.block_table, a.start_pos, a.n_tokens, qt, split, splits, g,
+              (static_cast<int64_t>(qt) * a.n_kv_heads + g) * splits + split};
     return true;
   }
 }
@@ -151,6 +158,7 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
   const uint32_t q_base = ptx::smem_addr(q_s) + 64 * wg * 128;  // this warpgroup's 64 rows
   uint32_t ctr = 0;
   Item it;
+#pragma unroll 1
   for (int idx = 0; item<kWork>(a, idx, it); ++idx) {
     int key_end;
     const AttnTileRange r = item_tiles(it, gs, key_end);
@@ -251,6 +259,7 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
       float alpha[2];
       softmax(r.begin, alpha);  // O is still zero
       pack_p();
+#pragma unroll 1
       for (int kt = r.begin + 1; kt < r.end; ++kt) {
         const int prev = st;
         ++ctr;
@@ -413,7 +422,9 @@ void launch(const AttnArgs& a, cudaStream_t stream) {
     }
     return;
   }
-  const dim3 grid(attn_q_tiles(a.n_tokens, a.group_size), a.n_kv_heads, a.key_splits);
+  // One CTA an SM (the ring fills shared memory), items spread over them (item<false>).
+  const int items = attn_q_tiles(a.n_tokens, a.group_size) * a.key_splits;
+  const dim3 grid(std::min(items, std::max(1, sm_count() / a.n_kv_heads)), a.n_kv_heads);
   attention_kernel<kD, false><<<grid, kThreads, S::kSmemBytes, stream>>>(a, k_map, v_map, run, boxes);
   CUDA_CHECK_LAST();
   if (a.key_splits > 1) {
