@@ -215,8 +215,9 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
         ptx::wgmma_bf16_rs_tb<kNo>(o, pf[kk], ptx::wgmma_desc_b_mn_sw128(v_base + kk * 2048, S::kKvRegion), 1);
       ptx::wgmma_commit();
     };
-    // Causal mask (only where a key may pass a row's position) and the online softmax of tile kt in
-    // place (P rounded to bf16); returns each row's rescale of O.
+    // Causal mask (only where a key may pass a row's position) and the online softmax of tile kt:
+    // sc becomes the weights 2^(s - m) (flushing below 2^-126 to zero); returns each row's rescale
+    // of O and of l.
     auto softmax = [&](int kt, float (&alpha)[2]) {
       const int key0 = kt * kAttnKeyTile;
 #pragma unroll
@@ -230,15 +231,27 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
           mx = attn_scale_mask(row.kScores, row, scale_log2,
                                [&](int i) { return kb + (i >> 1) * 8 + (i & 1) <= qpos[h]; });
         }
-        alpha[h] = attn_online_step(m[h], l[h], quad_max(mx), row.kScores, row, [](float p) { return round_bf16(p); },
-                                    AttnIdentity{});
+        const AttnRescale rs = attn_rescale(m[h], quad_max(mx));
+#pragma unroll
+        for (int i = 0; i < row.kScores; ++i) row(i) = ptx::exp2_ftz(row(i) - rs.m_use);
+        alpha[h] = rs.alpha;
       }
     };
-    auto pack_p = [&] {
+    // The weights to bf16 pairs, the A fragments of P V (chunk n's row h pair is pf[n / 2][2 (n % 2)
+    // + h]); l = l * alpha + the rounded weights summed in key order (attn_online_step's arithmetic
+    // with bf16 rounding, one conversion a pair). Only after the previous P V is done: pf is its input.
+    auto pack_p = [&](const float (&alpha)[2]) {
 #pragma unroll
-      for (int n = 0; n < kAttnKeyTile / 8; ++n) {
-        pf[n >> 1][(n & 1) * 2] = ptx::pack_bf16x2(sc[n][0], sc[n][1]);
-        pf[n >> 1][(n & 1) * 2 + 1] = ptx::pack_bf16x2(sc[n][2], sc[n][3]);
+      for (int h = 0; h < 2; ++h) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kAttnKeyTile / 8; ++n) {
+          const uint32_t pair = ptx::pack_bf16x2(sc[n][2 * h], sc[n][2 * h + 1]);
+          sum += __uint_as_float(pair << 16);
+          sum += __uint_as_float(pair & 0xffff0000u);
+          pf[n >> 1][(n & 1) * 2 + h] = pair;
+        }
+        l[h] = l[h] * alpha[h] + sum;
       }
     };
     auto release = [&](int st) {  // this warp no longer reads the stage
@@ -258,7 +271,7 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
       ptx::wgmma_fence_operands(sc);
       float alpha[2];
       softmax(r.begin, alpha);  // O is still zero
-      pack_p();
+      pack_p(alpha);
 #pragma unroll 1
       for (int kt = r.begin + 1; kt < r.end; ++kt) {
         const int prev = st;
@@ -280,7 +293,7 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
           o[n][2] *= alpha[1];
           o[n][3] *= alpha[1];
         }
-        pack_p();
+        pack_p(alpha);
       }
       issue_pv(st);
       ptx::wgmma_wait<0>();
