@@ -49,6 +49,30 @@ std::optional<std::string> token_name(const json& j) {
   return std::nullopt;
 }
 
+// What a pipeline stage is, for the error that refuses it: its type, a Sequence's parts, a Split's
+// pattern and the ByteLevel / Digits flags that change what they do.
+std::string describe_stage(const json& j) {
+  if (j.is_null()) return "none";
+  if (!j.is_object()) return j.dump();
+  const std::string type = j.value("type", std::string("(no type)"));
+  std::string flags;
+  auto flag = [&](const char* key) {
+    if (j.contains(key) && j[key].is_boolean() && j[key].get<bool>()) flags += cat(flags.empty() ? "" : ", ", key);
+  };
+  if (type == "Sequence") {
+    std::string parts;
+    for (const json& p : j.value(j.contains("pretokenizers") ? "pretokenizers" : "decoders", json::array()))
+      parts += cat(parts.empty() ? "" : ", ", describe_stage(p));
+    return cat("Sequence[", parts, "]");
+  }
+  if (type == "Split" && j.contains("pattern") && j["pattern"].is_object())
+    return cat("Split(", j["pattern"].dump(), ", ", j.value("behavior", std::string("?")), ")");
+  flag("add_prefix_space");
+  flag("use_regex");
+  flag("individual_digits");
+  return flags.empty() ? type : cat(type, "(", flags, ")");
+}
+
 void check_stages(const json& tj, const std::string& file) {
   const json& norm = tj.value("normalizer", json());
   MD_REQUIRE(norm.is_null() || (norm.is_object() && norm.value("type", "") == "NFC"), file,
@@ -61,10 +85,13 @@ void check_stages(const json& tj, const std::string& file) {
                            pre["pretokenizers"][0].value("pattern", json()).value("Regex", "") == kQwen2SplitPattern &&
                            is_byte_level(pre["pretokenizers"][1]) &&
                            is_false_or_absent(pre["pretokenizers"][1], "use_regex");
-  MD_REQUIRE(qwen2_split, file, ": unsupported pre_tokenizer (supported: the Qwen2 Split regex + ByteLevel)");
+  MD_REQUIRE(qwen2_split, file, ": unsupported pre_tokenizer ", describe_stage(pre),
+             " (supported: Sequence[the Qwen2 Split regex, Isolated; ByteLevel without add_prefix_space or use_regex])");
   const json& post = tj.value("post_processor", json());
-  MD_REQUIRE(post.is_null() || is_byte_level(post), file, ": unsupported post_processor (supported: ByteLevel)");
-  MD_REQUIRE(is_byte_level(tj.value("decoder", json())), file, ": unsupported decoder (supported: ByteLevel)");
+  MD_REQUIRE(post.is_null() || is_byte_level(post), file, ": unsupported post_processor ", describe_stage(post),
+             " (supported: none or ByteLevel)");
+  MD_REQUIRE(is_byte_level(tj.value("decoder", json())), file, ": unsupported decoder ",
+             describe_stage(tj.value("decoder", json())), " (supported: ByteLevel)");
   const json& model = tj.value("model", json());
   MD_REQUIRE(model.is_object() && model.value("type", "") == "BPE", file, ": model.type must be BPE");
   MD_REQUIRE(is_false_or_absent(model, "byte_fallback") && is_false_or_absent(model, "ignore_merges") &&

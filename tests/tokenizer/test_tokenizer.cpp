@@ -296,6 +296,17 @@ TEST(TokenizerLoad, UnsupportedOrBrokenFilesAreErrors) {
                       j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\s+";
                     }),
                     "pre_tokenizer");
+  // A pre-tokenizer the tokenizer does not implement is named in the error (here the GPT-2 style one:
+  // individual digits, then ByteLevel with its own regex).
+  expect_load_error(tiny_tokenizer("digits", [](auto& j) {
+                      j["pre_tokenizer"] = {{"type", "Sequence"},
+                                            {"pretokenizers",
+                                             {{{"type", "Digits"}, {"individual_digits", true}},
+                                              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}};
+                    }),
+                    "unsupported pre_tokenizer Sequence[Digits(individual_digits), ByteLevel(use_regex)]");
+  expect_load_error(tiny_tokenizer("decoder", [](auto& j) { j["decoder"] = {{"type", "WordPiece"}}; }),
+                    "unsupported decoder WordPiece");
   expect_load_error(tiny_tokenizer("fallback", [](auto& j) { j["model"]["byte_fallback"] = true; }), "byte_fallback");
   expect_load_error(tiny_tokenizer("merge", [](auto& j) { j["model"]["merges"][1] = nlohmann::json::array({"zz", "q"}); }), "merge 1");
   expect_load_error(tiny_tokenizer("lstrip", [](auto& j) { j["added_tokens"][0]["lstrip"] = true; }), "lstrip");
