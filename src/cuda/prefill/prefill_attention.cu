@@ -1,21 +1,25 @@
 // Causal prefill attention over the paged KV cache on wgmma (flash-attention style, warp-specialized).
-// A CTA takes items (query tile, KV group, key split): one per CTA (grid mode) or a work list's
-// items c, c + grid, ... (attn_work.h). A query tile is kAttnRows (token, head) rows: row r is token
-// r / gs, head r % gs of the group, so the group's heads share every K/V tile.
-// - Warp 8 (the producer) fills a ring of kStages stages, each one key tile's K and V
-//   (kAttnKeyTile keys x head_dim, 128-byte swizzled regions: attn_sw128_offset). Whole runs of
-//   keys in one cache block go as TMA boxes (64 d x run keys, a 3-D map over
-//   [block x group][slot][d]); the rest (a tile's last, partial run, odd block sizes, head_dim 32)
-//   the warp copies itself, then fences them to the async proxy. Everything completes on
-//   full[stage] (one arrival with the boxes' transaction bytes). Keys past the tile's causal end
-//   are never read: their rows keep what the stage held (zeros first, then earlier tiles' keys,
-//   always finite), and their weights are exactly 0.
+// Persistent CTAs, one an SM (the ring fills its shared memory), each of KV group blockIdx.y,
+// take items (query tile, key split): a piece's in a snake over the CTAs, longest tiles first
+// (grid mode), or a work list's items c, c + grid, ... (attn_work.h). A query tile is kAttnRows
+// (token, head) rows: row r is token r / gs, head r % gs of the group, so the group's heads share
+// every K/V tile. Three warpgroups:
+// - Warpgroup 2 (the producer) gives its registers to the consumers (setmaxnreg); its first warp
+//   fills a ring of kStages stages, each one key tile's K and V (kAttnKeyTile keys x head_dim,
+//   128-byte swizzled regions: attn_sw128_offset). Whole runs of keys in one cache block go as TMA
+//   boxes (64 d x run keys, a 3-D map over [block x group][slot][d]); the rest (a tile's last,
+//   partial run, odd block sizes, head_dim 32) the warp copies itself, then fences them to the
+//   async proxy. Everything completes on full[stage] (one arrival with the boxes' transaction
+//   bytes). Keys past a tile's causal end are never read from the cache: their K rows are masked
+//   (a select, whatever the row holds) and their V rows hold finite values (zeros on a stage's
+//   first use, earlier tiles' values after), so their exact-zero weights add nothing.
 // - Warpgroups 0 and 1 (the consumers) own rows 64 w .. 64 w + 63. Each copies its Q rows into
-//   shared memory once per item, then per key tile: S = Q K^T (wgmma m64n128k16, both operands
-//   from shared memory), the causal mask and online softmax in base 2 on the accumulators
-//   (cuda/common/attention_state.cuh; P rounded to bf16, l summing the rounded weights), O += P V
-//   (P from registers, V N-major through the descriptor's transpose), then each warp releases the
-//   stage on empty[stage]. The two warpgroups overlap each other's softmax and MMAs.
+//   shared memory once per item, then per key tile j: issues S_j = Q K_j^T (wgmma m64n128k16, both
+//   operands from shared memory) and O += P_{j-1} V_{j-1} (P from registers, V N-major through the
+//   descriptor's transpose); runs the causal mask and online softmax of S_j in base 2 on the
+//   accumulators (cuda/common/attention_state.cuh) while that P V runs; then waits for it,
+//   releases tile j - 1's stage (empty[stage], one arrival a warp), rescales O and packs P_j in
+//   bf16 (l sums the rounded weights). The two warpgroups also fill each other's gaps.
 // Rounding: q, K, V and P are bf16 MMA inputs, fp32 accumulation; the output is bf16 like the
 // decode path's.
 #include <algorithm>
