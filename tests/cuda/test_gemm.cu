@@ -7,6 +7,7 @@
 // NaN-poisoned first; columns past the output must stay poisoned.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -163,7 +164,8 @@ TEST(Gemm, DenseRowsAreBitwiseBatchInvariant) {
     };
     const std::vector<float> all = run(big);
     for (float v : all) ASSERT_TRUE(std::isfinite(v));
-    for (int n : {1, 5, 8, 9, 16, 31, 64, 65, 128, 200, 256}) {
+    // 65 ... 256 tokens: 128-token tiles whose last one holds 1 to 8 groups of 16 tokens.
+    for (int n : {1, 5, 8, 9, 16, 31, 64, 65, 90, 100, 113, 128, 145, 180, 200, 230, 256}) {
       const std::vector<float> part = run(n);
       EXPECT_TRUE(test::bitwise_equal(part.data(), all.data(), part.size() * sizeof(float))) << n << " tokens";
     }
@@ -175,9 +177,12 @@ TEST(Gemm, DenseRowsAreBitwiseBatchInvariant) {
 TEST(Gemm, GroupedTilesOfEverySizeMatchHostAndEachOther) {
   MD_REQUIRE_GPU();
   SplitMix64 rng(test::seed_for("Gemm grouped"));
-  const int E = 12, H = 160, I = 80, n_slots = 700;
-  std::vector<int32_t> counts(E, 0), slot_token(n_slots), slot_expert(n_slots);
-  for (int s = 0; s < n_slots; ++s) ++counts[rng.unit() < 0.4f ? 2 : static_cast<int>(rng.below(E - 3))];  // 2 hot, 9..11 empty
+  const int E = 12, H = 160, I = 80;
+  // Expert 2 hot, 9..11 empty; the 128-token tiles hold every count of 16-token groups, 1 to 8
+  // (5, 20, 40, 61, 75, 93, 110 rows; 139 and 440 end in 11 and 56; full tiles).
+  std::vector<int32_t> counts = {5, 20, 440, 40, 61, 75, 93, 110, 139, 0, 0, 0};
+  const int n_slots = std::accumulate(counts.begin(), counts.end(), 0);
+  std::vector<int32_t> slot_token(n_slots), slot_expert(n_slots);
   for (int e = 0, s = 0; e < E; ++e)
     for (int i = 0; i < counts[e]; ++i) slot_expert[s++] = e;
   const int n_x = 257;
@@ -203,6 +208,9 @@ TEST(Gemm, GroupedTilesOfEverySizeMatchHostAndEachOther) {
     std::vector<int32_t> offsets(E + 1);
     const int n_tiles = build_moe_tiles(counts.data(), E, 8 * nt, offsets.data(), tiles.data(), cap);
     ASSERT_GT(n_tiles, 0);
+    std::set<int> groups16;  // the 16-token groups each tile holds
+    for (int i = 0; i < n_tiles; ++i) groups16.insert((tiles[i].n + 15) / 16);
+    if (nt == 16) ASSERT_EQ(groups16.size(), 8u) << "the tiles miss a 16-token group count";
     DeviceBuffer<MoeTile> d_tiles(tiles);
     DeviceBuffer<int32_t> d_n(std::vector<int32_t>{n_tiles});
     DeviceBuffer<uint16_t> hidden(static_cast<size_t>(n_slots) * I);

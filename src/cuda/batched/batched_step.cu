@@ -199,8 +199,8 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   MD_CHECK(v.bytes() == arena_bytes_, "batched step workspace layout drifted from workspace_bytes");
   CUDA_CHECK(cudaMemset(split_sem_, 0, std::max<size_t>(n_sem, 1) * sizeof(int32_t)));
   CUDA_CHECK(cudaMallocHost(&tokens_host_, (max_rows_ + 1) * sizeof(int32_t)));
-  if (max_prompt_rows_ > 0) {  // a small piece at a long position splits its keys over about 2 CTAs an SM
-    piece_attn_ctas_ = 2 * sm_count();
+  if (max_prompt_rows_ > 0) {  // a small piece at a long position splits its keys over the SMs
+    piece_attn_ctas_ = sm_count();  // one persistent attention CTA an SM: its ring fills shared memory
     CUDA_CHECK(cudaMalloc(&piece_part_o_, static_cast<size_t>(piece_attn_ctas_) * prefill::kAttnRows * c.head_dim * 4));
     CUDA_CHECK(cudaMalloc(&piece_part_ml_, static_cast<size_t>(piece_attn_ctas_) * prefill::kAttnRows * 2 * 4));
   }

@@ -150,7 +150,7 @@ class BatchedStep {
   int split_capacity_ = 0;
   float* piece_part_o_ = nullptr;   // a mixed step's split prompt attention: partials of
   float* piece_part_ml_ = nullptr;  // piece_attn_ctas_ CTAs (prefill::AttnArgs work mode)
-  int piece_attn_ctas_ = 0;         // about 2 an SM: the work list's split target and its CTAs
+  int piece_attn_ctas_ = 0;         // one an SM: the work list's split target and its CTAs
   int32_t* route_ids_ = nullptr;    // [max_rows][n_layers][top_k] routing capture (device)
   float* route_w_ = nullptr;
 

@@ -26,14 +26,15 @@
       "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]),             \
       "+f"(d[15][2]), "+f"(d[15][3])
 
-// Their accumulator placeholders, %0 .. %31 and %0 .. %63.
-#define MD_WGMMA_REGS32                                                                   \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define MD_WGMMA_REGS64                                                                          \
-  MD_WGMMA_REGS32                                                                                \
-  ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
-  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+// Their accumulator placeholders, %0 .. %(8 n - 1) for the first n k-groups of 8 tokens (n = 2, 4, ... 16).
+#define MD_WGMMA_REGS8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define MD_WGMMA_REGS16 MD_WGMMA_REGS8 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define MD_WGMMA_REGS24 MD_WGMMA_REGS16 ", %16, %17, %18, %19, %20, %21, %22, %23"
+#define MD_WGMMA_REGS32 MD_WGMMA_REGS24 ", %24, %25, %26, %27, %28, %29, %30, %31"
+#define MD_WGMMA_REGS40 MD_WGMMA_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define MD_WGMMA_REGS48 MD_WGMMA_REGS40 ", %40, %41, %42, %43, %44, %45, %46, %47"
+#define MD_WGMMA_REGS56 MD_WGMMA_REGS48 ", %48, %49, %50, %51, %52, %53, %54, %55"
+#define MD_WGMMA_REGS64 MD_WGMMA_REGS56 ", %56, %57, %58, %59, %60, %61, %62, %63"
 
 namespace megadecode::cuda::ptx {
 
@@ -66,7 +67,7 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kG][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
-// d = A * B + (scale_d ? d : 0) for one k16 step, N = 8 * kG tokens (kG = 1, 2, 4, 8, 16).
+// d = A * B + (scale_d ? d : 0) for one k16 step, N = 8 * kG tokens (kG = 1, 2, 4, 8; 16: wgmma_bf16_rs_first).
 template <int kG>
 __device__ __forceinline__ void wgmma_bf16_rs(float (&d)[kG][4], const uint32_t (&a)[4], uint64_t b_desc, int scale_d);
 
@@ -125,19 +126,35 @@ __device__ __forceinline__ void wgmma_bf16_rs<8>(float (&d)[8][4], const uint32_
       : "memory");
 }
 
-template <>
-__device__ __forceinline__ void wgmma_bf16_rs<16>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b_desc,
-                                                  int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      MD_WGMMA_REGS64 "}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}"
-      : MD_WGMMA_ACC16(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d)
-      : "memory");
-}
 
+
+// d[0 .. kN) = A * B + d[0 .. kN) for one k16 step over the first N = 8 kN tokens of an m64n128
+// accumulator (kN = 2, 4, ... 16), the rest of d untouched: a GEMM tile holding fewer tokens than its
+// size multiplies only the 16-token groups it holds. Each output's chain is the same instruction
+// sequence whatever N, so the sums do not change with it.
+template <int kN>
+__device__ __forceinline__ void wgmma_bf16_rs_first(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b_desc);
+
+#define MD_WGMMA_RS_FIRST(kN, N, REGS)                                                                       \
+  template <>                                                                                               \
+  __device__ __forceinline__ void wgmma_bf16_rs_first<kN>(float (&d)[16][4], const uint32_t (&a)[4],        \
+                                                          uint64_t b_desc) {                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                              \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" REGS                           \
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}"                                             \
+                 : MD_WGMMA_ACC16(d)                                                                        \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)                          \
+                 : "memory");                                                                               \
+  }
+MD_WGMMA_RS_FIRST(2, 16, MD_WGMMA_REGS8)
+MD_WGMMA_RS_FIRST(4, 32, MD_WGMMA_REGS16)
+MD_WGMMA_RS_FIRST(6, 48, MD_WGMMA_REGS24)
+MD_WGMMA_RS_FIRST(8, 64, MD_WGMMA_REGS32)
+MD_WGMMA_RS_FIRST(10, 80, MD_WGMMA_REGS40)
+MD_WGMMA_RS_FIRST(12, 96, MD_WGMMA_REGS48)
+MD_WGMMA_RS_FIRST(14, 112, MD_WGMMA_REGS56)
+MD_WGMMA_RS_FIRST(16, 128, MD_WGMMA_REGS64)
+#undef MD_WGMMA_RS_FIRST
 
 // ---- the attention forms (prefill_attention.cu): both operands from shared memory, or B N-major ----
 // A K-major A operand in shared memory (64 rows x 16 k) has the B operand's atoms: wgmma_desc_sw128.

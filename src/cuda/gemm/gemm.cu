@@ -128,6 +128,24 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_
   }
 }
 
+// The descriptor of k block kk of a stage's activation boxes (x0: the first box).
+template <int kNT>
+__device__ __forceinline__ uint64_t stage_x_desc(uint32_t x0, int kk) {
+  using C = Cfg<kNT>;
+  return ptx::wgmma_desc_sw128(x0 + (kk * 16 / kXBoxK) * C::kBoxBytes + (kk * 16 % kXBoxK) * 2);
+}
+
+// One stage's wgmmas of a 128-token tile over its first 8 kN tokens, a whole wgmma group: fenced,
+// committed and waited for inside (a group open across a branch serialises every wgmma: C7520).
+template <int kN>
+__device__ __forceinline__ void stage_mma(float (&acc)[16][4], const uint32_t (&frag)[Cfg<16>::kKB][4], uint32_t x0) {
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg<16>::kKB; ++kk) ptx::wgmma_bf16_rs_first<kN>(acc, frag[kk], stage_x_desc<16>(x0, kk));
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+}
+
 template <int kNT, Epilogue kEpi>
 __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8_t* stages, uint64_t* full,
                                         uint64_t* empty, int n_stages, int* split_flag) {
@@ -142,6 +160,7 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
     const bool active = ti.n_rb > my_rb;  // this warp's rows exist (uniform per warp)
+    const int live16 = (ti.n_tok + 15) / 16;  // 16-token groups holding tokens (uniform per tile)
     float acc[kNT][4];
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
@@ -168,16 +187,28 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
         frag[kk][3] = f.w;
       }
       const uint32_t x0 = ptx::smem_addr(st + C::kWBytes);
-      ptx::wgmma_fence();
+      if constexpr (kNT == 16) {
+        // 128-token tiles multiply only the 16-token groups holding tokens (an expert's tile of 70
+        // tokens: 80, not 128): a grouped GEMM's tiles are mostly partly full.
+        switch (live16) {
+          case 1: stage_mma<2>(acc, frag, x0); break;
+          case 2: stage_mma<4>(acc, frag, x0); break;
+          case 3: stage_mma<6>(acc, frag, x0); break;
+          case 4: stage_mma<8>(acc, frag, x0); break;
+          case 5: stage_mma<10>(acc, frag, x0); break;
+          case 6: stage_mma<12>(acc, frag, x0); break;
+          case 7: stage_mma<14>(acc, frag, x0); break;
+          default: stage_mma<16>(acc, frag, x0); break;
+        }
+      } else {
+        ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < C::kKB; ++kk) {
-        const uint64_t desc = ptx::wgmma_desc_sw128(x0 + (kk * 16 / kXBoxK) * C::kBoxBytes + (kk * 16 % kXBoxK) * 2);
-        ptx::wgmma_bf16_rs<kNT>(acc, frag[kk], desc, 1);
+        for (int kk = 0; kk < C::kKB; ++kk) ptx::wgmma_bf16_rs<kNT>(acc, frag[kk], stage_x_desc<kNT>(x0, kk), 1);
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
       }
-      ptx::wgmma_commit();
-      // The group done before the slot is released and before the next stage's fragments are
+      // The group is done before the slot is released and before the next stage's fragments are
       // loaded (the A registers of a pending wgmma may not be written).
-      ptx::wgmma_wait<0>();
       __syncwarp();
       if (lane == 0) ptx::mbar_arrive(&empty[slot]);
     }
