@@ -40,17 +40,16 @@ MD_HOST_DEVICE inline AttnRescale attn_rescale(float& m, float tile_max) {
 
 // Scales a row's raw scores q.k into the log2 domain (scale_log2 = attn_scale_log2(...)), -inf
 // where keep(i) is false (keys past the causal or split end); returns their max.
-// (The max runs in four interleaved chains, for the device's latency: max is exact in any order.)
 template <class Score, class Keep>
 MD_HOST_DEVICE inline float attn_scale_mask(int n, Score score, float scale_log2, Keep keep) {
-  float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  float mx = -INFINITY;
   MD_UNROLL
   for (int i = 0; i < n; ++i) {
     float& s = score(i);
     s = keep(i) ? s * scale_log2 : -INFINITY;
-    mx[i & 3] = fmaxf(mx[i & 3], s);
+    mx = fmaxf(mx, s);
   }
-  return fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]));
+  return mx;
 }
 
 // The exponentials of a tile whose max over the whole row is tile_max: m becomes the running max,

@@ -242,21 +242,20 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
       }
     };
     // The weights to bf16 pairs, the A fragments of P V (chunk n's row h pair is pf[n / 2][2 (n % 2)
-    // + h]); l = l * alpha + the rounded weights' sum (attn_online_step's arithmetic with bf16
-    // rounding, one conversion a pair; the sum in four chains over n % 4, then pairwise, a fixed
-    // order). Only after the previous P V is done: pf is its input.
+    // + h]); l = l * alpha + the rounded weights summed in key order (attn_online_step's arithmetic
+    // with bf16 rounding, one conversion a pair). Only after the previous P V is done: pf is its input.
     auto pack_p = [&](const float (&alpha)[2]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < kAttnKeyTile / 8; ++n) {
           const uint32_t pair = ptx::pack_bf16x2(sc[n][2 * h], sc[n][2 * h + 1]);
-          sum[n & 3] += __uint_as_float(pair << 16);
-          sum[n & 3] += __uint_as_float(pair & 0xffff0000u);
+          sum += __uint_as_float(pair << 16);
+          sum += __uint_as_float(pair & 0xffff0000u);
           pf[n >> 1][(n & 1) * 2 + h] = pair;
         }
-        l[h] = l[h] * alpha[h] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
+        l[h] = l[h] * alpha[h] + sum;
       }
     };
     auto release = [&](int st) {  // this warp no longer reads the stage
