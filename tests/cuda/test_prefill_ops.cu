@@ -410,74 +410,89 @@ TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
 TEST(PrefillNorm, EmbeddingAndMoeResidualMatchHost) {
   MD_REQUIRE_GPU();
   SplitMix64 rng(test::seed_for("PrefillNorm"));
-  const int T = 37, H = 200, V = 50, K = 3;
-  const test::Bf16Data embed = test::random_bf16(static_cast<size_t>(V) * H, rng, 1.0f);
-  const test::Bf16Data nw = test::random_bf16(H, rng, 2.0f);
-  std::vector<int32_t> tokens(T), token_slot(T * K);
-  for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(V));
-  std::iota(token_slot.begin(), token_slot.end(), 0);
-  for (int i = T * K - 1; i > 0; --i) std::swap(token_slot[i], token_slot[rng.below(i + 1)]);
-  std::vector<float> h(static_cast<size_t>(T) * H), down(static_cast<size_t>(T) * K * H), tw(T * K);
-  for (float& v : h) v = 2.0f * rng.unit() - 1.0f;
-  for (float& v : down) v = 2.0f * rng.unit() - 1.0f;
-  for (float& v : tw) v = rng.unit();
-  DeviceBuffer<uint16_t> d_embed(embed.bits), d_nw(nw.bits), out(static_cast<size_t>(T) * H);
-  DeviceBuffer<int32_t> d_tok(tokens), d_ts(token_slot), err(1);
-  DeviceBuffer<float> d_h(h), d_down(down), d_tw(tw), x(static_cast<size_t>(T) * H);
-  for (int mode = 0; mode < 3; ++mode) {  // 0 embedding, 1 MoE residual, 2 MoE residual of the last token only
-    SCOPED_TRACE(::testing::Message() << "mode " << mode);
-    out.poison();
-    x.poison();
-    err.fill_bytes(0);
-    ResidualNormArgs a;
-    if (mode == 0) {
-      a.tokens = d_tok.get();
-      a.embed = d_embed.get();
-      a.vocab = V;
-    } else {
-      a.h = d_h.get();
-      a.down = d_down.get();
-      a.token_slot = d_ts.get();
-      a.topk_w = d_tw.get();
-      a.top_k = K;
-    }
-    a.token_begin = mode == 2 ? T - 1 : 0;
-    a.n_tokens = T;
-    a.hidden = H;
-    a.norm_w = d_nw.get();
-    a.eps = 1e-6f;
-    a.x = x.get();
-    a.out = out.get();
-    a.error = err.get();
-    residual_norm(a, nullptr);
-    const std::vector<float> gx = x.download(), go = test::bf16_to_float(out.download());
-    std::vector<float> got_x, got_o;
-    std::vector<double> want_x, want_o;
-    for (int t = a.token_begin; t < T; ++t) {
-      std::vector<double> v(H);
-      for (int i = 0; i < H; ++i) {
-        if (mode == 0) {
-          v[i] = embed.values[static_cast<size_t>(tokens[t]) * H + i];
-        } else {
-          double s = 0;
-          for (int k = 0; k < K; ++k) s += double(tw[t * K + k]) * down[static_cast<size_t>(token_slot[t * K + k]) * H + i];
-          v[i] = h[static_cast<size_t>(t) * H + i] + s;
+  // 200: 50 chunks of 4 floats, most threads idle; 3076: 769 chunks, three a thread and a fourth for
+  // thread 0.
+  for (const int H : {200, 3076}) {
+    SCOPED_TRACE(::testing::Message() << "hidden " << H);
+    const int T = 37, V = 50, K = 3;
+    const test::Bf16Data embed = test::random_bf16(static_cast<size_t>(V) * H, rng, 1.0f);
+    const test::Bf16Data nw = test::random_bf16(H, rng, 2.0f);
+    std::vector<int32_t> tokens(T), token_slot(T * K);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(V));
+    std::iota(token_slot.begin(), token_slot.end(), 0);
+    for (int i = T * K - 1; i > 0; --i) std::swap(token_slot[i], token_slot[rng.below(i + 1)]);
+    std::vector<float> h(static_cast<size_t>(T) * H), down(static_cast<size_t>(T) * K * H), tw(T * K);
+    for (float& v : h) v = 2.0f * rng.unit() - 1.0f;
+    for (float& v : down) v = 2.0f * rng.unit() - 1.0f;
+    for (float& v : tw) v = rng.unit();
+    DeviceBuffer<uint16_t> d_embed(embed.bits), d_nw(nw.bits), out(static_cast<size_t>(T) * H);
+    DeviceBuffer<int32_t> d_tok(tokens), d_ts(token_slot), err(1);
+    DeviceBuffer<float> d_h(h), d_down(down), d_tw(tw), x(static_cast<size_t>(T) * H);
+    for (int mode = 0; mode < 3; ++mode) {  // 0 embedding, 1 MoE residual, 2 MoE residual of the last token only
+      SCOPED_TRACE(::testing::Message() << "mode " << mode);
+      out.poison();
+      x.poison();
+      err.fill_bytes(0);
+      ResidualNormArgs a;
+      if (mode == 0) {
+        a.tokens = d_tok.get();
+        a.embed = d_embed.get();
+        a.vocab = V;
+      } else {
+        a.h = d_h.get();
+        a.down = d_down.get();
+        a.token_slot = d_ts.get();
+        a.topk_w = d_tw.get();
+        a.top_k = K;
+      }
+      a.token_begin = mode == 2 ? T - 1 : 0;
+      a.n_tokens = T;
+      a.hidden = H;
+      a.norm_w = d_nw.get();
+      a.eps = 1e-6f;
+      a.x = x.get();
+      a.out = out.get();
+      a.error = err.get();
+      residual_norm(a, nullptr);
+      const std::vector<float> gx = x.download(), go = test::bf16_to_float(out.download());
+      std::vector<float> got_x, got_o;
+      std::vector<double> want_x, want_o;
+      for (int t = a.token_begin; t < T; ++t) {
+        std::vector<double> v(H);
+        for (int i = 0; i < H; ++i) {
+          if (mode == 0) {
+            v[i] = embed.values[static_cast<size_t>(tokens[t]) * H + i];
+          } else {
+            double s = 0;
+            for (int k = 0; k < K; ++k) s += double(tw[t * K + k]) * down[static_cast<size_t>(token_slot[t * K + k]) * H + i];
+            v[i] = h[static_cast<size_t>(t) * H + i] + s;
+          }
+        }
+        double ss = 0;
+        for (double e : v) ss += e * e;
+        const double r = 1.0 / std::sqrt(ss / H + 1e-6);
+        for (int i = 0; i < H; ++i) {
+          got_x.push_back(gx[static_cast<size_t>(t) * H + i]);
+          want_x.push_back(v[i]);
+          got_o.push_back(go[static_cast<size_t>(t - a.token_begin) * H + i]);
+          want_o.push_back(v[i] * r * nw.values[i]);
         }
       }
-      double ss = 0;
-      for (double e : v) ss += e * e;
-      const double r = 1.0 / std::sqrt(ss / H + 1e-6);
-      for (int i = 0; i < H; ++i) {
-        got_x.push_back(gx[static_cast<size_t>(t) * H + i]);
-        want_x.push_back(v[i]);
-        got_o.push_back(go[static_cast<size_t>(t - a.token_begin) * H + i]);
-        want_o.push_back(v[i] * r * nw.values[i]);
-      }
+      EXPECT_LE(worst_ratio(got_x, want_x, 1e-5), 1.0) << "residual stream x";
+      EXPECT_LE(worst_ratio(got_o, want_o, 1e-3), 1.0) << "normed output";
+      EXPECT_EQ(err.download()[0], 0);
     }
-    EXPECT_LE(worst_ratio(got_x, want_x, 1e-5), 1.0) << "residual stream x";
-    EXPECT_LE(worst_ratio(got_o, want_o, 1e-3), 1.0) << "normed output";
-    EXPECT_EQ(err.download()[0], 0);
   }
+}
+
+TEST(PrefillNorm, HiddenNotAMultipleOfFourIsAnError) {
+  ResidualNormArgs a;
+  a.n_tokens = 1;
+  a.hidden = 202;
+  uint16_t w = 0, o = 0;
+  a.norm_w = &w;
+  a.out = &o;
+  EXPECT_THROW(residual_norm(a, nullptr), Error);
 }
 
 }  // namespace

@@ -97,18 +97,9 @@ __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, i
   return ti;
 }
 
-// A 128-token tile holding fewer tokens loads only its 16-token groups of activation rows: boxes of
-// 16 rows (x_map16) stacked 2 KB apart, which is the 128-row box's own swizzled layout (atoms of 8
-// rows), so the consumers' descriptors do not change; the rows past them are stale and never read
-// (stage_mma multiplies only the groups loaded). The stage's feed from the L2, not its MMAs, binds
-// the engine (docs/perf/notes.md, 2026-12-04), so a half-full tile costs ~3/4 of a full one.
-constexpr int kGroupRows = 16;
-constexpr uint32_t kGroupBoxBytes = kGroupRows * kXBoxK * 2;
-
 template <int kNT>
-__device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_map, const CUtensorMap* x_map16,
-                                        const Shape& s, uint8_t* stages, uint64_t* full, uint64_t* empty,
-                                        int n_stages) {
+__device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_map, const Shape& s, uint8_t* stages,
+                                        uint64_t* full, uint64_t* empty, int n_stages) {
   using C = Cfg<kNT>;
   const int lane = threadIdx.x & 31;
   const uint64_t policy = ptx::policy_evict_first();
@@ -116,15 +107,11 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_
   uint32_t phase = 0;  // ring position: slot, and the parity of its passes
   for (int t = blockIdx.x; t < s.total; t += gridDim.x) {
     const Tile ti = decode_tile(a, s, t, C::kTokens);
-    // Token groups whose rows this tile loads (kNT == 16 and partly full: live16 boxes of 16 rows).
-    const int live16 = (ti.n_tok + kGroupRows - 1) / kGroupRows;
-    const bool grouped_rows = kNT == 16 && live16 < kNT / 2;
-    const uint32_t x_bytes = grouped_rows ? C::kBoxes * live16 * kGroupBoxBytes : C::kXBytes;
     for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, advance_ring(slot, phase, n_stages)) {
       ptx::mbar_wait(&empty[slot], phase ^ 1);
       const int nkb = min(C::kKB, ti.kb1 - kb);
       const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes;
-      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + x_bytes);
+      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + C::kXBytes);
       __syncwarp();  // expect_tx precedes every bulk copy of the phase: it cannot complete early
       uint8_t* st = stages + slot * C::kStage;
       if (lane < ti.n_rb)
@@ -132,14 +119,7 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_
                       ti.w + (static_cast<int64_t>(ti.rb0 + lane) * s.n_kb + kb) * (kPackRows * kPackK), w_bytes,
                       &full[slot], policy);
       // Every box of the stage, also past the tile's K (zero-filled: the consumers multiply them).
-      if (grouped_rows) {
-        if (lane < live16) {
-#pragma unroll
-          for (int b = 0; b < C::kBoxes; ++b)
-            ptx::tma_load_2d(st + C::kWBytes + b * C::kBoxBytes + lane * kGroupBoxBytes, x_map16,
-                             kb * kPackK + b * kXBoxK, ti.tok0 + lane * kGroupRows, &full[slot]);
-        }
-      } else if (lane == 0) {
+      if (lane == 0) {
 #pragma unroll
         for (int b = 0; b < C::kBoxes; ++b)
           ptx::tma_load_2d(st + C::kWBytes + b * C::kBoxBytes, x_map, kb * kPackK + b * kXBoxK, ti.tok0, &full[slot]);
@@ -303,8 +283,7 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
 
 template <int kNT, Epilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_kernel(const GemmArgs a, const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap x_map16,
-                const Shape shape_in, int n_stages) {
+    gemm_kernel(const GemmArgs a, const __grid_constant__ CUtensorMap x_map, const Shape shape_in, int n_stages) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
@@ -323,13 +302,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ptx::fence_mbar_init();
   }
-  if (threadIdx.x == kConsumerThreads) {
-    ptx::prefetch_tensormap(&x_map);
-    if constexpr (kNT == 16) ptx::prefetch_tensormap(&x_map16);
-  }
+  if (threadIdx.x == kConsumerThreads) ptx::prefetch_tensormap(&x_map);
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
-    produce<kNT>(a, &x_map, &x_map16, s, stages, full, empty, n_stages);
+    produce<kNT>(a, &x_map, s, stages, full, empty, n_stages);
   } else {
     consume<kNT, kEpi>(a, s, stages, full, empty, n_stages, split_flag);
   }
@@ -370,10 +346,8 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
   s.total = a.tiles != nullptr ? 0 : max_tiles;
   const int grid = std::min(max_tiles, sm_count());
   if (grid <= 0) return;
-  const int x_rows = a.tiles != nullptr ? a.x_rows : a.n_tokens;
-  const CUtensorMap x_map = x_tensor_map(a, x_rows, C::kTokens);
-  const CUtensorMap x_map16 = kNT == 16 ? x_tensor_map(a, x_rows, kGroupRows) : x_map;
-  gemm_kernel<kNT, kEpi><<<grid, kThreads, smem, stream>>>(a, x_map, x_map16, s, n_stages);
+  const CUtensorMap x_map = x_tensor_map(a, a.tiles != nullptr ? a.x_rows : a.n_tokens, C::kTokens);
+  gemm_kernel<kNT, kEpi><<<grid, kThreads, smem, stream>>>(a, x_map, s, n_stages);
   CUDA_CHECK_LAST();
 }
 
