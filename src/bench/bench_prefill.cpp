@@ -54,14 +54,18 @@ PrefillBenchOptions parse_prefill_bench_args(int argc, char** argv) {
   return o;
 }
 
-double prefill_flops(const ModelConfig& c, int64_t start, int64_t n) {
-  const double H = c.hidden_size, D = c.head_dim, nq = c.q_size(), nkv = c.kv_size();
-  const double per_token_layer = 2.0 * (H * (nq + 2 * nkv) + nq * H + H * c.n_experts +
-                                        c.n_experts_per_tok * 3.0 * H * c.moe_intermediate_size);
+double prefill_attention_flops(const ModelConfig& c, int64_t start, int64_t n) {
   // Keys attended by positions start..start+n-1: sum of (pos + 1).
   const double keys = static_cast<double>(n) * (2.0 * start + n + 1) / 2.0;
-  const double attn_layer = 2.0 * 2.0 * c.n_heads * D * keys;
-  return c.n_layers * (per_token_layer * static_cast<double>(n) + attn_layer) + 2.0 * H * c.vocab_size;
+  return c.n_layers * 2.0 * 2.0 * c.n_heads * c.head_dim * keys;
+}
+
+double prefill_flops(const ModelConfig& c, int64_t start, int64_t n) {
+  const double H = c.hidden_size, nq = c.q_size(), nkv = c.kv_size();
+  const double per_token_layer = 2.0 * (H * (nq + 2 * nkv) + nq * H + H * c.n_experts +
+                                        c.n_experts_per_tok * 3.0 * H * c.moe_intermediate_size);
+  return c.n_layers * per_token_layer * static_cast<double>(n) + prefill_attention_flops(c, start, n) +
+         2.0 * H * c.vocab_size;
 }
 
 #if !defined(MEGADECODE_HAVE_CUDA)

@@ -36,5 +36,8 @@ PrefillBenchOptions parse_prefill_bench_args(int argc, char** argv);
 // token runs (QKV, O, router, top-k experts' gate/up/down) and causal attention (QK^T and PV over
 // keys [0, pos]) in every layer; the LM head of the last token.
 double prefill_flops(const ModelConfig& c, int64_t start, int64_t n);
+// Its causal attention term alone (QK^T and PV of every layer): what `bench prefill` divides each
+// piece's attention time by.
+double prefill_attention_flops(const ModelConfig& c, int64_t start, int64_t n);
 
 }  // namespace megadecode

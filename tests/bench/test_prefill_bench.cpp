@@ -45,17 +45,18 @@ TEST(PrefillBenchOptions, DefaultsAndFlags) {
 TEST(PrefillBenchOptions, FlopsMatchADirectSum) {
   const ModelConfig c = preset_config("small");
   for (auto [start, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {100, 33}}) {
-    double direct = 0;
+    double direct = 0, attention = 0;
     for (int64_t p = start; p < start + n; ++p)
       for (int l = 0; l < c.n_layers; ++l) {
         direct += 2.0 * c.hidden_size * (c.q_size() + 2.0 * c.kv_size());  // QKV
         direct += 2.0 * c.q_size() * c.hidden_size;                         // O
         direct += 2.0 * c.hidden_size * c.n_experts;                        // router
         direct += 2.0 * c.n_experts_per_tok * 3.0 * c.hidden_size * c.moe_intermediate_size;
-        direct += 2.0 * 2.0 * c.n_heads * c.head_dim * static_cast<double>(p + 1);  // QK^T and PV
+        attention += 2.0 * 2.0 * c.n_heads * c.head_dim * static_cast<double>(p + 1);  // QK^T and PV
       }
-    direct += 2.0 * c.hidden_size * c.vocab_size;  // LM head, last token
+    direct += attention + 2.0 * c.hidden_size * c.vocab_size;  // LM head, last token
     EXPECT_NEAR(prefill_flops(c, start, n), direct, 1e-9 * direct) << start << " " << n;
+    EXPECT_NEAR(prefill_attention_flops(c, start, n), attention, 1e-9 * attention) << start << " " << n;
   }
 }
 

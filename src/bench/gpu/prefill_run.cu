@@ -105,7 +105,7 @@ int bench_prefill(int argc, char** argv) {
     }
     std::printf("\n");
     // Attention per piece (each piece profiled alone, its prefix already in the cache): ms and
-    // TFLOP/s of the causal attention flops (4 x heads x head_dim x keys attended, every layer).
+    // TFLOP/s of its causal attention flops (prefill_attention_flops).
     nlohmann::json attn_ms = nlohmann::json::array(), attn_tflops = nlohmann::json::array();
     std::printf("    attention per piece (ms, TFLOP/s):");
     for (int begin = 0; begin < n; begin += chunk) {
@@ -116,8 +116,7 @@ int bench_prefill(int argc, char** argv) {
       double ms = 0;
       for (const auto& [name, k_ms] : be.profile_prefill(piece))
         if (name == "attention") ms += k_ms;
-      const double len = static_cast<double>(piece.tokens.size());
-      const double flops = 4.0 * c.n_heads * c.head_dim * len * (2.0 * begin + len + 1) / 2.0 * c.n_layers;
+      const double flops = prefill_attention_flops(c, begin, static_cast<int64_t>(piece.tokens.size()));
       attn_ms.push_back(ms);
       attn_tflops.push_back(flops / (ms / 1e3) / 1e12);
       std::printf(" %.2f (%.0f)", ms, attn_tflops.back().get<double>());
