@@ -8,7 +8,8 @@
 // producer waits for empty[slot] before reusing a slot, so the weight stream runs ahead across
 // tile boundaries.
 // Warps 0..7 (the consumers, two warpgroups) wait full[slot], load their row block's A fragments, issue one
-// wgmma per k block, commit them as a group and wait for it before releasing the slot (the two
+// wgmma per k block (N: the tile's tokens; a 128-token tile's 16-token groups that hold tokens),
+// commit them as a group and wait for it before releasing the slot (the two
 // warpgroups' groups overlap each other). At a tile's end the consumers store its epilogue from registers (lane (g, t)
 // holds rows g and g + 8 and tokens 2t, 2t + 1 of each 8-token group). Nothing else synchronises
 // the roles: the producer never waits for the consumers' epilogue, and the consumers meet only at
@@ -189,7 +190,8 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       const uint32_t x0 = ptx::smem_addr(st + C::kWBytes);
       if constexpr (kNT == 16) {
         // 128-token tiles multiply only the 16-token groups holding tokens (an expert's tile of 70
-        // tokens: 80, not 128): a grouped GEMM's tiles are mostly partly full.
+        // tokens: 80, not 128). The time hardly moves (the stage feed binds, not the MMAs:
+        // docs/perf/notes.md, 2026-12-04); the tensor work does.
         switch (live16) {
           case 1: stage_mma<2>(acc, frag, x0); break;
           case 2: stage_mma<4>(acc, frag, x0); break;
