@@ -33,6 +33,23 @@ void BackendGuard::decode_mixed(std::span<const SeqChunk> prompts, std::span<con
   guarded("mixed step", [&] { inner_.decode_mixed(prompts, seqs, want_logits, result); });
 }
 
+DecodeTicket BackendGuard::decode_async(std::span<const DecodeSeq> seqs, bool want_logits) {
+  DecodeTicket ticket;
+  guarded("decode step", [&] { ticket = inner_.decode_async(seqs, want_logits); });
+  return ticket;
+}
+
+DecodeTicket BackendGuard::decode_async_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                                              bool want_logits) {
+  DecodeTicket ticket;
+  guarded("mixed step", [&] { ticket = inner_.decode_async_mixed(prompts, seqs, want_logits); });
+  return ticket;
+}
+
+void BackendGuard::collect(DecodeTicket ticket, DecodeResult& result) {
+  guarded("decode step", [&] { inner_.collect(ticket, result); });
+}
+
 std::string BackendGuard::failure() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_;

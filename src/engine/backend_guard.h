@@ -29,6 +29,13 @@ class BackendGuard : public Backend {
   void decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
                     DecodeResult& result) override;
   int max_mixed_prompt_rows() const override { return inner_.max_mixed_prompt_rows(); }
+  // Asynchronous steps reach the backend as such (the defaults would run them synchronously here),
+  // and a failure surfacing when a step is collected counts like one at its launch.
+  DecodeTicket decode_async(std::span<const DecodeSeq> seqs, bool want_logits) override;
+  DecodeTicket decode_async_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                                  bool want_logits) override;
+  void collect(DecodeTicket ticket, DecodeResult& result) override;
+  bool runs_async() const override { return inner_.runs_async(); }
 
   bool failed() const { return failed_.load(); }
   std::string failure() const;  // the first failure's message; "" when none

@@ -221,6 +221,29 @@ TEST(SchedulerMixed, TheBackendGuardForwardsMixedSteps) {
   EXPECT_NE(guard.failure().find("mixed step"), std::string::npos) << guard.failure();
 }
 
+// Asynchronous steps pass through the guard as such (the base defaults would run each one
+// synchronously, and the overlapped loop would never overlap a GPU backend), and a failure that
+// surfaces when a step is collected counts like one at its launch.
+TEST(SchedulerMixed, TheBackendGuardForwardsAsynchronousSteps) {
+  testing::DeferredFakeBackend backend(64, 4);
+  BackendGuard guard(backend);
+  ASSERT_TRUE(guard.runs_async());
+  Scheduler sched(guard, SchedulerConfig{.check_invariants = true, .overlap = Overlap::kAuto}, fake_decoders(),
+                  nullptr);
+  auto sink = std::make_shared<CollectingSink>();
+  for (uint64_t id = 1; id <= 3; ++id) sched.add(make_request(id, text(4, 'a'), 12, sink));
+  run_to_idle(sched);
+  EXPECT_EQ(backend.max_in_flight(), 2u) << "the guard did not hand the steps to the backend's decode_async";
+  EXPECT_EQ(tokens_by_request(*sink).size(), 3u);
+  EXPECT_FALSE(guard.failed());
+  sched.add(make_request(4, text(4, 'b'), 12, sink));
+  for (int i = 0; i < 3; ++i) sched.step();  // the prompt, then steps in flight
+  backend.fail_every_call();                 // the queued steps fail when collected
+  run_to_idle(sched);
+  EXPECT_TRUE(guard.failed());
+  EXPECT_NE(guard.failure().find("decode step"), std::string::npos) << guard.failure();
+}
+
 TEST(SchedulerMixed, TheStepLineShowsAMixedStepsPromptTokens) {
   StepTimes t;
   t.step = 3;
