@@ -15,5 +15,8 @@ namespace megadecode::cuda {
 // zeros. `what` names the tensor in the error a bad shape gives.
 CUtensorMap bf16_tensor_map_sw128(const void* base, int rank, const uint64_t* dims, const uint64_t* strides_bytes,
                                   const uint32_t* box, const char* what);
+// The same without swizzle, rank 2..4 (box[0] * 2 a multiple of 16).
+CUtensorMap bf16_tensor_map_plain(const void* base, int rank, const uint64_t* dims, const uint64_t* strides_bytes,
+                                  const uint32_t* box, const char* what);
 
 }  // namespace megadecode::cuda

@@ -54,9 +54,20 @@ struct Cfg {
                 "every box starts on a swizzle atom");
 };
 
+// A 4-D map's box with an L2 cache policy: coordinates (c0 innermost .. c3).
+__device__ __forceinline__ void tma_load_4d_hint(void* dst, const void* map, int c0, int c1, int c2, int c3,
+                                                 uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3, %4, %5}], [%6], %7;" ::"r"(ptx::smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(ptx::smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
 // What one work tile covers; decoded identically by the producer and the consumers.
 struct Tile {
   const uint16_t* w;  // the matrix (grouped: the tile's expert)
+  int expert;         // grouped: the tile's expert; dense 0
   int rb0, n_rb;      // packed row blocks [rb0, rb0 + n_rb)
   int kb0, kb1;       // packed k blocks
   int tok0, n_tok;    // output tokens [tok0, tok0 + n_tok)
@@ -83,12 +94,14 @@ __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, i
   if (a.tiles != nullptr) {
     const MoeTile mt = a.tiles[ti.c.column];
     ti.w = a.w + mt.expert * a.w_expert_stride;
+    ti.expert = mt.expert;
     ti.tok0 = mt.slot0;
     ti.n_tok = mt.n;
     ti.kb0 = 0;
     ti.kb1 = s.n_kb;
   } else {
     ti.w = a.w;
+    ti.expert = 0;
     ti.tok0 = ti.c.column * tokens_per_tile;
     ti.n_tok = min(tokens_per_tile, a.n_tokens - ti.tok0);
     const KbRange r = split_kb_range(ti.c.split, s.splits, a.k);
@@ -99,7 +112,7 @@ __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, i
 }
 
 template <int kNT>
-__device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_map, const Shape& s, uint8_t* stages,
+__device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* w_map, const CUtensorMap* x_map, const Shape& s, uint8_t* stages,
                                         uint64_t* full, uint64_t* empty, int n_stages) {
   using C = Cfg<kNT>;
   const int lane = threadIdx.x & 31;
@@ -112,13 +125,13 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* x_
       ptx::mbar_wait(&empty[slot], phase ^ 1);
       const int nkb = min(C::kKB, ti.kb1 - kb);
       const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes;
-      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + C::kXBytes);
-      __syncwarp();  // expect_tx precedes every bulk copy of the phase: it cannot complete early
+      (void)w_bytes;
       uint8_t* st = stages + slot * C::kStage;
-      if (lane < ti.n_rb)
-        ptx::bulk_g2s(st + lane * C::kKB * kPackTileBytes,
-                      ti.w + (static_cast<int64_t>(ti.rb0 + lane) * s.n_kb + kb) * (kPackRows * kPackK), w_bytes,
-                      &full[slot], policy);
+      // The stage's weights as one box of the 8 row blocks x kKB k blocks (past the matrix: zeros).
+      if (lane == 0) {
+        ptx::mbar_arrive_expect_tx(&full[slot], C::kWBytes + C::kXBytes);
+        tma_load_4d_hint(st, w_map, 0, kb, ti.rb0, ti.expert, &full[slot], policy);
+      }
       // Every box of the stage, also past the tile's K (zero-filled: the consumers multiply them).
       if (lane == 0) {
 #pragma unroll
@@ -285,7 +298,8 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
 
 template <int kNT, Epilogue kEpi>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_kernel(const GemmArgs a, const __grid_constant__ CUtensorMap x_map, const Shape shape_in, int n_stages) {
+    gemm_kernel(const GemmArgs a, const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                const Shape shape_in, int n_stages) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
@@ -304,10 +318,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ptx::fence_mbar_init();
   }
-  if (threadIdx.x == kConsumerThreads) ptx::prefetch_tensormap(&x_map);
+  if (threadIdx.x == kConsumerThreads) {
+    ptx::prefetch_tensormap(&x_map);
+    ptx::prefetch_tensormap(&w_map);
+  }
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
-    produce<kNT>(a, &x_map, s, stages, full, empty, n_stages);
+    produce<kNT>(a, &w_map, &x_map, s, stages, full, empty, n_stages);
   } else {
     consume<kNT, kEpi>(a, s, stages, full, empty, n_stages, split_flag);
   }
@@ -349,7 +366,16 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
   const int grid = std::min(max_tiles, sm_count());
   if (grid <= 0) return;
   const CUtensorMap x_map = x_tensor_map(a, a.tiles != nullptr ? a.x_rows : a.n_tokens, C::kTokens);
-  gemm_kernel<kNT, kEpi><<<grid, kThreads, smem, stream>>>(a, x_map, s, n_stages);
+  // Packed weights as [expert][row block][k block][256 elements] (experts: any count the tiles name).
+  const uint64_t w_dims[4] = {static_cast<uint64_t>(kPackRows * kPackK), static_cast<uint64_t>(s.n_kb),
+                              static_cast<uint64_t>(s.n_rb), a.tiles != nullptr ? uint64_t{1} << 16 : uint64_t{1}};
+  const uint64_t w_strides[3] = {static_cast<uint64_t>(kPackTileBytes), static_cast<uint64_t>(s.n_kb) * kPackTileBytes,
+                                 a.tiles != nullptr ? static_cast<uint64_t>(a.w_expert_stride) * 2
+                                                    : static_cast<uint64_t>(s.n_rb) * s.n_kb * kPackTileBytes};
+  const uint32_t w_box[4] = {static_cast<uint32_t>(kPackRows * kPackK), static_cast<uint32_t>(C::kKB),
+                             static_cast<uint32_t>(kTileRowBlocks), 1};
+  const CUtensorMap w_map = bf16_tensor_map_plain(a.w, 4, w_dims, w_strides, w_box, "gemm W");
+  gemm_kernel<kNT, kEpi><<<grid, kThreads, smem, stream>>>(a, w_map, x_map, s, n_stages);
   CUDA_CHECK_LAST();
 }
 
