@@ -220,6 +220,7 @@ TEST(Gemm, GroupedTilesOfEverySizeMatchHostAndEachOther) {
     GemmArgs up;
     up.w = w_up.get();
     up.w_expert_stride = up_stride;
+    up.n_experts = E;
     up.n_rows = 2 * I;
     up.k = H;
     up.x = x.get();
@@ -311,9 +312,15 @@ TEST(Gemm, BadArgumentsAreErrors) {
   bad.n_tiles = n_tiles.get();
   bad.tile_capacity = 1;
   bad.token_groups = 1;
+  bad.n_experts = 1;
+  bad.w_expert_stride = packed_elements(a.n_rows, a.k);
   EXPECT_THROW(gemm(bad, Epilogue::kStore, nullptr), Error);
   bad.x_rows = 8;
   EXPECT_NO_THROW(gemm(bad, Epilogue::kStore, nullptr));
+  // ... and how many experts' matrices its weights hold.
+  bad.n_experts = 0;
+  EXPECT_THROW(gemm(bad, Epilogue::kStore, nullptr), Error);
+  bad.n_experts = 1;
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -125,6 +125,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   gemm::GemmArgs up;
   up.w = w_up.get();
   up.w_expert_stride = up_stride;
+  up.n_experts = E;
   up.n_rows = 2 * I;
   up.k = H;
   up.x = x_slots.get();  // the rows moe_lists copied into slot order
@@ -140,6 +141,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
   gemm::GemmArgs dn;
   dn.w = w_down.get();
   dn.w_expert_stride = down_stride;
+  dn.n_experts = E;
   dn.n_rows = H;
   dn.k = I;
   dn.x = hidden.get();

@@ -337,6 +337,7 @@ int bench_gemm(int argc, char** argv) {
     cuda::gemm::GemmArgs up;
     up.w = w_up;
     up.w_expert_stride = up_elems;
+    up.n_experts = E;
     up.n_rows = 2 * I;
     up.k = H;
     up.x = gx;

@@ -629,6 +629,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's row, per expert tile
   up.w = lw.experts_up;
   up.w_expert_stride = lw.expert_up_elems;
+  up.n_experts = E;
   up.n_rows = 2 * I;
   up.k = H;
   up.x = x_slots;

@@ -366,9 +366,10 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
   const int grid = std::min(max_tiles, sm_count());
   if (grid <= 0) return;
   const CUtensorMap x_map = x_tensor_map(a, a.tiles != nullptr ? a.x_rows : a.n_tokens, C::kTokens);
-  // Packed weights as [expert][row block][k block][256 elements] (experts: any count the tiles name).
+  // Packed weights as [expert][row block][k block][256 elements]: row blocks past the matrix and k
+  // blocks past K read as zeros.
   const uint64_t w_dims[4] = {static_cast<uint64_t>(kPackRows * kPackK), static_cast<uint64_t>(s.n_kb),
-                              static_cast<uint64_t>(s.n_rb), a.tiles != nullptr ? uint64_t{1} << 16 : uint64_t{1}};
+                              static_cast<uint64_t>(s.n_rb), a.tiles != nullptr ? static_cast<uint64_t>(a.n_experts) : 1};
   const uint64_t w_strides[3] = {static_cast<uint64_t>(kPackTileBytes), static_cast<uint64_t>(s.n_kb) * kPackTileBytes,
                                  a.tiles != nullptr ? static_cast<uint64_t>(a.w_expert_stride) * 2
                                                     : static_cast<uint64_t>(s.n_rb) * s.n_kb * kPackTileBytes};
@@ -424,6 +425,9 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
                a.token_groups);
     MD_REQUIRE(a.k_splits == 1, "gemm: grouped GEMMs do not split K");
     MD_REQUIRE(a.x_rows >= 1, "gemm: a grouped GEMM needs x_rows (the rows of X its tiles may read), got ", a.x_rows);
+    MD_REQUIRE(a.n_experts >= 1 && a.w_expert_stride >= pack_row_blocks(a.n_rows) * pack_k_blocks(a.k) * kPackRows * kPackK,
+               "gemm: a grouped GEMM needs n_experts >= 1 and an expert stride of at least one matrix, got ", a.n_experts,
+               " and ", a.w_expert_stride);
   } else {
     MD_REQUIRE(a.n_tokens >= 0, "gemm: ", a.n_tokens, " tokens");
     if (a.n_tokens == 0) return;

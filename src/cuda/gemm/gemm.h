@@ -33,6 +33,7 @@ enum class Epilogue {
 struct GemmArgs {
   const uint16_t* w = nullptr;  // packed [ceil(n_rows/16)][ceil(k/16)][16x16] bf16; grouped: expert 0's
   int64_t w_expert_stride = 0;  // grouped: packed elements between consecutive experts' matrices
+  int n_experts = 0;            // grouped: the matrices w holds (every tile's expert is below it)
   int n_rows = 0;               // weight rows = output features
   int k = 0;                    // a multiple of 16
   const uint16_t* x = nullptr;  // bf16 activation rows [*][x_stride], 16-byte aligned

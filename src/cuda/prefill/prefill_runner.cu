@@ -366,6 +366,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   gemm::GemmArgs up;  // hidden[slot] = SiLU(gate) * up of the slot's token, per expert tile
   up.w = lw.experts_up;
   up.w_expert_stride = lw.expert_up_elems;
+  up.n_experts = E;
   up.n_rows = 2 * I;
   up.k = H;
   up.x = x_slots;
@@ -383,6 +384,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   gemm::GemmArgs down;  // down[slot] = W_down(expert) hidden[slot]
   down.w = lw.experts_down;
   down.w_expert_stride = lw.expert_down_elems;
+  down.n_experts = E;
   down.n_rows = H;
   down.k = I;
   down.x = hidden_;
