@@ -121,27 +121,65 @@ TEST(GemmPlan, UnderfilledDenseGemmsTakeSmallerTokenTiles) {
       }
 }
 
-// Every (row tile, split, column) of a dense GEMM is one tile number, and back.
+// Every (row tile, split, column) is one tile number, and back, for every band width (a last band
+// narrower than the others included); within a band, consecutive tiles share their weight rows, and
+// a band's columns are consecutive and finish before the next band starts.
 TEST(GemmPlan, TileNumberingIsABijection) {
   for (int row_tiles : {1, 3, 40})
     for (int splits : {1, 4, 9})
-      for (int columns : {1, 2, 5}) {
-        std::set<std::tuple<int, int, int>> seen;
-        const int total = row_tiles * splits * columns;
-        for (int t = 0; t < total; ++t) {
-          const TileCoord c = tile_coord(t, columns, splits);
-          EXPECT_GE(c.row_tile, 0);
-          EXPECT_LT(c.row_tile, row_tiles);
-          EXPECT_LT(c.split, splits);
-          EXPECT_LT(c.column, columns);
-          EXPECT_EQ((c.row_tile * splits + c.split) * columns + c.column, t);
-          if (t > 0 && c.column > 0) {
-            EXPECT_EQ(tile_coord(t - 1, columns, splits).row_tile, c.row_tile);
+      for (int columns : {1, 2, 5, 7})
+        for (int band : {1, 2, 3, 7, 100}) {
+          std::set<std::tuple<int, int, int>> seen;
+          const int total = row_tiles * splits * columns;
+          int band_first = 0, band_end = 0;  // the current band's columns
+          for (int t = 0; t < total; ++t) {
+            const TileCoord c = tile_coord(t, row_tiles, columns, splits, band);
+            ASSERT_GE(c.row_tile, 0);
+            ASSERT_LT(c.row_tile, row_tiles);
+            ASSERT_GE(c.split, 0);
+            ASSERT_LT(c.split, splits);
+            ASSERT_GE(c.column, 0);
+            ASSERT_LT(c.column, columns);
+            if (c.column >= band_end) {  // a new band: it starts at its first column and row tile 0
+              band_first = band_end;
+              band_end = std::min(columns, band_first + band);
+              EXPECT_EQ(c.column, band_first) << t;
+              EXPECT_EQ(c.row_tile, 0) << t;
+              EXPECT_EQ(c.split, 0) << t;
+            }
+            EXPECT_GE(c.column, band_first) << t;
+            const int width = band_end - band_first;
+            EXPECT_EQ(band_first * row_tiles * splits + (c.row_tile * splits + c.split) * width + c.column - band_first, t);
+            if (t > 0 && c.column > band_first) {
+              EXPECT_EQ(tile_coord(t - 1, row_tiles, columns, splits, band).row_tile, c.row_tile);
+            }
+            seen.insert({c.row_tile, c.split, c.column});
           }
-          seen.insert({c.row_tile, c.split, c.column});
+          EXPECT_EQ(static_cast<int>(seen.size()), total);
         }
-        EXPECT_EQ(static_cast<int>(seen.size()), total);
-      }
+  // Grouped GEMMs (bands of one column): a tile-list entry's row tiles run back to back.
+  for (int t = 0; t < 12 * 5; ++t) {
+    EXPECT_EQ(tile_coord(t, 12, 5, 1, 1).column, t / 12);
+    EXPECT_EQ(tile_coord(t, 12, 5, 1, 1).row_tile, t % 12);
+  }
+}
+
+// Dense bands hold at most kBandXBytes of activation rows, at least one column: the 2048-token
+// prefill pieces' GEMMs keep one band (every column), the 8192-token ones split.
+TEST(GemmPlan, DenseBandsBoundTheActivationRows) {
+  for (int k : {16, 768, 2048, 4096, 1 << 20})
+    for (int tokens : {8, 16, 32, 64, 128}) {
+      const int band = dense_band(k, tokens);
+      EXPECT_GE(band, 1);
+      if (band > 1) EXPECT_LE(int64_t{band} * tokens * k * 2, kBandXBytes);
+      if (int64_t{band + 1} * tokens * k * 2 <= kBandXBytes) EXPECT_EQ(band, 1 << 20) << k << " " << tokens;
+    }
+  EXPECT_GE(dense_band(2048, 128), 2048 / 128);  // QKV at 2048 tokens: one band
+  EXPECT_GE(dense_band(4096, 128), 2048 / 128);  // O-proj
+  EXPECT_LT(dense_band(4096, 128), 8192 / 128);  // O-proj at 8192 tokens: more than one
+}
+
+TEST(GemmPlan, DenseTileCounts) {
   EXPECT_EQ(dense_tiles(5120, 64, 8, 4), 40 * 4);
   EXPECT_EQ(dense_tiles(5120, 256, 16, 4), 40 * 4 * 2);
   EXPECT_EQ(dense_tiles(151936, 9, 2, 1), 1187);

@@ -1,7 +1,8 @@
 // The many-row GEMM kernel (gemm.h): one persistent CTA per SM walks work tiles t = blockIdx.x,
 // + gridDim.x, ... (gemm_plan.h numbering). Warp 8 (the producer) issues, per tile and k stage,
-// one cp.async.bulk per weight row block (kStageKb x 512 contiguous bytes of the packed layout) and
-// the stage's activation rows as TMA boxes of 64 k x the tile's tokens, 128-byte swizzled (a box's
+// the stage's weights (128-token tiles: one 4-D TMA box of the 8 row blocks x kStageKb k blocks;
+// smaller tiles: one cp.async.bulk per row block, kStageKb x 512 contiguous bytes of the packed
+// layout) and the stage's activation rows as TMA boxes of 64 k x the tile's tokens, 128-byte swizzled (a box's
 // bytes whatever the tokens; rows and k outside X are zero-filled), into the next ring slot, all
 // completing on full[slot] as transaction bytes. (Its previous form, a cp.async per 16-byte piece
 // of every row, bound 128-token tiles by the producer's issue rate: 1,024 copies a stage.) The
@@ -54,6 +55,13 @@ struct Cfg {
                 "every box starts on a swizzle atom");
 };
 
+// 128-token tiles take a stage's weights as one 4-D TMA box (8 row blocks x kKB k blocks): at 2048
+// rows the dense GEMMs were bound by the producer's nine requests a stage (bulk copies: QKV 457,
+// TMA box: 515 TFLOP/s). Smaller tiles keep one bulk copy per row block, which streams the decode
+// step's weights faster (grouped gate/up at 1-16 rows per expert: 188 against 194 us).
+template <int kNT>
+constexpr bool kWeightBox = kNT == 16;
+
 // A 4-D map's box with an L2 cache policy: coordinates (c0 innermost .. c3).
 __device__ __forceinline__ void tma_load_4d_hint(void* dst, const void* map, int c0, int c1, int c2, int c3,
                                                  uint64_t* bar, uint64_t policy) {
@@ -83,12 +91,12 @@ __device__ __forceinline__ void advance_ring(int& slot, uint32_t& phase, int n_s
 }
 
 struct Shape {
-  int row_tiles, n_rb, n_kb, splits, columns, total;
+  int row_tiles, n_rb, n_kb, splits, columns, band, total;
 };
 
 __device__ __forceinline__ Tile decode_tile(const GemmArgs& a, const Shape& s, int t, int tokens_per_tile) {
   Tile ti;
-  ti.c = tile_coord(t, s.columns, s.splits);
+  ti.c = tile_coord(t, s.row_tiles, s.columns, s.splits, s.band);
   ti.rb0 = ti.c.row_tile * kTileRowBlocks;
   ti.n_rb = min(kTileRowBlocks, s.n_rb - ti.rb0);
   if (a.tiles != nullptr) {
@@ -123,14 +131,23 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* w_
     const Tile ti = decode_tile(a, s, t, C::kTokens);
     for (int kb = ti.kb0; kb < ti.kb1; kb += C::kKB, advance_ring(slot, phase, n_stages)) {
       ptx::mbar_wait(&empty[slot], phase ^ 1);
-      const int nkb = min(C::kKB, ti.kb1 - kb);
-      const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes;
-      (void)w_bytes;
       uint8_t* st = stages + slot * C::kStage;
-      // The stage's weights as one box of the 8 row blocks x kKB k blocks (past the matrix: zeros).
-      if (lane == 0) {
-        ptx::mbar_arrive_expect_tx(&full[slot], C::kWBytes + C::kXBytes);
-        tma_load_4d_hint(st, w_map, 0, kb, ti.rb0, ti.expert, &full[slot], policy);
+      if constexpr (kWeightBox<kNT>) {
+        // The stage's weights as one box of the 8 row blocks x kKB k blocks (past the matrix: zeros).
+        if (lane == 0) {
+          ptx::mbar_arrive_expect_tx(&full[slot], C::kWBytes + C::kXBytes);
+          tma_load_4d_hint(st, w_map, 0, kb, ti.rb0, ti.expert, &full[slot], policy);
+        }
+      } else {
+        // One bulk copy per row block of the tile (kKB x 512 contiguous bytes, fewer at K's end).
+        const int nkb = min(C::kKB, ti.kb1 - kb);
+        const uint32_t w_bytes = static_cast<uint32_t>(nkb) * kPackTileBytes;
+        if (lane == 0) ptx::mbar_arrive_expect_tx(&full[slot], w_bytes * ti.n_rb + C::kXBytes);
+        __syncwarp();  // expect_tx precedes every bulk copy of the phase: it cannot complete early
+        if (lane < ti.n_rb)
+          ptx::bulk_g2s(st + lane * C::kKB * kPackTileBytes,
+                        ti.w + (static_cast<int64_t>(ti.rb0 + lane) * s.n_kb + kb) * (kPackRows * kPackK), w_bytes,
+                        &full[slot], policy);
       }
       // Every box of the stage, also past the tile's K (zero-filled: the consumers multiply them).
       if (lane == 0) {
@@ -320,7 +337,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (threadIdx.x == kConsumerThreads) {
     ptx::prefetch_tensormap(&x_map);
-    ptx::prefetch_tensormap(&w_map);
+    if constexpr (kWeightBox<kNT>) ptx::prefetch_tensormap(&w_map);
   }
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
@@ -360,6 +377,7 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
   s.row_tiles = ceil_div(a.n_rows, kTileRows);
   s.splits = a.k_splits;
   s.columns = a.tiles != nullptr ? 0 : ceil_div(a.n_tokens, 8 * kNT);
+  s.band = a.tiles != nullptr ? 1 : dense_band(a.k, C::kTokens);
   const int max_tiles = a.tiles != nullptr ? a.tile_capacity * s.row_tiles
                                            : dense_tiles(a.n_rows, a.n_tokens, kNT, a.k_splits);
   s.total = a.tiles != nullptr ? 0 : max_tiles;
@@ -367,15 +385,18 @@ void launch(const GemmArgs& a, cudaStream_t stream) {
   if (grid <= 0) return;
   const CUtensorMap x_map = x_tensor_map(a, a.tiles != nullptr ? a.x_rows : a.n_tokens, C::kTokens);
   // Packed weights as [expert][row block][k block][256 elements]: row blocks past the matrix and k
-  // blocks past K read as zeros.
-  const uint64_t w_dims[4] = {static_cast<uint64_t>(kPackRows * kPackK), static_cast<uint64_t>(s.n_kb),
-                              static_cast<uint64_t>(s.n_rb), a.tiles != nullptr ? static_cast<uint64_t>(a.n_experts) : 1};
-  const uint64_t w_strides[3] = {static_cast<uint64_t>(kPackTileBytes), static_cast<uint64_t>(s.n_kb) * kPackTileBytes,
-                                 a.tiles != nullptr ? static_cast<uint64_t>(a.w_expert_stride) * 2
-                                                    : static_cast<uint64_t>(s.n_rb) * s.n_kb * kPackTileBytes};
-  const uint32_t w_box[4] = {static_cast<uint32_t>(kPackRows * kPackK), static_cast<uint32_t>(C::kKB),
-                             static_cast<uint32_t>(kTileRowBlocks), 1};
-  const CUtensorMap w_map = bf16_tensor_map_plain(a.w, 4, w_dims, w_strides, w_box, "gemm W");
+  // blocks past K read as zeros (128-token tiles only; the others copy row blocks in bulk).
+  CUtensorMap w_map{};
+  if constexpr (kWeightBox<kNT>) {
+    const uint64_t w_dims[4] = {static_cast<uint64_t>(kPackRows * kPackK), static_cast<uint64_t>(s.n_kb),
+                                static_cast<uint64_t>(s.n_rb), a.tiles != nullptr ? static_cast<uint64_t>(a.n_experts) : 1};
+    const uint64_t w_strides[3] = {static_cast<uint64_t>(kPackTileBytes), static_cast<uint64_t>(s.n_kb) * kPackTileBytes,
+                                   a.tiles != nullptr ? static_cast<uint64_t>(a.w_expert_stride) * 2
+                                                      : static_cast<uint64_t>(s.n_rb) * s.n_kb * kPackTileBytes};
+    const uint32_t w_box[4] = {static_cast<uint32_t>(kPackRows * kPackK), static_cast<uint32_t>(C::kKB),
+                               static_cast<uint32_t>(kTileRowBlocks), 1};
+    w_map = bf16_tensor_map_plain(a.w, 4, w_dims, w_strides, w_box, "gemm W");
+  }
   gemm_kernel<kNT, kEpi><<<grid, kThreads, smem, stream>>>(a, w_map, x_map, s, n_stages);
   CUDA_CHECK_LAST();
 }

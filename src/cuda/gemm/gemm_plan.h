@@ -89,16 +89,33 @@ MD_HOST_DEVICE constexpr KbRange split_kb_range(int split, int splits, int k) {
 }
 
 // ---- work tiles ----
-// t = (row_tile * splits + split) * columns + column, where a column is a token tile (dense) or an
-// entry of the MoE tile list (grouped, no splits): consecutive tiles share their weight rows, so a
-// matrix read by several token tiles (the LM head at > 128 rows, an expert with a second column)
-// is read from HBM once and from L2 by the neighbours running beside it.
+// A column is a token tile (dense) or an entry of the MoE tile list (grouped, no splits). Tiles go
+// in bands of `band` consecutive columns; within a band (width w: `band`, or what is left of the
+// columns), t = band_start + (row_tile * splits + split) * w + (column - first column of the band).
+// Consecutive tiles share their weight rows, so a matrix read by several token tiles (the LM head at
+// > 128 rows) is read from HBM once and from L2 by the neighbours running beside it; the band bounds
+// the activation rows the row tiles re-read, so they stay in L2 between the row tiles:
+// - dense: columns of at most kBandXBytes of activation rows (dense_band);
+// - grouped: one column, so a tile-list entry runs all its row tiles back to back (12 for gate/up)
+//   and the expert's next entry follows in the same wave, sharing its weights through L2. With one
+//   band over the whole list, each row tile walked every entry: at 128 rows per expert a 2048-token
+//   piece's 67 MB of expert rows were re-read from HBM by every row tile, as many bytes as the
+//   weights.
 struct TileCoord {
   int row_tile, split, column;
 };
-MD_HOST_DEVICE constexpr TileCoord tile_coord(int t, int columns, int splits) {
-  const int col = t % columns, rest = t / columns;
-  return {rest / splits, rest % splits, col};
+MD_HOST_DEVICE constexpr TileCoord tile_coord(int t, int row_tiles, int columns, int splits, int band) {
+  const int per_column = row_tiles * splits;
+  const int b = t / (per_column * band), first = b * band;
+  const int width = columns - first < band ? columns - first : band;
+  const int r = t - b * per_column * band, rest = r / width;
+  return {rest / splits, rest % splits, first + r % width};
+}
+constexpr int64_t kBandXBytes = int64_t{16} << 20;
+MD_HOST_DEVICE constexpr int dense_band(int k, int tile_tokens) {
+  const int64_t column_bytes = int64_t{tile_tokens} * k * 2;
+  const int64_t band = kBandXBytes / column_bytes;
+  return band < 1 ? 1 : band > (1 << 20) ? (1 << 20) : static_cast<int>(band);
 }
 MD_HOST_DEVICE constexpr int dense_tiles(int n_rows, int n_tokens, int token_groups, int splits) {
   return ceil_div(n_rows, kTileRows) * splits * ceil_div(n_tokens, 8 * token_groups);
