@@ -13,7 +13,7 @@
 namespace megadecode {
 
 const char* const kPrefillBenchUsage =
-    "usage: megadecode bench prefill [--preset qwen3-30b-a3b] [--lengths 1024,8192,16384] [--prefill-chunk 2048]\n"
+    "usage: megadecode bench prefill [--preset qwen3-30b-a3b] [--lengths 1024,8192,16384] [--prefill-chunk 8192]\n"
     "         [--reps 3] [--warmup 1] [--seed S] [--block-size 16] [--one-token] [--json FILE]\n"
     "  Prefills one prompt of random tokens per length with the GPU prefill kernels (random weights\n"
     "  generated on the device), in pieces of --prefill-chunk tokens; reports ms per piece, tokens/s and\n"

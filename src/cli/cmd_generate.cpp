@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     "         [--backend cpu-ref|cpu-mk|cuda|cuda-mk|cuda-ops|cuda-batched] [--block-size B (16)] [--threads N (all)]\n"
     "         [--gpu-memory-utilization F (0.9)] [--prefill-chunk N]\n"
     "         [--ignore-eos] [--print-ids]\n"
-    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 2048; 0: the decode step one\n"
+    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 8192; 0: the decode step one\n"
     "  token at a time).\n"
     "  --random-weights: GPU backends only; the weights make-model --preset NAME --seed S would write,\n"
     "  generated on the GPU (no files).\n"

@@ -52,7 +52,7 @@ constexpr const char* kUsage =
     "  return the generated ids as \"token_ids\" (\"text\" is empty); chat, text prompts, echo, stop strings,\n"
     "  logprobs, /tokenize and /detokenize are refused. End tokens come from config.json and\n"
     "  generation_config.json (--random-weights: the preset's config).\n"
-    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 2048; 0: the decode step one\n"
+    "  --prefill-chunk: GPU backends; tokens per prefill kernel pass (default 8192; 0: the decode step one\n"
     "  token at a time). The scheduler's chunk is --max-num-batched-tokens.\n"
     "  --tool-call-parser, --reasoning-parser: default from the chat template (Qwen3: hermes and qwen3;\n"
     "  Qwen3-Coder: qwen3_coder and none). --chat-template: a Qwen3 or Qwen3-Coder template file.\n"

@@ -32,8 +32,9 @@ struct BackendOptions {
   double gpu_memory_utilization = 0.9;  // CUDA: share of the GPU's memory for weights + KV
   // CUDA: tokens per prefill kernel pass (src/cuda/prefill; routing-exact against cpu-ref on the
   // H200), 0..kMaxPrefillChunk; 0 runs prefill through the decode step one token at a time (the
-  // comparison baseline).
-  int prefill_chunk = 2048;
+  // comparison baseline). 8192 like vLLM's token budget on large GPUs: an expert's weights are read
+  // once for ~512 of a piece's rows (H200, 8K prompt: 39.2k tok/s against 33.6k at 2048).
+  int prefill_chunk = 8192;
   std::string policy = "default";       // CUDA: decode plan policy (plan/policy.h)
   int n_sms = 0;                        // CUDA: SMs the plan uses, 0: every SM of the device
   int64_t wait_timeout_ms = 2000;       // CUDA: bound on any single counter wait inside a step

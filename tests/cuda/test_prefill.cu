@@ -419,12 +419,12 @@ TEST(Prefill, BitwiseInvariantToPiecesAndSplits) {
   const uint64_t seed = seed_for("prefill piece invariance");
   auto w = device_weights(c, seed);
   SplitMix64 rng(seed);
-  const Prompt p = make_prompt(c, rng, 700);
+  const Prompt p = make_prompt(c, rng, 2600);
   std::vector<float> first_logits;
   std::vector<uint16_t> first_kv;
-  for (int chunk : {2048, 512, 97, 700}) {
+  for (int chunk : {8192, 2048, 512, 97, 700}) {  // 8192: the default, the whole prompt in one piece
     auto be = make_backend(w, chunk, false);
-    for (int split : {0, 1, 333}) {
+    for (int split : {0, 1, 1333}) {
       poison_kv(*be);
       const std::vector<float> logits = run_prefill(*be, c, p, split);
       const std::vector<uint16_t> kv = read_kv(*be);

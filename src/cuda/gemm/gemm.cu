@@ -287,9 +287,9 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
 
     // Epilogue from registers.
     const int rb = ti.rb0 + my_rb;  // the matrix's packed row block
+    if constexpr (kEpi == Epilogue::kSwiGlu) {
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      if constexpr (kEpi == Epilogue::kSwiGlu) {
+      for (int j = 0; j < kNT; ++j) {
         const int col = rb * 8 + g;  // gate row g and up row g + 8 of the row block
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -298,16 +298,35 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
           uint16_t* y = static_cast<uint16_t*>(a.y);
           y[static_cast<int64_t>(ti.tok0 + tl) * a.y_stride + col] = float_to_bf16_bits(silu(acc[j][e]) * acc[j][e + 2]);
         }
-      } else {
+      }
+    } else {
+      // kResidual: a chunk's residual loads are all issued before its stores. Loads and stores
+      // interleaved cost one memory round trip per element (the compiler cannot move a load above a
+      // store to y, which it must assume may alias): the prefill O-proj took 116 us a 2048-token
+      // piece for 65 us of MMAs. The residual is read-only in this kernel (y never aliases it).
+      constexpr int kChunk = kNT < 4 ? kNT : 4;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = ti.rb0 * 16 + acc_row(e), tl = acc_token(j, e);
-          if (tl >= ti.n_tok || row >= a.n_rows) continue;
-          const int64_t out = ti.tok0 + tl;
-          float v = acc[j][e];
-          if constexpr (kEpi == Epilogue::kResidual) v = a.residual[out * a.residual_stride + row] + v;
-          static_cast<float*>(a.y)[out * a.y_stride + row] = v;
-        }
+      for (int j0 = 0; j0 < kNT; j0 += kChunk) {
+        float add[kChunk][4];
+#pragma unroll
+        for (int jj = 0; jj < kChunk; ++jj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = ti.rb0 * 16 + acc_row(e), tl = acc_token(j0 + jj, e);
+            add[jj][e] = 0.0f;
+            if constexpr (kEpi == Epilogue::kResidual)
+              if (tl < ti.n_tok && row < a.n_rows)
+                add[jj][e] = __ldg(a.residual + static_cast<int64_t>(ti.tok0 + tl) * a.residual_stride + row);
+          }
+#pragma unroll
+        for (int jj = 0; jj < kChunk; ++jj)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = ti.rb0 * 16 + acc_row(e), tl = acc_token(j0 + jj, e);
+            if (tl >= ti.n_tok || row >= a.n_rows) continue;
+            const float v = kEpi == Epilogue::kResidual ? add[jj][e] + acc[j0 + jj][e] : acc[j0 + jj][e];
+            static_cast<float*>(a.y)[static_cast<int64_t>(ti.tok0 + tl) * a.y_stride + row] = v;
+          }
       }
     }
   }

@@ -2,7 +2,7 @@
 // (1) one CTA per expert ranks the routed entries (token, k) that chose it, in entry order (each
 // thread a consecutive range of entries, a block-wide scan of the ranges' counts); (2) one CTA
 // turns the counts into offsets and the grouped GEMMs' tile list by a scan over the experts (the
-// list gemm_plan.h build_moe_tiles defines) and scatters every entry to its slot; (3) optionally,
+// list gemm_plan.h build_moe_tiles defines); (3) a thread per entry gives it its slot; (4) optionally,
 // one CTA per token copies its activation row to each of its slots. Slots are in (expert, token,
 // k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same rows in
 // the same order. Integer work only; the result does not depend on scheduling.
@@ -17,9 +17,12 @@ namespace {
 constexpr int kRankThreads = 1024;
 constexpr int kScatterThreads = 1024;
 
-// Entry i = (token, k) takes a slot unless its row is padding.
+// Entry i = (token, k) takes a slot unless its row is padding. The lists' inputs (topk_ids,
+// positions, rank, offsets) are read-only in the kernels that read them, so they are read through
+// the read-only path: a plain load may not move above an earlier store the compiler cannot prove
+// apart, which cost a memory round trip per entry (the 8192-token piece's lists took 190 us).
 __device__ __forceinline__ bool routed(const MoeListArgs& a, int i) {
-  return a.positions == nullptr || a.positions[i / a.top_k] >= 0;
+  return a.positions == nullptr || __ldg(a.positions + i / a.top_k) >= 0;
 }
 
 __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a) {
@@ -33,7 +36,7 @@ __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a)
   int mine = 0;
   for (int i = begin; i < end; ++i) {
     if (!routed(a, i)) continue;
-    const int32_t id = a.topk_ids[i];
+    const int32_t id = __ldg(a.topk_ids + i);
     if (e == 0 && (id < 0 || id >= a.n_experts)) atomicCAS(a.error, 0, 1);
     mine += id == e;
   }
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a)
   int before = incl - mine;
   for (int w = 0; w < warp; ++w) before += warp_total[w];
   for (int i = begin; i < end; ++i)
-    if (routed(a, i) && a.topk_ids[i] == e) a.rank[i] = before++;
+    if (routed(a, i) && __ldg(a.topk_ids + i) == e) a.rank[i] = before++;
   if (tid == kRankThreads - 1) a.counts[e] = before;  // the last range ends after every match
 }
 
@@ -89,29 +92,31 @@ __global__ void __launch_bounds__(kScatterThreads) scatter_kernel(const MoeListA
   }
   __syncthreads();
   for (int x = threadIdx.x; x <= a.n_experts; x += kScatterThreads) a.offsets[x] = offsets[x];
-  const int n = a.n_tokens * a.top_k;
-  for (int i = threadIdx.x; i < n; i += kScatterThreads) {
-    const int32_t id = routed(a, i) ? a.topk_ids[i] : -1;
-    if (id < 0 || id >= a.n_experts) {  // padding, or reported by rank_kernel: keep the combine's reads in bounds
-      a.token_slot[i] = 0;
-      continue;
-    }
-    a.token_slot[i] = offsets[id] + a.rank[i];
-  }
+}
+
+// Every entry's slot, offsets[expert] + rank, one thread per entry over the whole GPU.
+constexpr int kSlotThreads = 256;
+__global__ void __launch_bounds__(kSlotThreads) token_slot_kernel(const MoeListArgs a) {
+  const int i = blockIdx.x * kSlotThreads + threadIdx.x;
+  if (i >= a.n_tokens * a.top_k) return;
+  const int32_t id = routed(a, i) ? __ldg(a.topk_ids + i) : -1;
+  // Padding, or an id rank_kernel reported: slot 0 keeps the combine's reads in bounds.
+  a.token_slot[i] = id < 0 || id >= a.n_experts ? 0 : __ldg(a.offsets + id) + __ldg(a.rank + i);
 }
 
 // One CTA per token: its row, read once as 16-byte pieces, written to each of its slots.
 constexpr int kSlotRowThreads = 128;
 __global__ void __launch_bounds__(kSlotRowThreads) slot_rows_kernel(const MoeListArgs a) {
+  __shared__ int32_t slot[kRouterMaxTopK];  // the token's slots, read once
   const int t = blockIdx.x;
   if (!routed(a, t * a.top_k)) return;
+  if (threadIdx.x < a.top_k) slot[threadIdx.x] = __ldg(a.token_slot + t * a.top_k + threadIdx.x);
+  __syncthreads();
   const uint4* src = reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(t) * a.x_stride);
   for (int c = threadIdx.x; c < a.row_elems / 8; c += kSlotRowThreads) {
     const uint4 v = src[c];
-    for (int k = 0; k < a.top_k; ++k) {
-      const int slot = a.token_slot[t * a.top_k + k];
-      reinterpret_cast<uint4*>(a.x_slots + static_cast<int64_t>(slot) * a.x_slots_stride)[c] = v;
-    }
+    for (int k = 0; k < a.top_k; ++k)
+      reinterpret_cast<uint4*>(a.x_slots + static_cast<int64_t>(slot[k]) * a.x_slots_stride)[c] = v;
   }
 }
 
@@ -120,7 +125,8 @@ __global__ void __launch_bounds__(kSlotRowThreads) slot_rows_kernel(const MoeLis
 void moe_lists(const MoeListArgs& a, cudaStream_t stream) {
   MD_REQUIRE(a.n_experts >= 1 && a.n_experts <= kRouterMaxExperts, "prefill moe: ", a.n_experts, " experts outside 1..",
              kRouterMaxExperts);
-  MD_REQUIRE(a.top_k >= 1 && a.top_k <= a.n_experts, "prefill moe: top_k ", a.top_k);
+  MD_REQUIRE(a.top_k >= 1 && a.top_k <= a.n_experts && a.top_k <= kRouterMaxTopK, "prefill moe: top_k ", a.top_k,
+             " outside 1..min(experts, ", kRouterMaxTopK, ")");
   MD_REQUIRE(a.topk_ids && a.rank && a.counts && a.offsets && a.token_slot && a.tiles && a.n_tiles &&
                  a.error,
              "prefill moe: null pointer");
@@ -138,6 +144,8 @@ void moe_lists(const MoeListArgs& a, cudaStream_t stream) {
   rank_kernel<<<a.n_experts, kRankThreads, 0, stream>>>(a);
   CUDA_CHECK_LAST();
   scatter_kernel<<<1, kScatterThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAST();
+  token_slot_kernel<<<(a.n_tokens * a.top_k + kSlotThreads - 1) / kSlotThreads, kSlotThreads, 0, stream>>>(a);
   CUDA_CHECK_LAST();
   if (a.x != nullptr) {
     slot_rows_kernel<<<a.n_tokens, kSlotRowThreads, 0, stream>>>(a);
