@@ -30,6 +30,7 @@ NullBackend::NullBackend(const ModelConfig& config, const BackendOptions& option
 
 void NullBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
   MD_REQUIRE(!chunk.tokens.empty(), "prefill: empty chunk");
+  require_no_ring_table(chunk, name());
   const size_t need = (static_cast<size_t>(chunk.start_pos) + chunk.tokens.size() + block_size_ - 1) / block_size_;
   MD_REQUIRE(chunk.block_table.size() >= need, "prefill: the block table covers ", chunk.block_table.size(),
              " blocks, ", need, " needed");

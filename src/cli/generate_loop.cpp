@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "kv/kv_cache.h"
 #include "sampling/host_sampler.h"
 
 namespace megadecode {
@@ -29,9 +30,15 @@ GenerateResult generate(Backend& backend, const GenerateRequest& request,
   sampling::validate(request.sampling);
   std::vector<int32_t> table(n_blocks);
   std::iota(table.begin(), table.end(), 0);
+  // Sliding-window layers keep their K/V in a ring of at most R blocks (kv/kv_cache.h).
+  const int n_ring = std::min(n_blocks, kv_ring_length(config.max_sliding_window(), backend.kv_block_size()));
+  MD_REQUIRE(n_ring <= backend.n_ring_blocks(), "generate: the sliding-window layers need a ring of ", n_ring,
+             " KV blocks, the backend stores ", backend.n_ring_blocks());
+  std::vector<int32_t> ring(n_ring);
+  std::iota(ring.begin(), ring.end(), 0);
 
   std::vector<float> logits(config.vocab_size);
-  backend.prefill(SeqChunk{0, request.prompt, 0, table}, logits);
+  backend.prefill(SeqChunk{0, request.prompt, 0, table, ring}, logits);
   std::vector<int32_t> history = request.prompt;  // prompt, then generated tokens
   const size_t n_prompt = request.prompt.size();
   int32_t token = sampling::sample_token(logits, request.sampling, static_cast<int64_t>(n_prompt),
@@ -54,7 +61,7 @@ GenerateResult generate(Backend& backend, const GenerateRequest& request,
     }
     DecodeSeq seq;
     const int pos = static_cast<int>(history.size()) - 1;  // the token just sampled
-    seq.chunk = SeqChunk{0, std::span(history).subspan(pos, 1), pos, table};
+    seq.chunk = SeqChunk{0, std::span(history).subspan(pos, 1), pos, table, ring};
     seq.sampling = request.sampling;
     seq.history = history;
     seq.history_prompt_len = n_prompt;

@@ -49,6 +49,7 @@ void CpuMkBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) 
   MD_REQUIRE(last_logits.empty() || last_logits.size() == vocab, "prefill: last_logits holds ", last_logits.size(),
              " floats, expected 0 or vocab ", vocab);
   MD_REQUIRE(!chunk.tokens.empty(), "sequence ", chunk.seq_id, ": empty chunk");
+  require_no_ring_table(chunk, name());
   MD_REQUIRE(chunk.start_pos >= 0, "sequence ", chunk.seq_id, ": negative start position ", chunk.start_pos);
   for (int32_t t : chunk.tokens)
     MD_REQUIRE(t >= 0 && t < config_.vocab_size, "sequence ", chunk.seq_id, ": token id ", t,
@@ -72,6 +73,7 @@ void CpuMkBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Dec
   std::vector<int32_t> tokens;
   std::vector<SamplingParams> sampling;
   for (const DecodeSeq& s : seqs) {
+    require_no_ring_table(s.chunk, name());
     MD_REQUIRE(s.chunk.tokens.size() == 1, "decode: sequence ", s.chunk.seq_id, " has ", s.chunk.tokens.size(),
                " tokens, expected exactly 1");
     MD_REQUIRE(s.chunk.tokens[0] >= 0 && s.chunk.tokens[0] < config_.vocab_size, "decode: sequence ",

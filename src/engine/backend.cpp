@@ -16,9 +16,15 @@ void check_backend_options(const BackendOptions& o) {
              "--gpu-memory-utilization must be in (0, 1], got ", o.gpu_memory_utilization);
   MD_REQUIRE(o.prefill_chunk >= 0 && o.prefill_chunk <= BackendOptions::kMaxPrefillChunk,
              "--prefill-chunk must be in [0, ", BackendOptions::kMaxPrefillChunk, "], got ", o.prefill_chunk);
+  MD_REQUIRE(o.n_ring_blocks >= 0, "n_ring_blocks must be >= 0, got ", o.n_ring_blocks);
   MD_REQUIRE(o.wait_timeout_ms >= 1, "wait_timeout_ms must be >= 1, got ", o.wait_timeout_ms);
   MD_REQUIRE(o.max_batch >= 1 && o.max_batch <= BackendOptions::kMaxBatch, "--max-num-seqs must be in [1, ",
              BackendOptions::kMaxBatch, "], got ", o.max_batch);
+}
+
+void require_no_ring_table(const SeqChunk& chunk, const std::string& backend) {
+  MD_REQUIRE(chunk.ring_table.empty(), backend, ": sequence ", chunk.seq_id, " carries a ring table of ",
+             chunk.ring_table.size(), " blocks (sliding-window layers), which this backend does not store");
 }
 
 DecodeTicket Backend::decode_async(std::span<const DecodeSeq> seqs, bool want_logits) {

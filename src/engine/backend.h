@@ -2,7 +2,9 @@
 // emulator of the megakernel plan), cuda-mk (the megakernel) and cuda-ops (the megakernel one
 // wave per launch), and the one options struct they are all built from.
 // The engine owns the KV block allocator (which physical blocks a sequence holds); a backend owns
-// the KV storage, n_kv_blocks() blocks of kv_block_size() tokens each.
+// the KV storage, n_kv_blocks() blocks of kv_block_size() tokens each for the full-attention
+// layers, and for a model with sliding-window layers n_ring_blocks() more blocks of the same size
+// that hold those layers' K/V in a ring a sequence (kv/kv_cache.h, docs/architecture.md).
 //
 // Threading: one caller at a time (the engine's scheduler thread).
 #pragma once
@@ -27,6 +29,9 @@ struct BackendOptions {
   int kv_block_size = 16;               // tokens per KV block (1..kMaxKvBlockSize)
   int n_kv_blocks = 0;                  // KV blocks the backend stores; CPU backends need > 0, the
                                         // CUDA backends take 0 as "what gpu_memory_utilization allows"
+  int n_ring_blocks = 0;                // cpu-ref, models with sliding-window layers: blocks of the
+                                        // ring pool (those layers' K/V); 0: as many as n_kv_blocks
+                                        // (a sequence never holds more ring than full blocks)
   int n_threads = 0;                    // cpu-ref: worker threads (0: one per hardware thread);
                                         // cpu-mk: emulated SMs (0: 8)
   double gpu_memory_utilization = 0.9;  // CUDA: share of the GPU's memory for weights + KV
@@ -57,13 +62,23 @@ void check_backend_options(const BackendOptions& options);
 
 // One sequence's share of a forward call: `tokens` sit at positions start_pos, start_pos+1, ...
 // The block table maps logical block i (positions [i*B, (i+1)*B)) to a physical KV block and
-// covers at least start_pos + tokens.size() positions.
+// covers at least start_pos + tokens.size() positions. The ring table holds the sequence's blocks
+// of the ring pool (sliding-window layers): position p lives in ring_table[(p / B) % R], slot
+// p % B, with R = kv_ring_length(config.max_sliding_window(), B)
+// (kv/kv_cache.h); it has min(R, blocks covering the
+// positions) entries, and is empty for a model without sliding layers.
 struct SeqChunk {
   int64_t seq_id = 0;
   std::span<const int32_t> tokens;
   int start_pos = 0;
   std::span<const int32_t> block_table;
+  std::span<const int32_t> ring_table;
 };
+
+// For backends that store no ring pool (the plan-driven ones: they refuse models with
+// sliding-window layers by name, check_model_plannable / DeviceWeights): an Error naming the
+// backend when a chunk carries a ring table anyway, rather than K/V written where no layer reads.
+void require_no_ring_table(const SeqChunk& chunk, const std::string& backend);
 
 // One sequence in a decode step: exactly one new token.
 struct DecodeSeq {
@@ -107,6 +122,9 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   virtual int kv_block_size() const = 0;
   virtual int n_kv_blocks() const = 0;
+  // Blocks of the ring pool (sliding-window layers' K/V); 0 for a model without sliding layers and
+  // for backends that do not run such models.
+  virtual int n_ring_blocks() const { return 0; }
   // The most sequences one decode() takes.
   virtual int max_decode_batch() const { return BackendOptions::kMaxBatch; }
 

@@ -22,6 +22,7 @@ class BackendGuard : public Backend {
   const ModelConfig& config() const override { return inner_.config(); }
   int kv_block_size() const override { return inner_.kv_block_size(); }
   int n_kv_blocks() const override { return inner_.n_kv_blocks(); }
+  int n_ring_blocks() const override { return inner_.n_ring_blocks(); }
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
   void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;
   int max_decode_batch() const override { return inner_.max_decode_batch(); }

@@ -12,6 +12,7 @@ BatchState check_decode_rows(std::span<const DecodeSeq> seqs, const ModelConfig&
   batch.seqs.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
     const DecodeSeq& s = seqs[i];
+    require_no_ring_table(s.chunk, "decode");
     if (s.prev_row >= 0) {
       MD_REQUIRE(s.chunk.tokens.empty(), "decode: sequence ", i, " is chained to row ", s.prev_row,
                  " and has its own token");

@@ -1,7 +1,8 @@
 // The checks a plan-driven backend makes of a decode step's rows, and the plan's view of them
 // (BatchState): one token per row (or a chained row, DecodeSeq::prev_row, whose token the device
 // holds), positions inside the model, sampling parameters in range, block tables that cover the
-// new position with blocks of the cache. An Error names the row.
+// new position with blocks of the cache, and no ring table (require_no_ring_table). An Error names
+// the row.
 #pragma once
 
 #include <span>

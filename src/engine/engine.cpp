@@ -31,6 +31,7 @@ Engine::Engine(Backend& backend, const EngineConfig& config, TextDecoderFactory 
   max_model_len_ = len;
   MD_REQUIRE(max_waiting_ >= 1, "max_waiting must be at least 1, got ", max_waiting_);
   metrics_->kv_blocks_total = backend.n_kv_blocks();
+  metrics_->kv_ring_blocks_total = backend.n_ring_blocks();
 }
 
 Engine::~Engine() { stop(); }

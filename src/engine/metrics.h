@@ -39,8 +39,12 @@ struct EngineMetrics {
   // an idle step, a shutdown), so they fall back to 0 when the last request ends, however it ends.
   std::atomic<int> n_running{0};
   std::atomic<int> n_waiting{0};
+  // KV blocks per layer type: the full-attention layers' pool (kv_blocks_*) and the sliding-window
+  // layers' ring pool (kv_ring_blocks_*, 0 for a model without sliding layers).
   std::atomic<int> kv_blocks_used{0};
   std::atomic<int> kv_blocks_total{0};
+  std::atomic<int> kv_ring_blocks_used{0};
+  std::atomic<int> kv_ring_blocks_total{0};
   // Counters.
   std::atomic<uint64_t> prompt_tokens{0};
   std::atomic<uint64_t> generation_tokens{0};

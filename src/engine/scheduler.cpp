@@ -14,6 +14,18 @@ namespace megadecode {
 
 namespace {
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The block tables over the backend's two pools: full-attention layers' blocks, and for a model
+// with sliding-window layers the rings (kv/kv_cache.h).
+KvCache make_kv_cache(const Backend& backend, bool prefix_caching) {
+  const int window = backend.config().max_sliding_window();
+  const int ring_length = kv_ring_length(window, backend.kv_block_size());
+  MD_REQUIRE((backend.n_ring_blocks() > 0) == (window > 0), "backend ", backend.name(), " stores ",
+             backend.n_ring_blocks(), " ring blocks for a model whose largest sliding window is ", window,
+             " keys (", backend.config().model_type, "): a model with sliding-window layers needs a ring pool, "
+             "and one without needs none");
+  return KvCache(backend.n_kv_blocks(), backend.kv_block_size(), prefix_caching, backend.n_ring_blocks(), ring_length);
+}
 }  // namespace
 
 Scheduler::Scheduler(Backend& backend, const SchedulerConfig& config, TextDecoderFactory decoders,
@@ -22,7 +34,7 @@ Scheduler::Scheduler(Backend& backend, const SchedulerConfig& config, TextDecode
       config_(config),
       decoders_(std::move(decoders)),
       metrics_(metrics),
-      kv_(backend.n_kv_blocks(), backend.kv_block_size(), config.prefix_caching),
+      kv_(make_kv_cache(backend, config.prefix_caching)),
       logits_(static_cast<size_t>(backend.config().vocab_size)),
       prompt_share_(PromptShare::Params{.ratio = config.mixed_itl_ratio}) {
   MD_REQUIRE(config_.max_num_seqs >= 1, "max_num_seqs must be at least 1, got ", config_.max_num_seqs);
@@ -113,6 +125,8 @@ void Scheduler::publish_gauges() {
   metrics_->n_waiting = n_waiting();
   metrics_->kv_blocks_used = kv_.n_used();
   metrics_->kv_blocks_total = kv_.n_blocks();
+  metrics_->kv_ring_blocks_used = kv_.n_ring_used();
+  metrics_->kv_ring_blocks_total = kv_.n_ring_blocks();
 }
 
 KvAdmission Scheduler::head_admission() const {
@@ -176,7 +190,8 @@ void Scheduler::prefill() {
       const bool want_lp = s.req.prompt_logprobs && !s.first_token_done;
       // Prompt logprobs need each position's logits; prefill reports only the chunk's last.
       const int chunk = want_lp ? 1 : std::min(target - s.n_computed, budget);
-      SeqChunk c{s.id, std::span<const int32_t>(s.tokens).subspan(s.n_computed, chunk), s.n_computed, kv_.table(s.id)};
+      SeqChunk c{s.id, std::span<const int32_t>(s.tokens).subspan(s.n_computed, chunk), s.n_computed, kv_.table(s.id),
+                 kv_.ring_table(s.id)};
       const Stopwatch prefill_time;
       try {
         backend_.prefill(c, want_lp ? std::span<float>(logits_) : std::span<float>());
@@ -293,6 +308,7 @@ void Scheduler::check_invariants() const {
     MD_CHECK(kv_.has(s->id), "running sequence ", s->id, " holds no blocks");
     MD_CHECK(s->n_computed < static_cast<int>(s->tokens.size()), "sequence ", s->id, " computed its last token");
     MD_CHECK(kv_.blocks_for(s->n_computed) <= static_cast<int>(kv_.table(s->id).size()));
+    MD_CHECK(kv_.ring_blocks_for(s->n_computed) <= static_cast<int>(kv_.ring_table(s->id).size()));
     MD_CHECK(!s->ended, "running sequence ", s->id, " has ended");
   }
   for (const auto& s : waiting_) MD_CHECK(!kv_.has(s->id) && s->n_in_flight == 0, "waiting sequence ", s->id, " holds blocks or a row in flight");
@@ -306,6 +322,8 @@ void Scheduler::check_invariants() const {
       MD_CHECK(s->ready_to_decode(), "sequence ", s->id, " in flight is not at its last token");
       MD_CHECK(kv_.blocks_for(static_cast<int>(s->tokens.size())) <= static_cast<int>(kv_.table(s->id).size()),
                "sequence ", s->id, "'s step in flight writes past its block table");
+      MD_CHECK(kv_.ring_blocks_for(static_cast<int>(s->tokens.size())) <= static_cast<int>(kv_.ring_table(s->id).size()),
+               "sequence ", s->id, "'s step in flight writes past its ring");
     }
 }
 

@@ -38,7 +38,8 @@ void Scheduler::decode() {
     s.start(metrics_);
     DecodeSeq d;
     const int pos = static_cast<int>(s.tokens.size()) - 1;
-    d.chunk = SeqChunk{s.id, std::span<const int32_t>(s.tokens).subspan(pos, 1), pos, kv_.table(s.id)};
+    d.chunk = SeqChunk{s.id, std::span<const int32_t>(s.tokens).subspan(pos, 1), pos, kv_.table(s.id),
+                       kv_.ring_table(s.id)};
     d.sampling = s.req.sampling;
     if (s.has_penalties()) {
       d.history = s.tokens;
@@ -103,7 +104,7 @@ bool Scheduler::chain() {
   for (size_t r = 0; r < rows.size(); ++r) {
     const Sequence& s = *rows[r];
     DecodeSeq& d = seqs[r];
-    d.chunk = SeqChunk{s.id, {}, static_cast<int>(s.tokens.size()), kv_.table(s.id)};
+    d.chunk = SeqChunk{s.id, {}, static_cast<int>(s.tokens.size()), kv_.table(s.id), kv_.ring_table(s.id)};
     d.sampling = s.req.sampling;
     d.prev_row = static_cast<int>(r);
     want_logits |= s.req.logprobs >= 0;
@@ -134,7 +135,7 @@ std::optional<Scheduler::InFlight> Scheduler::launch(std::vector<Sequence*> rows
       std::vector<SeqChunk> prompts;
       for (auto [s, n] : pieces)
         prompts.push_back(SeqChunk{s->id, std::span<const int32_t>(s->tokens).subspan(s->n_computed, n), s->n_computed,
-                                   kv_.table(s->id)});
+                                   kv_.table(s->id), kv_.ring_table(s->id)});
       step.ticket = backend_.decode_async_mixed(prompts, seqs, want_logits);
     }
   } catch (const std::exception& e) {

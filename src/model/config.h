@@ -71,6 +71,13 @@ struct ModelConfig {
   int kv_size() const { return n_kv_heads * head_dim; }
   int group_size() const { return n_heads / n_kv_heads; }
   bool is_moe_layer(int layer) const { return layers.at(layer).ffn == FfnKind::kMoe; }
+  bool is_sliding_layer(int layer) const { return layers.at(layer).sliding_window > 0; }
+  // The largest sliding window of any layer; 0 when every layer attends to the full context.
+  int max_sliding_window() const {
+    int w = 0;
+    for (const LayerSpec& l : layers) w = l.sliding_window > w ? l.sliding_window : w;
+    return w;
+  }
   // bf16 bytes of one token's K and V over all layers.
   size_t kv_bytes_per_token() const { return static_cast<size_t>(n_layers) * 2 * kv_size() * 2; }
 };

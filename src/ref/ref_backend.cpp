@@ -7,12 +7,21 @@
 
 namespace megadecode::ref {
 
+namespace {
+// The ring pool's blocks: a sequence never holds more ring than full blocks, so as many as the full
+// pool never bind first (the default); none without sliding layers.
+int ring_blocks(const ModelConfig& config, const BackendOptions& options) {
+  if (config.max_sliding_window() == 0) return 0;
+  return options.n_ring_blocks > 0 ? options.n_ring_blocks : options.n_kv_blocks;
+}
+}  // namespace
+
 RefBackend::RefBackend(const ModelConfig& config, const ModelWeights& weights,
                        std::shared_ptr<const void> weights_owner, const BackendOptions& options)
     : config_(config),
       weights_owner_(std::move(weights_owner)),
       pool_(options.n_threads),
-      kv_(config, options.kv_block_size, options.n_kv_blocks),
+      kv_(config, options.kv_block_size, options.n_kv_blocks, ring_blocks(config, options)),
       model_(config_, weights, &pool_) {}
 
 void RefBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {

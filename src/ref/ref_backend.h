@@ -18,7 +18,8 @@ namespace megadecode::ref {
 class RefBackend : public Backend {
  public:
   // `weights_owner` keeps the bytes the weight views point at alive (a checkpoint, a TensorStore).
-  // From BackendOptions: kv_block_size, n_kv_blocks (> 0) and n_threads (0: one per hardware thread).
+  // From BackendOptions: kv_block_size, n_kv_blocks (> 0), n_ring_blocks (models with sliding-window
+  // layers: the ring pool, 0: n_kv_blocks; ignored otherwise) and n_threads (0: one per hardware thread).
   RefBackend(const ModelConfig& config, const ModelWeights& weights, std::shared_ptr<const void> weights_owner,
              const BackendOptions& options);
 
@@ -26,6 +27,7 @@ class RefBackend : public Backend {
   const ModelConfig& config() const override { return config_; }
   int kv_block_size() const override { return kv_.block_size(); }
   int n_kv_blocks() const override { return kv_.n_blocks(); }
+  int n_ring_blocks() const override { return kv_.n_ring_blocks(); }
 
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
   void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;

@@ -61,8 +61,8 @@ void RefModel::forward(const SeqChunk& chunk, KvStore& kv, std::span<float> logi
     MD_REQUIRE(chunk.tokens[i] >= 0 && chunk.tokens[i] < config_.vocab_size, "sequence ", chunk.seq_id, ": token id ",
                chunk.tokens[i], " outside the vocabulary [0, ", config_.vocab_size, ")");
   }
-  // Validate every position's block before writing anything.
-  for (size_t i = 0; i < n; ++i) kv.locate(chunk.block_table, chunk.start_pos + static_cast<int>(i));
+  // Validate every position's blocks (both pools) before writing anything.
+  kv.check_tables(chunk);
   for (size_t i = 0; i < n; ++i) {
     float* out = nullptr;
     if (all) {
@@ -70,7 +70,7 @@ void RefModel::forward(const SeqChunk& chunk, KvStore& kv, std::span<float> logi
     } else if (!logits.empty() && i + 1 == n) {
       out = logits.data();
     }
-    forward_token(chunk.seq_id, chunk.tokens[i], chunk.start_pos + static_cast<int>(i), chunk.block_table, kv, out);
+    forward_token(chunk, chunk.tokens[i], chunk.start_pos + static_cast<int>(i), kv, out);
   }
 }
 
@@ -93,8 +93,8 @@ void RefModel::norm(const float* x, const std::vector<float>& weight, float* out
   for (int i = 0; i < h; ++i) out[i] = round_bf16(round_bf16(x[i] * inv_rms) * weight[i]);
 }
 
-void RefModel::forward_token(int64_t seq, int32_t token, int pos, std::span<const int32_t> block_table, KvStore& kv,
-                             float* logits) {
+void RefModel::forward_token(const SeqChunk& chunk, int32_t token, int pos, KvStore& kv, float* logits) {
+  const int64_t seq = chunk.seq_id;
   const int h = config_.hidden_size;
   const TokenRouting* forced = forced_ ? forced_->find(seq, pos) : nullptr;
   if (forced)
@@ -111,7 +111,7 @@ void RefModel::forward_token(int64_t seq, int32_t token, int pos, std::span<cons
   load_row(weights_.embed, token, x_.data());
   for (int l = 0; l < config_.n_layers; ++l) {
     norm(x_.data(), norms_[l].input, xn_.data());
-    attention(l, pos, block_table, kv);
+    attention(l, pos, chunk, kv);
     if (config_.block == BlockKind::kSequential) {
       // h = x + Attn(N_in x); out = h + FFN(N_post h)
       for (int i = 0; i < h; ++i) x_[i] += attn_out_[i];
@@ -132,7 +132,7 @@ void RefModel::forward_token(int64_t seq, int32_t token, int pos, std::span<cons
     for (int i = 0; i < config_.vocab_size; ++i) logits[i] *= config_.logit_scale;
 }
 
-void RefModel::attention(int layer, int pos, std::span<const int32_t> block_table, KvStore& kv) {
+void RefModel::attention(int layer, int pos, const SeqChunk& chunk, KvStore& kv) {
   const LayerWeights& w = weights_.layers[layer];
   const LayerSpec& spec = config_.layers[layer];
   const int d = config_.head_dim, n_heads = config_.n_heads, n_kv = config_.n_kv_heads;
@@ -155,11 +155,13 @@ void RefModel::attention(int layer, int pos, std::span<const int32_t> block_tabl
     for (float& x : k_) x = round_bf16(x);
     for (float& x : v_) x = round_bf16(x);
   }
-  const KvStore::Slot here = kv.locate(block_table, pos);
+  // A sliding layer's K/V goes to the sequence's ring (with a ring pool), a full layer's to its blocks.
+  const KvStore::Slot here = kv.locate(layer, chunk, pos);
   std::copy(k_.begin(), k_.end(), kv.key(layer, here));
   std::copy(v_.begin(), v_.end(), kv.value(layer, here));
 
-  // Causal, optionally sliding: keys [first, pos], the current one included.
+  // Causal, optionally sliding: keys [first, pos], the current one included. A ring holds exactly
+  // these for a sliding layer (and positions before `first` were overwritten).
   const int first = spec.sliding_window > 0 ? std::max(0, pos - spec.sliding_window + 1) : 0;
   const int n_keys = pos - first + 1;
   keys_.resize(n_keys);
@@ -167,7 +169,7 @@ void RefModel::attention(int layer, int pos, std::span<const int32_t> block_tabl
   const int group = n_heads / n_kv;
   for (int g = 0; g < n_kv; ++g) {
     for (int j = 0; j < n_keys; ++j) {
-      const KvStore::Slot s = kv.locate(block_table, first + j);
+      const KvStore::Slot s = kv.locate(layer, chunk, first + j);
       keys_[j] = kv.key(layer, s) + g * d;
       values_[j] = kv.value(layer, s) + g * d;
     }

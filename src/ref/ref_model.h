@@ -37,7 +37,8 @@ class RefModel {
   const ModelConfig& config() const { return config_; }
 
   // Runs the chunk's tokens at positions start_pos, start_pos+1, ..., writing their K/V into `kv`
-  // through the chunk's block table. `logits` is empty (none), [vocab] (the last token's) or
+  // through the chunk's block table (and its ring table for sliding layers, when `kv` has a ring
+  // pool). `logits` is empty (none), [vocab] (the last token's) or
   // [n_tokens, vocab] (every position's). Error for bad token ids, positions or block tables.
   void forward(const SeqChunk& chunk, KvStore& kv, std::span<float> logits);
 
@@ -55,9 +56,8 @@ class RefModel {
     std::vector<float> input, post_attn, q, k;  // [hidden], [hidden], [head_dim], [head_dim]
   };
 
-  void forward_token(int64_t seq, int32_t token, int pos, std::span<const int32_t> block_table, KvStore& kv,
-                     float* logits);
-  void attention(int layer, int pos, std::span<const int32_t> block_table, KvStore& kv);  // xn_ -> attn_out_
+  void forward_token(const SeqChunk& chunk, int32_t token, int pos, KvStore& kv, float* logits);
+  void attention(int layer, int pos, const SeqChunk& chunk, KvStore& kv);  // xn_ -> attn_out_
   // xn_ -> ffn_out_; `forced`: this token's forced routing or nullptr.
   void ffn(int layer, const TokenRouting* forced, int64_t seq, int pos);
   void norm(const float* x, const std::vector<float>& weight, float* out) const;  // the config's norm, rounded

@@ -79,6 +79,14 @@ std::string render_metrics(EngineMetrics& m, const std::string& model_name) {
           total > 0 ? static_cast<double>(used) / total : 0.0);
   w.gauge("kv_cache_blocks_used", "KV blocks held by sequences.", used);
   w.gauge("kv_cache_blocks_total", "KV blocks in the pool.", total);
+  // Per layer type (issue 25): the full-attention layers' pool (the blocks above) and the
+  // sliding-window layers' ring pool (0 for a model without sliding layers).
+  w.head("kv_cache_blocks_used_by_layer_type", "gauge", "KV blocks held by sequences, by the layer type whose K/V they hold.");
+  w.sample("kv_cache_blocks_used_by_layer_type", used, ",layer_type=\"full\"");
+  w.sample("kv_cache_blocks_used_by_layer_type", m.kv_ring_blocks_used.load(), ",layer_type=\"sliding\"");
+  w.head("kv_cache_blocks_total_by_layer_type", "gauge", "KV blocks in the pool of each layer type.");
+  w.sample("kv_cache_blocks_total_by_layer_type", total, ",layer_type=\"full\"");
+  w.sample("kv_cache_blocks_total_by_layer_type", m.kv_ring_blocks_total.load(), ",layer_type=\"sliding\"");
   w.counter("prompt_tokens_total", "Prompt tokens of requests that produced a first token.",
             static_cast<double>(m.prompt_tokens.load()));
   w.counter("generation_tokens_total", "Generated tokens.", static_cast<double>(m.generation_tokens.load()));

@@ -141,6 +141,7 @@ size_t CudaBackend::kv_cache_elements() const {
 
 void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
   MD_REQUIRE(!chunk.tokens.empty(), "prefill: empty chunk");
+  require_no_ring_table(chunk, name());
   MD_REQUIRE(last_logits.empty() || last_logits.size() == static_cast<size_t>(config().vocab_size),
              "prefill: last_logits has ", last_logits.size(), " floats, vocab is ", config().vocab_size);
   if (prefill_) {
@@ -181,6 +182,7 @@ int CudaBackend::max_decode_batch() const { return has_batched_ ? options_.max_b
 void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
   MD_REQUIRE(!seqs.empty() && static_cast<int>(seqs.size()) <= max_decode_batch(), "decode: batch of ", seqs.size(),
              " sequences; ", name(), " runs 1..", max_decode_batch());
+  for (const DecodeSeq& s : seqs) require_no_ring_table(s.chunk, name());
   const int B = static_cast<int>(seqs.size());
   const DecodePath path = !has_batched_    ? DecodePath::kMegakernel
                           : !has_megakernel_ ? DecodePath::kBatched
@@ -198,6 +200,8 @@ int CudaBackend::max_mixed_prompt_rows() const { return batched_ ? batched_->max
 void CudaBackend::decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
                                DecodeResult& result) {
   if (max_mixed_prompt_rows() == 0 || prompts.empty()) return Backend::decode_mixed(prompts, seqs, want_logits, result);
+  for (const SeqChunk& p : prompts) require_no_ring_table(p, name());
+  for (const DecodeSeq& s : seqs) require_no_ring_table(s.chunk, name());
   MD_REQUIRE(!seqs.empty() && static_cast<int>(seqs.size()) <= max_decode_batch(), "decode: batch of ", seqs.size(),
              " sequences; ", name(), " runs 1..", max_decode_batch());
   last_path_ = DecodePath::kBatched;  // a mixed step runs on the batched step whatever the batch
