@@ -54,9 +54,9 @@ DeviceRun run_device(std::shared_ptr<const cuda::DeviceWeights> w, const ModelCo
     const std::vector<int32_t>& t = prompts[i];
     const int n = static_cast<int>(t.size());
     const int64_t id = static_cast<int64_t>(i);
-    if (n > 1) be.prefill(SeqChunk{id, std::span(t).first(n - 1), 0, table}, {});
+    if (n > 1) be.prefill(SeqChunk{id, std::span(t).first(n - 1), 0, table, {}}, {});
     DecodeSeq d;
-    d.chunk = SeqChunk{id, std::span(t).subspan(n - 1, 1), n - 1, table};
+    d.chunk = SeqChunk{id, std::span(t).subspan(n - 1, 1), n - 1, table, {}};
     d.sampling.temperature = 0.0f;
     DecodeResult r;
     be.decode(std::span<const DecodeSeq>(&d, 1), true, r);

@@ -297,7 +297,7 @@ TEST(Prefill, MixedStepsMatchCpuRefAndKeepDecodeRowsBitwise) {
   std::vector<int32_t> next(kStreams);
   for (int s = 0; s < kStreams; ++s) {
     SeqChunk a{s + 1, std::span<const int32_t>(streams[s].tokens).first(streams[s].tokens.size() - 1), 0,
-               streams[s].table};
+               streams[s].table, {}};
     be.prefill(a, {});
     pos[s] = static_cast<int>(streams[s].tokens.size()) - 1;
     next[s] = streams[s].tokens.back();
@@ -310,11 +310,11 @@ TEST(Prefill, MixedStepsMatchCpuRefAndKeepDecodeRowsBitwise) {
     // A third of the steps cut it in two pieces (the second attends to the first's keys of the same step).
     const int cut = piece > 1 && rng.below(3) == 0 ? 1 + static_cast<int>(rng.below(piece - 1)) : piece;
     const std::span<const int32_t> toks = std::span<const int32_t>(p.tokens).subspan(done, piece);
-    const SeqChunk chunks[2] = {SeqChunk{0, toks.first(cut), done, p.table},
-                                SeqChunk{0, toks.subspan(cut), done + cut, p.table}};
+    const SeqChunk chunks[2] = {SeqChunk{0, toks.first(cut), done, p.table, {}},
+                                SeqChunk{0, toks.subspan(cut), done + cut, p.table, {}}};
     std::vector<DecodeSeq> rows(kStreams);
     for (int s = 0; s < kStreams; ++s) {
-      rows[s].chunk = SeqChunk{s + 1, std::span<const int32_t>(&next[s], 1), pos[s], streams[s].table};
+      rows[s].chunk = SeqChunk{s + 1, std::span<const int32_t>(&next[s], 1), pos[s], streams[s].table, {}};
       rows[s].sampling.temperature = 0.0f;
     }
     DecodeResult mixed, plain;
@@ -354,13 +354,13 @@ TEST(Prefill, MixedStepsMatchCpuRefAndKeepDecodeRowsBitwise) {
   EXPECT_LE(dc.rel, 1e-2) << "decode after the mixed steps";
   // Bad pieces are refused before anything runs.
   std::vector<DecodeSeq> one(1);
-  one[0].chunk = SeqChunk{1, std::span<const int32_t>(&next[0], 1), pos[0], streams[0].table};
+  one[0].chunk = SeqChunk{1, std::span<const int32_t>(&next[0], 1), pos[0], streams[0].table, {}};
   const int32_t bad_token = c.vocab_size;
-  SeqChunk bad{0, std::span<const int32_t>(&bad_token, 1), 0, p.table};
+  SeqChunk bad{0, std::span<const int32_t>(&bad_token, 1), 0, p.table, {}};
   DecodeResult r;
   EXPECT_THROW(be.decode_mixed(std::span<const SeqChunk>(&bad, 1), one, false, r), Error);
   std::vector<int32_t> many(be.max_mixed_prompt_rows() + 1, 1);
-  SeqChunk big{0, many, 0, p.table};
+  SeqChunk big{0, many, 0, p.table, {}};
   EXPECT_THROW(be.decode_mixed(std::span<const SeqChunk>(&big, 1), one, false, r), Error);
 }
 

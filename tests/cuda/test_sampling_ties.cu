@@ -29,9 +29,9 @@ struct Step {
 // Prefills the prompt, then decodes its next token under `sp` at position kPromptLen.
 Step decode_step(cuda::CudaBackend& be, const std::vector<int32_t>& prompt, const SamplingParams& sp) {
   const std::vector<int32_t> table = {0, 1};
-  be.prefill(SeqChunk{0, std::span(prompt).first(kPromptLen - 1), 0, table}, {});
+  be.prefill(SeqChunk{0, std::span(prompt).first(kPromptLen - 1), 0, table, {}}, {});
   DecodeSeq d;
-  d.chunk = SeqChunk{0, std::span(prompt).subspan(kPromptLen - 1, 1), kPromptLen - 1, table};
+  d.chunk = SeqChunk{0, std::span(prompt).subspan(kPromptLen - 1, 1), kPromptLen - 1, table, {}};
   d.sampling = sp;
   DecodeResult r;
   be.decode(std::span<const DecodeSeq>(&d, 1), true, r);
