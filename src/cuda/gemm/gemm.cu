@@ -62,16 +62,6 @@ struct Cfg {
 template <int kNT>
 constexpr bool kWeightBox = kNT == 16;
 
-// A 4-D map's box with an L2 cache policy: coordinates (c0 innermost .. c3).
-__device__ __forceinline__ void tma_load_4d_hint(void* dst, const void* map, int c0, int c1, int c2, int c3,
-                                                 uint64_t* bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
-      "%3, %4, %5}], [%6], %7;" ::"r"(ptx::smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(ptx::smem_addr(bar)), "l"(policy)
-      : "memory");
-}
-
 // What one work tile covers; decoded identically by the producer and the consumers.
 struct Tile {
   const uint16_t* w;  // the matrix (grouped: the tile's expert)
@@ -136,7 +126,7 @@ __device__ __forceinline__ void produce(const GemmArgs& a, const CUtensorMap* w_
         // The stage's weights as one box of the 8 row blocks x kKB k blocks (past the matrix: zeros).
         if (lane == 0) {
           ptx::mbar_arrive_expect_tx(&full[slot], C::kWBytes + C::kXBytes);
-          tma_load_4d_hint(st, w_map, 0, kb, ti.rb0, ti.expert, &full[slot], policy);
+          ptx::tma_load_4d_hint(st, w_map, 0, kb, ti.rb0, ti.expert, &full[slot], policy);
         }
       } else {
         // One bulk copy per row block of the tile (kKB x 512 contiguous bytes, fewer at K's end).
@@ -300,10 +290,10 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
         }
       }
     } else {
-      // kResidual: a chunk's residual loads are all issued before its stores. Loads and stores
-      // interleaved cost one memory round trip per element (the compiler cannot move a load above a
-      // store to y, which it must assume may alias): the prefill O-proj took 116 us a 2048-token
-      // piece for 65 us of MMAs. The residual is read-only in this kernel (y never aliases it).
+      // fp32 outputs (kStore, kResidual). kResidual: a chunk's residual loads are all issued before
+      // its stores. Loads and stores interleaved cost one memory round trip per element (the
+      // compiler cannot move a load above a store to y, which it must assume may alias). The
+      // residual is read-only in this kernel (y never aliases it).
       constexpr int kChunk = kNT < 4 ? kNT : 4;
 #pragma unroll
       for (int j0 = 0; j0 < kNT; j0 += kChunk) {
