@@ -280,6 +280,53 @@ int bench_gemm(int argc, char** argv) {
                   {"user", prefill ? "prefill" : "batched step"},
                   {"token_groups", cuda::gemm::dense_tile_groups(s.n, nb, splits_r, n_sms)}, {"weight_copies", copies}});
       dense.push_back(rec);
+      if (prefill && std::string(s.name) == "o_proj") {
+        // The prefill's O-proj adds the fp32 residual stream (Epilogue::kResidual); cuBLAS the same
+        // with beta = 1 on a copy of the residual.
+        float* res = nullptr;
+        CUDA_CHECK(cudaMalloc(&res, size_t(nb) * s.n * 4));
+        CUDA_CHECK(cudaMemcpy(res, y_ours, size_t(nb) * s.n * 4, cudaMemcpyDeviceToDevice));
+        const float one = 1.0f;
+        auto ours_res = [&](int c) {
+          cuda::gemm::GemmArgs a;
+          a.w = packed[c];
+          a.n_rows = s.n;
+          a.k = s.k;
+          a.x = x;
+          a.x_stride = s.k;
+          a.n_tokens = nb;
+          a.y = y_ours;
+          a.y_stride = s.n;
+          a.residual = res;
+          a.residual_stride = s.n;
+          cuda::gemm::gemm(a, cuda::gemm::Epilogue::kResidual, stream);
+        };
+        auto theirs_res = [&](int c) {
+          CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, nb, s.k, &alpha, rowmajor[c], CUDA_R_16BF,
+                                    s.k, x, CUDA_R_16BF, s.k, &one, y_ref, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+        };
+        Measured mr;
+        CUDA_CHECK(cudaMemcpy(y_ref, res, size_t(nb) * s.n * 4, cudaMemcpyDeviceToDevice));
+        ours_res(0);
+        theirs_res(0);
+        mr.rdiff = max_rel_diff(y_ours, y_ref, size_t(nb) * s.n);
+        auto gr_ours = capture(stream, copies, ours_res);
+        auto gr_theirs = capture(stream, copies, theirs_res);
+        mr.ms_ours = replay(gr_ours, copies);
+        mr.ms_cublas = replay(gr_theirs, copies);
+        CUDA_CHECK(cudaGraphExecDestroy(gr_ours));
+        CUDA_CHECK(cudaGraphExecDestroy(gr_theirs));
+        CUDA_CHECK(cudaFree(res));
+        mr.bytes = m.bytes + double(nb) * s.n * 4;
+        mr.flops = m.flops;
+        print_row("o_proj+res (pf)", s.n, nb, mr, ceiling);
+        nlohmann::json rr = record_json(mr, ceiling);
+        rr.update({{"shape", "o_proj+residual"}, {"n", s.n}, {"k", s.k}, {"rows", nb}, {"k_splits", 1},
+                   {"user", "prefill"}, {"token_groups", cuda::gemm::dense_tile_groups(s.n, nb, 1, n_sms)},
+                   {"weight_copies", copies}});
+        dense.push_back(rr);
+      }
     }
     for (int c = 0; c < copies; ++c) {
       CUDA_CHECK(cudaFree(packed[c]));

@@ -16,9 +16,13 @@ __device__ __forceinline__ float head_rms_scale(float ss, int D, float eps) {
 }
 
 // Element d of x (a normed head of 2 * half values) rotated by cs = (cos, sin) of its frequency
-// d % half at the position (NeoX: element d pairs with d +- half).
+// d % half at the position (NeoX: element d pairs with d +- half; `low`: d < half). One expression
+// for every caller, so the compiler contracts it alike everywhere.
+__device__ __forceinline__ float rope_neox_pair(float x, float partner, bool low, float2 cs) {
+  return low ? x * cs.x - partner * cs.y : x * cs.x + partner * cs.y;
+}
 __device__ __forceinline__ float rope_neox(const float* x, int d, int half, float2 cs) {
-  return d < half ? x[d] * cs.x - x[d + half] * cs.y : x[d] * cs.x + x[d - half] * cs.y;
+  return rope_neox_pair(x[d], d < half ? x[d + half] : x[d - half], d < half, cs);
 }
 
 }  // namespace megadecode::cuda

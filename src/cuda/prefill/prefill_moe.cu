@@ -1,11 +1,13 @@
 // Per-expert token lists of a prefill chunk or a decode batch, built on the device (no host sync):
 // (1) one CTA per expert ranks the routed entries (token, k) that chose it, in entry order (each
-// thread a consecutive range of entries, a block-wide scan of the ranges' counts); (2) one CTA
+// warp a consecutive range of entries, 32 a step by ballot, then a scan of the warps' counts); (2) one CTA
 // turns the counts into offsets and the grouped GEMMs' tile list by a scan over the experts (the
 // list gemm_plan.h build_moe_tiles defines); (3) a thread per entry gives it its slot; (4) optionally,
 // one CTA per token copies its activation row to each of its slots. Slots are in (expert, token,
 // k) order, the decode megakernel's DISPATCH order, so the combine's inputs are the same rows in
 // the same order. Integer work only; the result does not depend on scheduling.
+#include <cstdint>
+
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/moe.cuh"
@@ -25,34 +27,49 @@ __device__ __forceinline__ bool routed(const MoeListArgs& a, int i) {
   return a.positions == nullptr || __ldg(a.positions + i / a.top_k) >= 0;
 }
 
+// Warp w owns the consecutive entries [begin, end) and walks them 32 at a time, one coalesced load
+// a step, kRankUnroll steps' loads in flight together: a match's rank within the warp is the
+// popcount of the ballot below its lane. The warps' totals are scanned in shared memory. (A thread
+// a range, entry after entry, waited an L2 round trip per entry: 64 of them twice at 8192 tokens.)
+constexpr int kRankWarps = kRankThreads / 32;
+constexpr int kRankUnroll = 8;
 __global__ void __launch_bounds__(kRankThreads) rank_kernel(const MoeListArgs a) {
-  __shared__ int32_t warp_total[kRankThreads / 32];
-  const int e = blockIdx.x, tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  __shared__ int32_t warp_total[kRankWarps];
+  const int e = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int n = a.n_tokens * a.top_k;
-  // Thread tid owns the consecutive entries [begin, end): it counts its matches, a block-wide
-  // exclusive scan of the counts gives the matches before its range, and it numbers its own in order.
-  const int per = (n + kRankThreads - 1) / kRankThreads;
-  const int begin = min(tid * per, n), end = min(begin + per, n);
-  int mine = 0;
-  for (int i = begin; i < end; ++i) {
-    if (!routed(a, i)) continue;
-    const int32_t id = __ldg(a.topk_ids + i);
-    if (e == 0 && (id < 0 || id >= a.n_experts)) atomicCAS(a.error, 0, 1);
-    mine += id == e;
-  }
-  int incl = mine;  // inclusive scan within the warp, then over the warps' totals
+  const int per = (n + kRankThreads - 1) / kRankThreads * 32;  // a multiple of 32
+  const int begin = min(warp * per, n), end = min(begin + per, n);
+  const uint32_t below = (1u << lane) - 1u;
+  // The entry's expert, or kSkip past the range or for a padding row.
+  constexpr int32_t kSkip = INT32_MIN;
+  const auto id_of = [&](int i) { return i < end && routed(a, i) ? __ldg(a.topk_ids + i) : kSkip; };
+  int count = 0;
+  for (int s = begin; s < end; s += 32 * kRankUnroll) {
+    int32_t id[kRankUnroll];
 #pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += v;
+    for (int u = 0; u < kRankUnroll; ++u) id[u] = id_of(s + 32 * u + lane);
+#pragma unroll
+    for (int u = 0; u < kRankUnroll; ++u) {
+      if (e == 0 && id[u] != kSkip && (id[u] < 0 || id[u] >= a.n_experts)) atomicCAS(a.error, 0, 1);
+      count += __popc(__ballot_sync(0xffffffffu, id[u] == e));
+    }
   }
-  if (lane == 31) warp_total[warp] = incl;
+  if (lane == 0) warp_total[warp] = count;
   __syncthreads();
-  int before = incl - mine;
+  int before = 0;
   for (int w = 0; w < warp; ++w) before += warp_total[w];
-  for (int i = begin; i < end; ++i)
-    if (routed(a, i) && __ldg(a.topk_ids + i) == e) a.rank[i] = before++;
-  if (tid == kRankThreads - 1) a.counts[e] = before;  // the last range ends after every match
+  for (int s = begin; s < end; s += 32 * kRankUnroll) {
+    int32_t id[kRankUnroll];
+#pragma unroll
+    for (int u = 0; u < kRankUnroll; ++u) id[u] = id_of(s + 32 * u + lane);
+#pragma unroll
+    for (int u = 0; u < kRankUnroll; ++u) {
+      const uint32_t m = __ballot_sync(0xffffffffu, id[u] == e);
+      if (id[u] == e) a.rank[s + 32 * u + lane] = before + __popc(m & below);
+      before += __popc(m);
+    }
+  }
+  if (warp == kRankWarps - 1 && lane == 0) a.counts[e] = before;  // the last range ends after every match
 }
 
 // Offsets and tile list by a block-wide scan over the experts (thread e < E owns expert e): the
@@ -113,10 +130,17 @@ __global__ void __launch_bounds__(kSlotRowThreads) slot_rows_kernel(const MoeLis
   if (threadIdx.x < a.top_k) slot[threadIdx.x] = __ldg(a.token_slot + t * a.top_k + threadIdx.x);
   __syncthreads();
   const uint4* src = reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(t) * a.x_stride);
-  for (int c = threadIdx.x; c < a.row_elems / 8; c += kSlotRowThreads) {
-    const uint4 v = src[c];
-    for (int k = 0; k < a.top_k; ++k)
-      reinterpret_cast<uint4*>(a.x_slots + static_cast<int64_t>(slot[k]) * a.x_slots_stride)[c] = v;
+  const int n16 = a.row_elems / 8;
+  // Two pieces' loads go before their stores (a load after a store the compiler cannot prove apart
+  // would wait for it).
+  for (int c = threadIdx.x; c < n16; c += 2 * kSlotRowThreads) {
+    const bool second = c + kSlotRowThreads < n16;
+    const uint4 v0 = __ldg(src + c), v1 = second ? __ldg(src + c + kSlotRowThreads) : make_uint4(0, 0, 0, 0);
+    for (int k = 0; k < a.top_k; ++k) {
+      uint4* dst = reinterpret_cast<uint4*>(a.x_slots + static_cast<int64_t>(slot[k]) * a.x_slots_stride);
+      dst[c] = v0;
+      if (second) dst[c + kSlotRowThreads] = v1;
+    }
   }
 }
 

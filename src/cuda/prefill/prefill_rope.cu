@@ -4,6 +4,12 @@
 // fp32 (lane + 32j element order, butterfly sum), RoPE (NeoX halves) from the host's table of cos and
 // sin of float(pos) * inv_freq, then K = bf16(rope(k)), V = bf16(v). q is rounded to bf16
 // here because the attention MMAs take bf16 (decode keeps q in fp32).
+//
+// The CTA first issues every load it needs at once — its token's whole row as 16-byte pieces into
+// shared memory, and each lane's norm weights and (cos, sin) pairs into registers — then the warps
+// walk the heads from shared memory. A warp that loaded each head's elements from global memory on
+// its own, head after head, waited a memory round trip per head (the 8192-token piece's kernel ran
+// at a third of the HBM's rate).
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/qk_norm_rope.cuh"
@@ -14,53 +20,74 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxDim = 128;
+constexpr int kMaxRowVecs = 12;  // 16-byte pieces of the row a thread: rows of up to 12 * 4 * 256 floats
+constexpr int kMaxRowFloats = kMaxRowVecs * 4 * kThreads;
 
+template <int D>
 __global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
-  __shared__ float normed[kWarps][kMaxDim];
+  extern __shared__ float4 row_vecs[];  // the token's fused QKV row
+  constexpr int kN = D / 32, kHalf = D / 2;
   const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int D = a.head_dim, gs = a.group_size, G = a.n_kv_heads, half = D / 2;
+  const int gs = a.group_size, G = a.n_kv_heads, cols = G * (gs + 2) * D, n4 = cols / 4;
   const int pos = a.positions != nullptr ? a.positions[t] : a.start_pos + t;
   if (pos < 0) return;  // a padding row (uniform per CTA)
+  const float4* src = reinterpret_cast<const float4*>(a.qkv + static_cast<int64_t>(t) * cols);
+  float4 v4[kMaxRowVecs];
+#pragma unroll
+  for (int j = 0; j < kMaxRowVecs; ++j)
+    if (threadIdx.x + j * kThreads < n4) v4[j] = src[threadIdx.x + j * kThreads];
+  // Lane-owned constants: elements d = lane + 32 i of every head.
+  float qw[kN], kw[kN];
+  float2 cs[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const int d = lane + 32 * i;
+    qw[i] = bf16_bits_to_float(a.q_norm[d]);
+    kw[i] = bf16_bits_to_float(a.k_norm[d]);
+    cs[i] = a.rope[static_cast<int64_t>(pos) * kHalf + d % kHalf];
+  }
   const int32_t* table = a.positions != nullptr ? a.block_table + a.table_offsets[t] : a.block_table;
   const int64_t block = table[pos / a.block_size];
   const int slot = pos % a.block_size;
-  const float* row = a.qkv + static_cast<int64_t>(t) * G * (gs + 2) * D;
+#pragma unroll
+  for (int j = 0; j < kMaxRowVecs; ++j)
+    if (threadIdx.x + j * kThreads < n4) row_vecs[threadIdx.x + j * kThreads] = v4[j];
+  __syncthreads();
+  const float* row = reinterpret_cast<const float*>(row_vecs);
   for (int job = warp; job < G * (gs + 2); job += kWarps) {
     const int g = job / (gs + 2), j = job % (gs + 2);
-    const float* src = row + qkv_col(g, j, 0, gs, D);
-    float v[kMaxDim / 32];
+    const float* x = row + qkv_col(g, j, 0, gs, D);
+    float v[kN];
     float ss = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxDim / 32; ++i) {
-      const int d = lane + 32 * i;
-      v[i] = d < D ? src[d] : 0.0f;
+    for (int i = 0; i < kN; ++i) {
+      v[i] = x[lane + 32 * i];
       ss += v[i] * v[i];
     }
     if (j == gs + 1) {  // V: stored as projected
       uint16_t* dst = a.v_cache + kv_offset(block, g, slot, 0, G, a.block_size, D);
 #pragma unroll
-      for (int i = 0; i < kMaxDim / 32; ++i)
-        if (lane + 32 * i < D) dst[lane + 32 * i] = float_to_bf16_bits(v[i]);
+      for (int i = 0; i < kN; ++i) dst[lane + 32 * i] = float_to_bf16_bits(v[i]);
       continue;
     }
     const float r = head_rms_scale(ss, D, a.eps);
-    const uint16_t* nw = j < gs ? a.q_norm : a.k_norm;
+    float nv[kN];
 #pragma unroll
-    for (int i = 0; i < kMaxDim / 32; ++i) {
-      const int d = lane + 32 * i;
-      if (d < D) normed[warp][d] = (v[i] * r) * bf16_bits_to_float(nw[d]);
-    }
-    __syncwarp();
+    for (int i = 0; i < kN; ++i) nv[i] = (v[i] * r) * (j < gs ? qw[i] : kw[i]);
     uint16_t* dst = j < gs ? a.q + (static_cast<int64_t>(t) * G * gs + g * gs + j) * D
                            : a.k_cache + kv_offset(block, g, slot, 0, G, a.block_size, D);
 #pragma unroll
-    for (int i = 0; i < kMaxDim / 32; ++i) {
+    for (int i = 0; i < kN; ++i) {
       const int d = lane + 32 * i;
-      if (d >= D) continue;
-      dst[d] = float_to_bf16_bits(rope_neox(normed[warp], d, half, a.rope[static_cast<int64_t>(pos) * half + d % half]));
+      // Element d's partner d +- D/2: the same lane's element i +- kN/2, or (D = 32) lane d ^ 16.
+      float partner;
+      if constexpr (kN == 1) {
+        partner = __shfl_xor_sync(0xffffffffu, nv[0], 16);
+      } else {
+        partner = i < kN / 2 ? nv[i + kN / 2] : nv[i - kN / 2];
+      }
+      dst[d] = float_to_bf16_bits(rope_neox_pair(nv[i], partner, d < kHalf, cs[i]));
     }
-    __syncwarp();  // `normed` is rewritten by this warp's next job
   }
 }
 
@@ -78,8 +105,15 @@ void qk_norm_rope_store(const QkRopeArgs& a, cudaStream_t stream) {
     MD_REQUIRE(a.table_offsets != nullptr, "prefill qk_norm_rope: per-row positions need per-row table offsets");
   MD_REQUIRE(a.qkv && a.q_norm && a.k_norm && a.rope && a.block_table && a.q && a.k_cache && a.v_cache,
              "prefill qk_norm_rope: null pointer");
+  const int cols = a.n_kv_heads * (a.group_size + 2) * a.head_dim;
+  MD_REQUIRE(cols <= kMaxRowFloats, "prefill qk_norm_rope: fused QKV rows of ", cols, " floats, at most ",
+             kMaxRowFloats);
+  MD_REQUIRE(reinterpret_cast<uintptr_t>(a.qkv) % 16 == 0, "prefill qk_norm_rope: the QKV rows must be 16-byte aligned");
   if (a.n_tokens <= 0) return;
-  qk_rope_kernel<<<a.n_tokens, kThreads, 0, stream>>>(a);
+  const size_t smem = static_cast<size_t>(cols) * sizeof(float);
+  if (a.head_dim == 32) qk_rope_kernel<32><<<a.n_tokens, kThreads, smem, stream>>>(a);
+  else if (a.head_dim == 64) qk_rope_kernel<64><<<a.n_tokens, kThreads, smem, stream>>>(a);
+  else qk_rope_kernel<128><<<a.n_tokens, kThreads, smem, stream>>>(a);
   CUDA_CHECK_LAST();
 }
 
