@@ -7,6 +7,7 @@
 // compute-sanitizer (memcheck / racecheck / synccheck).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -409,7 +410,7 @@ TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
   }
 }
 
-TEST(PrefillNorm, EmbeddingAndMoeResidualMatchHost) {
+TEST(PrefillNorm, EmbeddingMoeResidualAndAddMatchHost) {
   MD_REQUIRE_GPU();
   SplitMix64 rng(test::seed_for("PrefillNorm"));
   // 200: 50 chunks of 4 floats, most threads idle; 3076: 769 chunks, three a thread and a fourth for
@@ -430,16 +431,23 @@ TEST(PrefillNorm, EmbeddingAndMoeResidualMatchHost) {
     DeviceBuffer<uint16_t> d_embed(embed.bits), d_nw(nw.bits), out(static_cast<size_t>(T) * H);
     DeviceBuffer<int32_t> d_tok(tokens), d_ts(token_slot), err(1);
     DeviceBuffer<float> d_h(h), d_down(down), d_tw(tw), x(static_cast<size_t>(T) * H);
-    for (int mode = 0; mode < 3; ++mode) {  // 0 embedding, 1 MoE residual, 2 MoE residual of the last token only
+    // The add mode's second rows: the first T rows of `down`, summed into x in place.
+    const std::vector<float> add(down.begin(), down.begin() + static_cast<size_t>(T) * H);
+    // 0 embedding, 1 MoE residual, 2 MoE residual of the last token only, 3 add (x = h + x in place)
+    for (int mode = 0; mode < 4; ++mode) {
       SCOPED_TRACE(::testing::Message() << "mode " << mode);
       out.poison();
       x.poison();
+      if (mode == 3) x.upload(add);
       err.fill_bytes(0);
       ResidualNormArgs a;
       if (mode == 0) {
         a.tokens = d_tok.get();
         a.embed = d_embed.get();
         a.vocab = V;
+      } else if (mode == 3) {
+        a.h = d_h.get();
+        a.add = x.get();
       } else {
         a.h = d_h.get();
         a.down = d_down.get();
@@ -458,12 +466,19 @@ TEST(PrefillNorm, EmbeddingAndMoeResidualMatchHost) {
       residual_norm(a, nullptr);
       const std::vector<float> gx = x.download(), go = test::bf16_to_float(out.download());
       std::vector<float> got_x, got_o;
+      int64_t add_mismatches = 0;
       std::vector<double> want_x, want_o;
       for (int t = a.token_begin; t < T; ++t) {
         std::vector<double> v(H);
         for (int i = 0; i < H; ++i) {
           if (mode == 0) {
             v[i] = embed.values[static_cast<size_t>(tokens[t]) * H + i];
+          } else if (mode == 3) {
+            // One fp32 addition, as the O-proj's residual epilogue made it: exact.
+            const size_t e = static_cast<size_t>(t) * H + i;
+            const float want = h[e] + add[e];
+            if (std::memcmp(&want, &gx[e], 4) != 0) ++add_mismatches;
+            v[i] = want;
           } else {
             double s = 0;
             for (int k = 0; k < K; ++k) s += double(tw[t * K + k]) * down[static_cast<size_t>(token_slot[t * K + k]) * H + i];
@@ -483,6 +498,7 @@ TEST(PrefillNorm, EmbeddingAndMoeResidualMatchHost) {
       EXPECT_LE(worst_ratio(got_x, want_x, 1e-5), 1.0) << "residual stream x";
       EXPECT_LE(worst_ratio(got_o, want_o, 1e-3), 1.0) << "normed output";
       EXPECT_EQ(err.download()[0], 0);
+      EXPECT_EQ(add_mismatches, 0) << "x = h + add must be the one fp32 addition";
     }
   }
 }
@@ -495,6 +511,19 @@ TEST(PrefillNorm, HiddenNotAMultipleOfFourIsAnError) {
   a.norm_w = &w;
   a.out = &o;
   EXPECT_THROW(residual_norm(a, nullptr), Error);
+}
+
+TEST(PrefillNorm, AddModeWithoutItsDestinationIsAnError) {
+  ResidualNormArgs a;
+  a.n_tokens = 1;
+  a.hidden = 200;
+  uint16_t w = 0, o = 0;
+  float h = 0, add = 0;
+  a.norm_w = &w;
+  a.out = &o;
+  a.h = &h;
+  a.add = &add;
+  EXPECT_THROW(residual_norm(a, nullptr), Error);  // x (where h + add goes) is missing
 }
 
 }  // namespace

@@ -205,7 +205,5 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 
 // Pulls the line of `p` into this SM's L1 (a hint: the data may be gone again when read).
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
-// Pulls the line of `p` into the L2 (a hint).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 }  // namespace megadecode::cuda::ptx

@@ -182,16 +182,6 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
     const Tile ti = decode_tile(a, s, t, C::kTokens);
     const bool active = ti.n_rb > my_rb;  // this warp's rows exist (uniform per warp)
     const int live16 = (ti.n_tok + 15) / 16;  // 16-token groups holding tokens (uniform per tile)
-    if constexpr (kEpi == Epilogue::kResidual) {
-      // The tile's residual (128 rows of each token, 512 bytes) comes into the L2 while the tile
-      // multiplies: read from HBM in the epilogue, its loads stalled the MMAs ~13 us a 128-token
-      // tile (bench gemm o_proj+res at 8192 rows: 387 us against 290 with the plain store).
-      for (int i = threadIdx.x; i < ti.n_tok * (kTileRows / 32); i += kConsumerThreads) {
-        const int row = ti.rb0 * 16 + (i % (kTileRows / 32)) * 32;
-        if (row < a.n_rows)
-          ptx::prefetch_l2(a.residual + static_cast<int64_t>(ti.tok0 + i / (kTileRows / 32)) * a.residual_stride + row);
-      }
-    }
     float acc[kNT][4];
 #pragma unroll
     for (int j = 0; j < kNT; ++j)

@@ -227,17 +227,23 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const AttnFragRow<kAttnKeyTile / 8> row{sc, h};
-        float mx;
+        // The max of the raw scores, scaled once (scale_log2 > 0: the same max as of the scaled
+        // ones); each weight is then 2^(s * scale - m) in one fused multiply-add.
+        float mx = -INFINITY;
         if (key0 + kAttnKeyTile - 1 <= qmin) {
-          mx = attn_scale_mask(row.kScores, row, scale_log2, [](int) { return true; });
+#pragma unroll
+          for (int i = 0; i < row.kScores; ++i) mx = fmaxf(mx, row(i));
         } else {
           const int kb = key0 + 2 * t4;  // score i is key kb + (i / 2) * 8 + i % 2
-          mx = attn_scale_mask(row.kScores, row, scale_log2,
-                               [&](int i) { return kb + (i >> 1) * 8 + (i & 1) <= qpos[h]; });
-        }
-        const AttnRescale rs = attn_rescale(m[h], quad_max(mx));
 #pragma unroll
-        for (int i = 0; i < row.kScores; ++i) row(i) = ptx::exp2_ftz(row(i) - rs.m_use);
+          for (int i = 0; i < row.kScores; ++i) {
+            if (kb + (i >> 1) * 8 + (i & 1) > qpos[h]) row(i) = -INFINITY;
+            mx = fmaxf(mx, row(i));
+          }
+        }
+        const AttnRescale rs = attn_rescale(m[h], quad_max(mx) * scale_log2);
+#pragma unroll
+        for (int i = 0; i < row.kScores; ++i) row(i) = ptx::exp2_ftz(fmaf(row(i), scale_log2, -rs.m_use));
         alpha[h] = rs.alpha;
       }
     };

@@ -26,7 +26,8 @@ struct ResidualNormArgs {
   const int32_t* tokens = nullptr;  // [n_tokens] (embedding mode)
   const uint16_t* embed = nullptr;  // [vocab][hidden] bf16
   int vocab = 0;
-  const float* h = nullptr;         // [n_tokens][hidden] fp32 (MoE mode)
+  const float* h = nullptr;         // [n_tokens][hidden] fp32 (MoE and add modes)
+  const float* add = nullptr;       // [n_tokens][hidden] fp32 (add mode: h + add, e.g. the O-proj's output)
   const float* down = nullptr;      // [n_tokens * top_k][hidden] fp32 expert outputs per slot
   const int32_t* token_slot = nullptr;  // [n_tokens][top_k]
   const float* topk_w = nullptr;    // [n_tokens][top_k]

@@ -1,6 +1,8 @@
 // Prefill norms, one CTA per token: the layer's input norm with its prologue (the embedding row at
 // layer 0, else the previous layer's MoE combine: h + sum_k w_k * down_k in k order, the decode
-// megakernel's order), and the final norm (same prologue, last token only). The MoE combine is
+// megakernel's order), the post-attention norm (add mode: h = x + the O-proj's fp32 output, the
+// one addition the O-proj's residual epilogue made), and the final norm (same prologue, last
+// token only). The MoE combine is
 // fused here so the residual stream is written once per layer and no float atomics are needed.
 // Rows move as 16-byte vectors; each element's arithmetic is as in the megakernel.
 #include "core/check.h"
@@ -42,6 +44,18 @@ __global__ void __launch_bounds__(kThreads) residual_norm_kernel(const ResidualN
     const uint2* e = reinterpret_cast<const uint2*>(a.embed + static_cast<int64_t>(tok) * H);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) v[j] = chunk(j) < n4 ? bf16x4_to_float4(e[chunk(j)]) : make_float4(0, 0, 0, 0);
+  } else if (a.add != nullptr) {
+    const float4* h = reinterpret_cast<const float4*>(a.h + static_cast<int64_t>(t) * H);
+    const float4* d = reinterpret_cast<const float4*>(a.add + static_cast<int64_t>(t) * H);
+    float4 dv[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      v[j] = chunk(j) < n4 ? h[chunk(j)] : make_float4(0, 0, 0, 0);
+      dv[j] = chunk(j) < n4 ? d[chunk(j)] : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      v[j] = make_float4(v[j].x + dv[j].x, v[j].y + dv[j].y, v[j].z + dv[j].z, v[j].w + dv[j].w);
   } else {
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) v[j] = make_float4(0, 0, 0, 0);
@@ -91,6 +105,8 @@ void residual_norm(const ResidualNormArgs& a, cudaStream_t stream) {
              a.n_tokens, ")");
   if (a.embed != nullptr) {
     MD_REQUIRE(a.tokens != nullptr && a.vocab > 0 && a.error != nullptr, "prefill norm: embedding mode needs tokens");
+  } else if (a.add != nullptr) {
+    MD_REQUIRE(a.h != nullptr && a.x != nullptr, "prefill norm: add mode needs h and x (the sum's destination)");
   } else {
     MD_REQUIRE(a.h != nullptr && a.down != nullptr && a.token_slot != nullptr && a.topk_w != nullptr && a.top_k >= 1,
                "prefill norm: MoE mode needs h, down, token_slot, topk_w and top_k >= 1");
