@@ -160,6 +160,13 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
   const int gs = a.group_size, n_heads = a.n_kv_heads * gs, tq = attn_tile_tokens(gs);
   const float scale_log2 = attn_scale_log2(a.scale);
   const uint32_t q_base = ptx::smem_addr(q_s) + 64 * wg * 128;  // this warpgroup's 64 rows
+  // Ping-pong: the warpgroups take turns issuing their MMAs (named barriers 3 + wg), so one's
+  // softmax runs under the other's MMAs. Warpgroup 0 has the first turn; every issue is a turn,
+  // the same number for both, and warpgroup 0 takes one more at the end (the last pass's arrival).
+  // (No memory clobber: the turns order only the wgmma issues, volatile asm like them.)
+  auto take_turn = [&] { asm volatile("bar.sync %0, 256;" ::"r"(3 + wg)); };
+  auto pass_turn = [&] { asm volatile("bar.arrive %0, 256;" ::"r"(3 + (wg ^ 1))); };
+  if (wg == 1) pass_turn();
   uint32_t ctr = 0;
   Item it;
 #pragma unroll 1
@@ -276,7 +283,9 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
     if (r.end > r.begin) {
       int st = ctr % kStages;
       ptx::mbar_wait(&full[st], (ctr / kStages) & 1);
+      take_turn();
       issue_qk(st);
+      pass_turn();
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_operands(sc);
       float alpha[2];
@@ -288,8 +297,10 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
         ++ctr;
         st = ctr % kStages;
         ptx::mbar_wait(&full[st], (ctr / kStages) & 1);
+        take_turn();
         issue_qk(st);
         issue_pv(prev);
+        pass_turn();
         ptx::wgmma_wait<1>();
         ptx::wgmma_fence_operands(sc);
         softmax(kt, alpha);
@@ -305,7 +316,9 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
         }
         pack_p(alpha);
       }
+      take_turn();
       issue_pv(st);
+      pass_turn();
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_operands(o);
       release(st);
@@ -342,6 +355,7 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
             ptx::pack_bf16x2(attn_normalise(o[n][2 * h], l[h]), attn_normalise(o[n][2 * h + 1], l[h]));
     }
   }
+  if (wg == 0) take_turn();  // warpgroup 1's last pass
 }
 
 template <int kD, bool kWork>
