@@ -19,7 +19,8 @@
 //   descriptor's transpose); runs the causal mask and online softmax of S_j in base 2 on the
 //   accumulators (cuda/common/attention_state.cuh) while that P V runs; then waits for it,
 //   releases tile j - 1's stage (empty[stage], one arrival a warp), rescales O and packs P_j in
-//   bf16 (l sums the rounded weights). The two warpgroups also fill each other's gaps.
+//   bf16 (l sums the rounded weights). The two warpgroups take turns issuing their MMAs
+//   (ping-pong: one's softmax runs under the other's MMAs).
 // Rounding: q, K, V and P are bf16 MMA inputs, fp32 accumulation; the output is bf16 like the
 // decode path's.
 #include <algorithm>
@@ -55,7 +56,7 @@ struct AttnShape {
   static constexpr int kTileBytes = kRegions * kKvRegion;  // K or V of one key tile
   static constexpr int kStageBytes = 2 * kTileBytes;        // K, then V
   static constexpr int kBarOffset = kQBytes + kStages * kStageBytes;
-  static constexpr int kSmemBytes = 1024 + kBarOffset + 2 * kStages * 8;  // + alignment slack
+  static constexpr int kSmemBytes = 1024 + kBarOffset + (2 * kStages + 2) * 8;  // + alignment slack
 };
 
 // One item: query tile q_tile of a piece (its rows at q / out, its block table), KV group g, key
@@ -152,7 +153,7 @@ __device__ __forceinline__ void produce(const AttnArgs& a, const CUtensorMap* k_
 
 template <int kD, bool kWork>
 __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t* stages, uint64_t* full,
-                                        uint64_t* empty) {
+                                        uint64_t* empty, uint64_t* turn) {
   using S = AttnShape<kD>;
   constexpr int kNo = S::kDp / 8;  // 8-column groups of O
   const int tid = threadIdx.x, wg = tid >> 7, wt = tid & 127, warp = wt >> 5, lane = tid & 31;
@@ -160,12 +161,18 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
   const int gs = a.group_size, n_heads = a.n_kv_heads * gs, tq = attn_tile_tokens(gs);
   const float scale_log2 = attn_scale_log2(a.scale);
   const uint32_t q_base = ptx::smem_addr(q_s) + 64 * wg * 128;  // this warpgroup's 64 rows
-  // Ping-pong: the warpgroups take turns issuing their MMAs (named barriers 3 + wg), so one's
-  // softmax runs under the other's MMAs. Warpgroup 0 has the first turn; every issue is a turn,
-  // the same number for both, and warpgroup 0 takes one more at the end (the last pass's arrival).
-  // (No memory clobber: the turns order only the wgmma issues, volatile asm like them.)
-  auto take_turn = [&] { asm volatile("bar.sync %0, 256;" ::"r"(3 + wg)); };
-  auto pass_turn = [&] { asm volatile("bar.arrive %0, 256;" ::"r"(3 + (wg ^ 1))); };
+  // Ping-pong: the warpgroups take turns issuing their MMAs, so one's softmax runs under the other's
+  // MMAs (both read the same stages, so without turns they issue and wait in step, and the tensor
+  // cores idle through both softmaxes: ncu had them busy 44 % of the time). A turn is an mbarrier
+  // phase (turn[wg], one arrival from each warp of the other warpgroup); warpgroup 0 has the first.
+  // Both take the same turns (the same items and tiles), so the other is never a phase ahead.
+  // (Named barriers for the turns made ptxas spill ~270 bytes and serialize the wgmmas: C7512.)
+  uint32_t turns = 0;  // turns this warpgroup has taken: the parity of its next wait on turn[wg]
+  auto take_turn = [&] { ptx::mbar_wait(&turn[wg], turns++ & 1); };
+  auto pass_turn = [&] {
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(&turn[wg ^ 1]);
+  };
   if (wg == 1) pass_turn();
   uint32_t ctr = 0;
   Item it;
@@ -355,7 +362,6 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
             ptx::pack_bf16x2(attn_normalise(o[n][2 * h], l[h]), attn_normalise(o[n][2 * h + 1], l[h]));
     }
   }
-  if (wg == 0) take_turn();  // warpgroup 1's last pass
 }
 
 template <int kD, bool kWork>
@@ -368,6 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* stages = smem + S::kQBytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + S::kBarOffset);
   uint64_t* empty = full + kStages;
+  uint64_t* turn = empty + kStages;  // the consumer warpgroups' turns to issue MMAs (one arrival a warp of the other)
   if constexpr (kD < 64) {  // d past kD is never copied: zeros (0 x a stale NaN would reach S)
     for (int i = threadIdx.x; i < kStages * S::kStageBytes / 16; i += kThreads)
       reinterpret_cast<uint4*>(stages)[i] = make_uint4(0, 0, 0, 0);
@@ -378,6 +385,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbar_init(&full[st], 1);
       ptx::mbar_init(&empty[st], kConsumerWarps);
     }
+    ptx::mbar_init(&turn[0], kConsumerWarps / 2);
+    ptx::mbar_init(&turn[1], kConsumerWarps / 2);
     ptx::fence_mbar_init();
   }
   if (threadIdx.x == kConsumerThreads && boxes) {
@@ -390,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < kConsumerThreads + 32) produce<kD, kWork>(a, &k_map, &v_map, run, boxes != 0, stages, full, empty);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<kD, kWork>(a, smem, stages, full, empty);
+    consume<kD, kWork>(a, smem, stages, full, empty, turn);
   }
 }
 
