@@ -25,6 +25,8 @@
 namespace megadecode {
 namespace {
 
+using test::validation_error;
+
 ModelConfig with_window(ModelConfig c, int window) {
   for (LayerSpec& l : c.layers)
     if (l.sliding_window > 0) l.sliding_window = window;
@@ -51,15 +53,6 @@ NorthBatch north_batch(const ModelConfig& c, const std::vector<int>& ctx, int bl
   }
   for (size_t i = 0; i < ctx.size(); ++i) b.state.seqs.push_back({ctx[i], b.tables[i], b.rings[i]});
   return b;
-}
-
-std::string validation_error(const Plan& plan) {
-  try {
-    validate_plan(plan);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 void expect_error(const Plan& plan, const std::string& what) {
