@@ -173,8 +173,12 @@ std::string format_plan_stats(const PlanStats& st) {
   out += line;
   out += cat("  counters: ", st.n_counters, " (", st.counter_bytes / 1024, " KiB at ",
              st.n_counters > 0 ? st.counter_bytes / st.n_counters : 0, " B each, zeroed per launch)\n");
-  out += cat("  attention: ", st.attn_items, " items per layer (at most ", st.attn_max_splits,
-             " splits per sequence)\n");
+  if (st.sliding_window > 0)
+    out += cat("  attention: ", st.attn_items, " items in two sets (full layers: from position 0; sliding layers: ",
+               "the last ", st.sliding_window, " positions), at most ", st.attn_max_splits, " splits per sequence\n");
+  else
+    out += cat("  attention: ", st.attn_items, " items per layer (at most ", st.attn_max_splits,
+               " splits per sequence)\n");
   if (st.sliding_window > 0) {
     std::snprintf(line, sizeof line,
                   "  KV read per step: %.2f MiB (sliding layers: the last %d positions); full attention on every "
