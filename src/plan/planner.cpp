@@ -255,6 +255,7 @@ void check_batch(const BatchState& batch) {
 }
 
 void check_ring_tables(const BatchState& batch, int ring_len) {
+  std::set<std::pair<int32_t, int>> new_slots;
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const SeqState& q = batch.seqs[i];
     if (ring_len == 0) {
@@ -268,6 +269,10 @@ void check_ring_tables(const BatchState& batch, int ring_len) {
                ring_len, ")");
     for (size_t b = 0; b < need; ++b)
       MD_REQUIRE(q.ring_table[b] >= 0, "sequence ", i, ": ring table entry ", b, " is ", q.ring_table[b]);
+    const int pos = q.n_ctx - 1;
+    auto slot = std::make_pair(q.ring_table[(pos / batch.kv_block_size) % ring_len], pos % batch.kv_block_size);
+    MD_REQUIRE(new_slots.insert(slot).second, "sequence ", i, ": its new token's ring slot (block ", slot.first,
+               ", offset ", slot.second, ") is also another sequence's new slot");
   }
 }
 

@@ -15,11 +15,14 @@
 #include <numeric>
 
 #include "../ref/ref_test_util.h"
+#include "cli/backend_factory.h"
+#include "cli/generate_loop.h"
 #include "core/check.h"
 #include "emu/emulator_backend.h"
 #include "kv/kv_cache.h"
 #include "model/presets.h"
 #include "model/routing.h"
+#include "plan/policy.h"
 #include "ref/ref_backend.h"
 
 namespace megadecode {
@@ -120,12 +123,14 @@ BackendOptions options(const Scenario& sc, const std::string& backend, int threa
 }
 
 RunResult run_mk(const Scenario& sc, const test::TestWeights& w, int sms, uint64_t delay_seed, bool sequential,
-                 int split_tokens) {
+                 int split_tokens, const std::string& policy = "default") {
   emu::EmulatorOptions eo;
   eo.delay_seed = delay_seed;
   eo.delay_probability = delay_seed ? 0.05 : 0.0;
   eo.sequential = sequential;
-  emu::CpuMkBackend mk(sc.config, w.weights, w.store, options(sc, "cpu-mk", sms), eo);
+  BackendOptions o = options(sc, "cpu-mk", sms);
+  o.policy = policy;
+  emu::CpuMkBackend mk(sc.config, w.weights, w.store, o, eo);
   mk.policy().attn_min_split_tokens = split_tokens;  // several splits in the window and the full layers
   mk.kv_store().fill(NAN);
   RunResult r;
@@ -181,11 +186,12 @@ TEST(NorthCpuMk, RoutingExactAgainstCpuRefAtBatchOneAndSeveralWrappingTheRing) {
   const test::TestWeights w = test::random_weights(c, Dtype::kBF16, rng.next());
   const int r = kv_ring_length(c.max_sliding_window(), kBlock);  // 7 blocks: 28 slots
   for (int batch : {1, 3}) {
-    SCOPED_TRACE(cat("batch ", batch, " seed ", seed));
+    const std::string policy = policy_names()[rng.below(policy_names().size())];
+    SCOPED_TRACE(cat("batch ", batch, " policy ", policy, " seed ", seed));
     // Prompts of 2.5..4 rings, 6 decode steps: the ring wraps 2-4 times.
     const Scenario sc = make_scenario(c, rng, batch, 5 * r * kBlock / 2, 4 * r * kBlock, 6);
     for (const auto& p : sc.prompts) ASSERT_GE(static_cast<int>(p.size()), 2 * r * kBlock);
-    const RunResult mk = run_mk(sc, w, 1 + static_cast<int>(rng.below(8)), rng.next(), false, 8);
+    const RunResult mk = run_mk(sc, w, 1 + static_cast<int>(rng.below(8)), rng.next(), false, 8, policy);
     expect_routing_exact(sc, w, mk, 1e-5);
   }
 }
@@ -212,8 +218,9 @@ TEST(NorthCpuMk, AWindowOffByFourKeysIsSeen) {
   for (size_t i = 0; i < mk.rows.size(); ++i) EXPECT_LE(rel_err(mk.rows[i], same.rows[i]), 1e-4) << "row " << i;
 }
 
-// Bitwise: any SM count, random delays or the sequential wave order give the same logits and the
-// same routing; and each sequence alone gives its rows of the batch (batch invariance).
+// Bitwise: any SM count, random delays, the sequential wave order, or the ablation policies that
+// only reorder the work (grid-sync, router-after-attn) give the same logits and the same routing;
+// and each sequence alone gives its rows of the batch (batch invariance).
 TEST(NorthCpuMk, BitwiseRepeatableAndBatchInvariant) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
@@ -222,7 +229,9 @@ TEST(NorthCpuMk, BitwiseRepeatableAndBatchInvariant) {
   const test::TestWeights w = test::random_weights(c, Dtype::kBF16, rng.next());
   const Scenario sc = make_scenario(c, rng, 4, 10, 60, 4);
   const RunResult a = run_mk(sc, w, 5, rng.next(), false, 8);
-  const RunResult b = run_mk(sc, w, 1 + static_cast<int>(rng.below(16)), rng.next(), false, 8);
+  const std::string reorder = rng.below(2) ? "grid-sync" : "router-after-attn";
+  SCOPED_TRACE(reorder);
+  const RunResult b = run_mk(sc, w, 1 + static_cast<int>(rng.below(16)), rng.next(), false, 8, reorder);
   const RunResult q = run_mk(sc, w, 7, 0, true, 8);
   const size_t V = c.vocab_size;
   ASSERT_EQ(a.rows.size(), b.rows.size());
@@ -290,6 +299,27 @@ TEST(NorthCpuMk, PositionZeroIsBitwiseCpuRef) {
     EXPECT_EQ(std::memcmp(got.data() + s * V, want.data() + s * V, V * 4), 0) << "sequence " << s;
     EXPECT_GT(max_abs(std::span<const float>(want.data() + s * V, V)), 0.0f);
   }
+}
+
+// `generate --backend cpu-mk` on north-tiny: the factory's cpu-mk (its ring pool sized as cpu-ref's)
+// and the generate loop's ring table; greedy tokens equal cpu-ref's past the window.
+TEST(NorthCpuMk, FactoryAndGenerateLoopMatchCpuRef) {
+  const ModelConfig c = with_window(preset_config("north-tiny"), 8);
+  const test::TestWeights w = test::random_weights(c, Dtype::kBF16, 21);
+  GenerateRequest request;
+  request.prompt = {5, 17, 300, 42, 7, 9, 1000, 3, 12, 8};
+  request.sampling.temperature = 0;
+  request.max_tokens = 16;  // to position 26: the 8-key window's ring (R 3 of 4) wraps twice
+  request.ignore_eos = true;
+  BackendOptions options{.backend = "cpu-mk", .kv_block_size = 4, .n_kv_blocks = blocks_needed(request, 4),
+                         .n_threads = 3};
+  auto mk = make_backend(c, w.weights, w.store, options);
+  options.backend = "cpu-ref";
+  auto ref = make_backend(c, w.weights, w.store, options);
+  const GenerateResult a = generate(*mk, request, [](int32_t) {});
+  const GenerateResult b = generate(*ref, request, [](int32_t) {});
+  ASSERT_EQ(a.tokens.size(), 16u);
+  EXPECT_EQ(a.tokens, b.tokens);
 }
 
 TEST(NorthCpuMk, RefusesWhatItDoesNotImplementByName) {

@@ -241,6 +241,14 @@ TEST(NorthPlan, BadRingTablesAreErrors) {
   NorthBatch q = north_batch(c, {30}, 4);
   q.rings[0][1] = -3;
   EXPECT_THROW(make_plan(c, q.state, policy_by_name("default"), PlanOptions{.n_sms = 2}), Error);
+  NorthBatch two = north_batch(c, {30, 10}, 4);  // the second ring shares the first's block of position 29
+  two.rings[1][2] = two.rings[0][(29 / 4) % kv_ring_length(8, 4)];
+  try {
+    make_plan(c, two.state, policy_by_name("default"), PlanOptions{.n_sms = 2});
+    ADD_FAILURE() << "two sequences' new tokens in one ring slot accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ring slot"), std::string::npos) << e.what();
+  }
   std::vector<std::vector<int32_t>> tables{{0, 1}}, ring{{0}};
   BatchState qwen{16, {{20, tables[0], ring[0]}}};
   EXPECT_THROW(make_plan(preset_config("tiny"), qwen, policy_by_name("default"), PlanOptions{.n_sms = 2}), Error);
