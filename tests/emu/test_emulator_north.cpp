@@ -11,14 +11,18 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <numeric>
 
 #include "../ref/ref_test_util.h"
+#include "../engine/fakes.h"
 #include "cli/backend_factory.h"
 #include "cli/generate_loop.h"
 #include "core/check.h"
 #include "emu/emulator_backend.h"
+#include "engine/metrics.h"
+#include "engine/scheduler.h"
 #include "kv/kv_cache.h"
 #include "model/presets.h"
 #include "model/routing.h"
@@ -320,6 +324,58 @@ TEST(NorthCpuMk, FactoryAndGenerateLoopMatchCpuRef) {
   const GenerateResult b = generate(*ref, request, [](int32_t) {});
   ASSERT_EQ(a.tokens.size(), 16u);
   EXPECT_EQ(a.tokens, b.tokens);
+}
+
+// The engine's scheduler over cpu-mk with a ring pool that binds (room for about two rings of the
+// cohere test shape's 5-key window at blocks of 2): chunked prompts, preemptions by the ring pool;
+// every request's tokens equal those of the same schedule over cpu-ref (fixed seed: greedy tokens
+// of a model whose margins are far above the two backends' difference).
+TEST(NorthCpuMk, SchedulerWithABindingRingPoolMatchesCpuRef) {
+  const ModelConfig c = test::cohere_config();
+  const test::TestWeights w = test::random_weights(c, Dtype::kBF16, 77);
+  const int bs = 2, r = kv_ring_length(c.max_sliding_window(), bs);
+  auto run = [&](Backend& backend, size_t& preemptions) {
+    EngineMetrics metrics;
+    SchedulerConfig sc;
+    sc.max_num_seqs = 4;
+    sc.max_prefill_tokens = 7;
+    sc.check_invariants = true;
+    Scheduler sched(backend, sc, testing::fake_decoders(), &metrics);
+    auto sink = std::make_shared<testing::CollectingSink>();
+    SplitMix64 rng(5);
+    const int prompt_len[] = {3, 4, 3, 20};
+    for (uint64_t id = 1; id <= 4; ++id) {
+      SequenceRequest req;
+      req.request_id = id;
+      req.prompt = test::random_tokens(rng, prompt_len[id - 1], c.vocab_size);
+      req.sampling.temperature = 0;
+      req.stop.max_tokens = 18;
+      req.stop.ignore_eos = true;
+      req.sink = sink;
+      sched.add(std::move(req));
+    }
+    for (int i = 0; i < 10000 && sched.step(); ++i) EXPECT_LE(sched.kv().n_ring_used(), sched.n_running() * r);
+    EXPECT_TRUE(sched.idle());
+    preemptions = sched.n_preemptions();
+    std::map<uint64_t, std::vector<int32_t>> tokens;
+    for (const SeqOutput& o : sink->events) tokens[o.request_id].insert(tokens[o.request_id].end(), o.tokens.begin(), o.tokens.end());
+    return tokens;
+  };
+  BackendOptions o{.backend = "cpu-mk", .kv_block_size = bs, .n_kv_blocks = 200, .n_threads = 3};
+  o.n_ring_blocks = 2 * r + 1;
+  emu::CpuMkBackend mk(c, w.weights, w.store, o);
+  ASSERT_EQ(mk.n_ring_blocks(), 2 * r + 1);
+  o.backend = "cpu-ref";
+  ref::RefBackend ref(c, w.weights, w.store, o);
+  size_t mk_pre = 0, ref_pre = 0;
+  const auto got = run(mk, mk_pre), want = run(ref, ref_pre);
+  EXPECT_GT(mk_pre, 0u) << "the ring pool should force preemptions";
+  EXPECT_EQ(mk_pre, ref_pre);
+  ASSERT_EQ(got.size(), 4u);
+  for (const auto& [id, t] : want) {
+    EXPECT_EQ(t.size(), 18u) << id;
+    EXPECT_EQ(got.at(id), t) << "request " << id;
+  }
 }
 
 TEST(NorthCpuMk, RefusesWhatItDoesNotImplementByName) {
