@@ -117,11 +117,12 @@ void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, boo
   const Op up_op = dense ? Op::kDenseUp : Op::kExpertUp, down_op = dense ? Op::kDenseDown : Op::kExpertDown;
   WaveBuild up{up_op, L, {}, {}}, down{down_op, L, {}, {}};
   for (int sm = 0; sm < s.n_sms; ++sm) {
-    // Routed up shares read the router tiles' logits (and normalise x, ready before any router
-    // tile ran); dense up shares only the layer input.
-    up.tasks.push_back(dense ? input_task(up_op, {sm, s.n_sms}, C(c.up_done))
-                             : make_task(up_op, L, {sm, s.n_sms}, {{C(c.router_done), s.n_router_tasks}},
-                                         {{C(c.up_done), 1}}));
+    // Routed up shares normalise the layer input (after the previous layer's O-proj: the fill can
+    // run before the routing is known, as in sequential blocks after O-proj), then read the router
+    // tiles' logits; dense up shares only the layer input.
+    Task u = input_task(up_op, {sm, s.n_sms}, C(c.up_done));
+    if (!dense) u.wait[u.n_waits++] = {C(c.router_done), s.n_router_tasks};
+    up.tasks.push_back(u);
     up.sm.push_back(sm);
     down.tasks.push_back(make_task(down_op, L, {sm, s.n_sms}, {{C(c.up_done), s.n_sms}}, {{C(c.down_done), 1}}));
     down.sm.push_back(sm);

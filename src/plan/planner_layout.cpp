@@ -230,7 +230,7 @@ BufferLayout buffer_layout(const PlanShape& s) {
   L.attn_part_o = place(a * gs * d * 4);
   L.attn_part_ml = place(a * gs * 2 * 4);
   L.attn_out = place(b * s.n_heads * d * 4);
-  L.h = place(b * h * 4);
+  L.h = place(s.parallel ? 0 : b * h * 4);
   L.router_logits = place(b * e * 4);
   L.act = place(std::max(b * k * inter, b * static_cast<uint64_t>(s.dense_inter)) * 4);
   L.logits = place(s.lm_head ? b * v * 4 : 0);

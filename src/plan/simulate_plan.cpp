@@ -192,7 +192,8 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
             st.routing_rows = rows;
             // The whole-K fill before the router wait, after the O-proj wait (ops.cuh op_gemm); a
             // windowed share fills per window instead (counted above).
-            st.pre_after_waits = 1;
+            // (Parallel blocks: after the previous layer's O-proj wait, none at layer 0.)
+            st.pre_after_waits = s.parallel ? t.n_waits - 1 : 1;
             if (geo[kGemmUp].n_windows() > 1) st.pre_us = 0;
             else st.pre_us += p.row_us[static_cast<int>(op)] * (rows - 1);
           }

@@ -143,9 +143,9 @@ MD_HOST_DEVICE inline int32_t layer_counter(const CounterLayout& c, int layer, i
   X(attn_part_o, float, "[A, gs, D] unnormalised partial outputs of attention splits")         \
   X(attn_part_ml, float, "[A, gs, 2] running max and sum of exp of each split")                \
   X(attn_out, float, "[B, n_heads*D] merged attention output (GPU: bf16)")                     \
-  X(h, float, "[B, H] residual after attention, x + o")                                        \
+  X(h, float, "[B, H] residual after attention, x + o (sequential blocks; 0 bytes otherwise)")   \
   X(router_logits, float, "[B, E]")                                                            \
-  X(act, float, "[B*K, I] silu(gate)*up per (expert, token) slot, expert-major (GPU: bf16)")  \
+  X(act, float, "[B*K, I] silu(gate)*up per (expert, token) slot, expert-major (GPU: bf16); dense layers [B, dense_inter]") \
   X(logits, float, "[B, V]")                                                                   \
   X(out_tokens, int32_t, "[B] sampled tokens")                                                 \
   X(ring_tables, int32_t, "[B, ring_len] ring blocks of the sliding layers (host-written; 0 bytes without)") \

@@ -102,7 +102,7 @@ void check_parallel_structure(const ModelConfig& c, const Plan& plan, const std:
       EXPECT_FALSE(waits_on(t, C(k.oproj_done))) << where;
       EXPECT_EQ(waits_on(t, C(k.attn_done)), router_after_attn && op == Op::kRouter) << where;
     }
-    if ((op == Op::kRouter || op == Op::kDenseUp || op == Op::kQkv) && L > 0) {
+    if ((op == Op::kRouter || op == Op::kDenseUp || op == Op::kExpertUp || op == Op::kQkv) && L > 0) {
       EXPECT_TRUE(waits_on(t, layer_counter(k, L - 1, k.oproj_done))) << where;
     }
     if (op == Op::kOProj) {
