@@ -1,3 +1,4 @@
+// sanitize: thread
 // cohere2_moe (North Mini Code) through the decode plan and cpu-mk (issue 25): north-tiny's
 // parallel blocks (QKV and router read one norm; x = (x + o) + F written by O-proj), sliding-window
 // layers reading their window through the ring table, NoPE full layers, the dense first layer,
