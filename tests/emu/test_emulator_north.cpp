@@ -180,15 +180,27 @@ void expect_routing_exact(const Scenario& sc, const test::TestWeights& w, const 
   }
 }
 
+// A seeded case (the seed printed): north-tiny, its sliding window set to `window` (0: its own 24),
+// with random bf16 weights.
+struct NorthCase {
+  uint64_t seed = test_seed();
+  SplitMix64 rng{(std::printf("seed %llu\n", static_cast<unsigned long long>(seed)), seed)};
+  ModelConfig c;
+  test::TestWeights w;
+  explicit NorthCase(int window)
+      : c(window ? with_window(preset_config("north-tiny"), window) : preset_config("north-tiny")),
+        w(test::random_weights(c, Dtype::kBF16, rng.next())) {}
+};
+
 TEST(NorthCpuMk, RoutingExactAgainstCpuRefAtBatchOneAndSeveralWrappingTheRing) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
-  const ModelConfig c = preset_config("north-tiny");  // window 24, 5 layers: dense+full RoPE, 3 sliding, full NoPE
+  NorthCase k(0);  // window 24, 5 layers: dense + full RoPE, 3 sliding, full NoPE
+  const ModelConfig& c = k.c;
+  const test::TestWeights& w = k.w;
+  SplitMix64& rng = k.rng;
+  const uint64_t seed = k.seed;
   ASSERT_EQ(c.block, BlockKind::kParallel);
   ASSERT_EQ(c.router, RouterKind::kSigmoidTopK);
   ASSERT_NE(c.logit_scale, 1.0f);
-  const test::TestWeights w = test::random_weights(c, Dtype::kBF16, rng.next());
   const int r = kv_ring_length(c.max_sliding_window(), kBlock);  // 7 blocks: 28 slots
   for (int batch : {1, 3}) {
     const std::string policy = policy_names()[rng.below(policy_names().size())];
@@ -204,11 +216,10 @@ TEST(NorthCpuMk, RoutingExactAgainstCpuRefAtBatchOneAndSeveralWrappingTheRing) {
 // The comparison sees a window that is off: cpu-ref with a window 4 keys wider differs from cpu-mk
 // (beyond the tolerance) at every row past the window, and agrees before (the first prompt rows).
 TEST(NorthCpuMk, AWindowOffByFourKeysIsSeen) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
-  const ModelConfig c = with_window(preset_config("north-tiny"), 8);
-  const test::TestWeights w = test::random_weights(c, Dtype::kBF16, rng.next());
+  NorthCase k(8);
+  const ModelConfig& c = k.c;
+  const test::TestWeights& w = k.w;
+  SplitMix64& rng = k.rng;
   Scenario sc = make_scenario(c, rng, 2, 20, 30, 3);
   const RunResult mk = run_mk(sc, w, 3, 0, false, 8);
   Scenario wide = sc;
@@ -227,11 +238,10 @@ TEST(NorthCpuMk, AWindowOffByFourKeysIsSeen) {
 // only reorder the work (grid-sync, router-after-attn) give the same logits and the same routing;
 // and each sequence alone gives its rows of the batch (batch invariance).
 TEST(NorthCpuMk, BitwiseRepeatableAndBatchInvariant) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
-  const ModelConfig c = with_window(preset_config("north-tiny"), 12);
-  const test::TestWeights w = test::random_weights(c, Dtype::kBF16, rng.next());
+  NorthCase k(12);
+  const ModelConfig& c = k.c;
+  const test::TestWeights& w = k.w;
+  SplitMix64& rng = k.rng;
   const Scenario sc = make_scenario(c, rng, 4, 10, 60, 4);
   const RunResult a = run_mk(sc, w, 5, rng.next(), false, 8);
   const std::string reorder = rng.below(2) ? "grid-sync" : "router-after-attn";
@@ -272,11 +282,10 @@ TEST(NorthCpuMk, BitwiseRepeatableAndBatchInvariant) {
 // routing, the dense layer, x = (x + o) + F in that order, logit_scale. A batch of four sequences
 // at position 0, decoded in one step.
 TEST(NorthCpuMk, PositionZeroIsBitwiseCpuRef) {
-  const uint64_t seed = test_seed();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SplitMix64 rng(seed);
-  const ModelConfig c = preset_config("north-tiny");
-  const test::TestWeights w = test::random_weights(c, Dtype::kBF16, rng.next());
+  NorthCase k(0);
+  const ModelConfig& c = k.c;
+  const test::TestWeights& w = k.w;
+  SplitMix64& rng = k.rng;
   Scenario sc = make_scenario(c, rng, 4, 1, 1, 0);
   // Decode at position 0: the prompts are the steps' tokens (no prefill).
   const int n = 4;
