@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "kv/kv_cache.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "plan/planner.h"
@@ -86,8 +87,10 @@ int cmd_plan(int argc, char** argv) {
   state.kv_block_size = static_cast<int>(args.get_int("block-size", 16));
   MD_REQUIRE(state.kv_block_size >= 1, "--block-size must be >= 1");
   // Distinct consecutive blocks per sequence: the plan does not depend on which blocks they are.
-  std::vector<std::vector<int32_t>> tables(batch);
-  int32_t next_block = 0;
+  std::vector<std::vector<int32_t>> tables(batch), rings(batch);
+  const int window = config.block == BlockKind::kParallel ? config.max_sliding_window() : 0;
+  const int ring_len = window > 0 ? kv_ring_length(window, state.kv_block_size) : 0;
+  int32_t next_block = 0, next_ring = 0;
   for (int64_t i = 0; i < batch; ++i) {
     SeqState seq;
     seq.n_ctx = static_cast<int>(contexts[i % contexts.size()]);
@@ -95,6 +98,11 @@ int cmd_plan(int argc, char** argv) {
     std::iota(tables[i].begin(), tables[i].end(), next_block);
     next_block += static_cast<int32_t>(tables[i].size());
     seq.block_table = tables[i];
+    // Sliding-window layers: a ring of min(R, blocks) blocks of the ring pool (kv/kv_cache.h).
+    rings[i].resize(std::min<size_t>(ring_len, tables[i].size()));
+    std::iota(rings[i].begin(), rings[i].end(), next_ring);
+    next_ring += static_cast<int32_t>(rings[i].size());
+    seq.ring_table = rings[i];
     state.seqs.push_back(seq);
   }
   const Plan plan = make_plan(config, state, policy, options);

@@ -81,9 +81,12 @@ void poison_for_wave(std::vector<double>& arena, const BufferLayout& b, const Wa
     std::fill(p, p + s.bytes / 4, std::numeric_limits<float>::quiet_NaN());
   };
   if (wave.op == Op::kQkv && wave.layer > 0)
-    for (const BufferSpan* s : {&b.qkv, &b.attn_part_o, &b.attn_part_ml, &b.attn_out, &b.h, &b.router_logits, &b.act})
+    for (const BufferSpan* s :
+         {&b.qkv, &b.attn_part_o, &b.attn_part_ml, &b.attn_out, &b.h, &b.router_logits, &b.act, &b.ffn_out})
       nan_fill(*s);
-  if (wave.op == Op::kExpertDown) nan_fill(b.x);
+  // Sequential blocks rewrite x in the down shares; parallel ones in place in O-proj (x + o + F), so
+  // x stays.
+  if (wave.op == Op::kExpertDown && b.ffn_out.bytes == 0) nan_fill(b.x);
 }
 
 }  // namespace
@@ -116,6 +119,13 @@ void Emulator::run(const Plan& plan, const StepInput& input, const EmulatorOptio
     const size_t n = std::min<size_t>(q.block_table.size(), s.max_blocks_per_seq);
     std::copy(q.block_table.begin(), q.block_table.begin() + n, tables + static_cast<size_t>(i) * s.max_blocks_per_seq);
   }
+  int32_t* rings = at<int32_t>(arena_, b.ring_tables);
+  std::fill(rings, rings + b.ring_tables.bytes / 4, -1);
+  for (int i = 0; i < s.batch && s.ring_len > 0; ++i) {
+    const SeqState& q = input.batch->seqs[i];
+    const size_t n = std::min<size_t>(q.ring_table.size(), s.ring_len);
+    std::copy(q.ring_table.begin(), q.ring_table.begin() + n, rings + static_cast<size_t>(i) * s.ring_len);
+  }
   SamplingParams* sp = at<SamplingParams>(arena_, b.sampling);
   for (int i = 0; i < s.batch; ++i) sp[i] = input.sampling.empty() ? SamplingParams{} : input.sampling[i];
   std::memcpy(at<AttnItem>(arena_, b.attn_items), plan.attn_items.data(), plan.attn_items.size() * sizeof(AttnItem));
@@ -127,6 +137,14 @@ void Emulator::run(const Plan& plan, const StepInput& input, const EmulatorOptio
   v.kv = &kv_;
   v.params = &plan.params;
   v.sampler = &input.sampler;
+  output.route_experts.clear();
+  output.route_weights.clear();
+  if (input.record_routing) {
+    output.route_experts.assign(static_cast<size_t>(s.batch) * s.n_layers * s.top_k, -1);
+    output.route_weights.assign(output.route_experts.size(), 0.0f);
+    v.route_experts = output.route_experts.data();
+    v.route_weights = output.route_weights.data();
+  }
 #define MD_VIEW_BIND(name, type, shape) v.name = at<type>(arena_, b.name);
   MD_BUFFERS(MD_VIEW_BIND)
 #undef MD_VIEW_BIND

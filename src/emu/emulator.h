@@ -45,11 +45,17 @@ struct StepInput {
   const BatchState* batch = nullptr;
   std::span<const SamplingParams> sampling;  // empty: defaults
   HostSampler sampler;                       // needed when the plan samples
+  bool record_routing = false;               // fill StepOutput's routing (routing-exact tests)
 };
 
 struct StepOutput {
   std::vector<float> logits;    // [batch, vocab] when the plan has the LM head
   std::vector<int32_t> tokens;  // [batch] when the plan samples
+  // With StepInput::record_routing: [batch, n_layers, top_k] the experts each row's MoE layers
+  // used, in top-k order, and their weights, as the down shares derived them; -1 and 0 on dense
+  // layers (cpu-ref's RoutingLog convention).
+  std::vector<int32_t> route_experts;
+  std::vector<float> route_weights;
 };
 
 class Emulator {

@@ -54,6 +54,8 @@ struct StepView {
   ref::KvStore* kv = nullptr;
   const PlanParams* params = nullptr;
   const HostSampler* sampler = nullptr;
+  int32_t* route_experts = nullptr;  // [B, n_layers, K] when the step records its routing (host only)
+  float* route_weights = nullptr;
 #define MD_STEP_VIEW_FIELD(name, type, shape) type* name = nullptr;
   MD_BUFFERS(MD_STEP_VIEW_FIELD)
 #undef MD_STEP_VIEW_FIELD
@@ -68,6 +70,10 @@ struct StepView {
 #define MD_TILE_DECL(e, name) void tile_##name(const StepView& v, Sync& sync, const Task& task);
 MD_OPS(MD_TILE_DECL)
 #undef MD_TILE_DECL
+
+// The FFN's normalised input, every token: RMSNorm(h) with post_attention_layernorm (sequential
+// blocks), or of the layer input x with input_layernorm (parallel blocks; the embedding at layer 0).
+std::vector<std::vector<float>> ffn_input(const StepView& v, int layer);
 
 // RMSNorm of token t's row of an fp32 residual [batch, hidden] with `weight` (the tiles' prologue).
 std::vector<float> normed_row(const StepView& v, const float* residual, int t, const std::vector<float>& weight);

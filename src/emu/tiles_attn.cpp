@@ -18,30 +18,43 @@
 namespace megadecode::emu {
 namespace {
 
-std::span<const int32_t> block_table(const StepView& v, int seq) {
+// Where position `pos` of sequence `seq` lives in layer L: a sliding layer's ring (when the store
+// keeps one: ring block (pos / B) mod R of the ring table), else the block table.
+ref::KvStore::Slot locate(const StepView& v, int L, bool sliding, int seq, int pos) {
   const PlanShape& s = v.shape();
-  return {v.block_tables + static_cast<size_t>(seq) * s.max_blocks_per_seq, static_cast<size_t>(s.max_blocks_per_seq)};
+  if (sliding && v.kv->in_ring(L)) {
+    MD_REQUIRE(s.ring_len == v.kv->ring_length(), "cpu-mk: plan for rings of ", s.ring_len, " blocks, the store has ",
+               v.kv->ring_length());
+    return v.kv->locate_ring({v.ring_tables + static_cast<size_t>(seq) * s.ring_len, static_cast<size_t>(s.ring_len)}, pos);
+  }
+  return v.kv->locate({v.block_tables + static_cast<size_t>(seq) * s.max_blocks_per_seq,
+                       static_cast<size_t>(s.max_blocks_per_seq)},
+                      pos);
 }
 
-// Position `pos` of `x` [head_dim] normed (when the model has q/k norms) and rotated.
-void norm_rope(const StepView& v, const std::vector<float>& norm, const float* in, int pos, float* out) {
+// Position `pos` of `x` [head_dim] normed (when the model has q/k norms) and rotated (unless NoPE).
+void norm_rope(const StepView& v, const std::vector<float>& norm, bool rope, const float* in, int pos, float* out) {
   const int D = v.shape().head_dim;
   std::copy(in, in + D, out);
   if (v.config->qk_norm) ref::rms_norm(out, norm.data(), v.config->rms_norm_eps, D, out);
-  ref::apply_rope(out, D, pos, v.norms->inv_freq, v.config->rope_style);
+  if (rope) ref::apply_rope(out, D, pos, v.norms->inv_freq, v.config->rope_style);
 }
 
-void attn_split(const StepView& v, int L, const AttnItem& it, int index) {
+void attn_split(const StepView& v, int L, uint8_t flags, const AttnItem& it, int index) {
   const PlanShape& s = v.shape();
   const int D = s.head_dim, gs = s.group_size, g = it.group;
   const int n_ctx = v.seq_len[it.seq];
   MD_REQUIRE(it.pos_end <= n_ctx, "attention item ", index, " reaches position ", it.pos_end, " past context ", n_ctx);
   const int pos = n_ctx - 1;
+  const bool sliding = flags & kAttnSliding, rope = !(flags & kAttnNoRope);
+  MD_REQUIRE(!sliding || (s.sliding_window > 0 && it.pos_end - it.pos_begin <= s.sliding_window &&
+                          it.pos_begin >= n_ctx - s.sliding_window),
+             "attention item ", index, " of sliding L", L, " reads positions ", it.pos_begin, "..", it.pos_end,
+             " outside the window of ", s.sliding_window, " before ", n_ctx);
   const float* raw = v.qkv + (static_cast<size_t>(it.seq) * s.n_kv_heads + g) * s.qkv_group_rows;
-  const auto table = block_table(v, it.seq);
   if (it.pos_end == n_ctx) {  // this split holds the new token: append its K/V
-    const ref::KvStore::Slot here = v.kv->locate(table, pos);
-    norm_rope(v, v.norms->k[L], raw + gs * D, pos, v.kv->key(L, here) + g * D);
+    const ref::KvStore::Slot here = locate(v, L, sliding, it.seq, pos);
+    norm_rope(v, v.norms->k[L], rope, raw + gs * D, pos, v.kv->key(L, here) + g * D);
     std::copy(raw + (gs + 1) * D, raw + (gs + 2) * D, v.kv->value(L, here) + g * D);
   }
   const int n = it.pos_end - it.pos_begin;
@@ -50,9 +63,9 @@ void attn_split(const StepView& v, int L, const AttnItem& it, int index) {
   std::vector<const float*> values(n);
   auto score = [&](int i) -> float& { return scores[i]; };
   for (int h = 0; h < gs; ++h) {
-    norm_rope(v, v.norms->q[L], raw + h * D, pos, q.data());
+    norm_rope(v, v.norms->q[L], rope, raw + h * D, pos, q.data());
     for (int j = it.pos_begin; j < it.pos_end; ++j) {
-      const ref::KvStore::Slot sl = v.kv->locate(table, j);
+      const ref::KvStore::Slot sl = locate(v, L, sliding, it.seq, j);
       scores[j - it.pos_begin] = ref::dot(q.data(), v.kv->key(L, sl) + g * D, D);
       values[j - it.pos_begin] = v.kv->value(L, sl) + g * D;
     }
@@ -97,7 +110,7 @@ void tile_attn(const StepView& v, Sync& sync, const Task& task) {
   const int L = task.layer, i = task.arg[0];
   MD_REQUIRE(i >= 0 && i < s.n_attn_items, "attention task names item ", i, " of ", s.n_attn_items);
   const AttnItem& it = v.items()[i];
-  attn_split(v, L, it, i);
+  attn_split(v, L, task.flags, it, i);
   sync.pause();
   const int32_t before = sync.fetch_add(layer_counter(c, L, c.attn_split + it.seq * s.n_kv_heads + it.group), 1);
   MD_REQUIRE(before < it.n_splits, "attention item ", i, ": split counter of seq ", it.seq, " g", it.group,

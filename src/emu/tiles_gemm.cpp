@@ -18,7 +18,8 @@ WidenedNorms widen_norms(const ModelConfig& config, const ModelWeights& weights)
   WidenedNorms n;
   for (const LayerWeights& w : weights.layers) {
     n.input.push_back(ref::load_vector(w.input_norm));
-    n.post_attn.push_back(ref::load_vector(w.post_attn_norm));
+    n.post_attn.push_back(config.block == BlockKind::kSequential ? ref::load_vector(w.post_attn_norm)
+                                                                 : std::vector<float>{});
     n.q.push_back(config.qk_norm ? ref::load_vector(w.q_norm) : std::vector<float>{});
     n.k.push_back(config.qk_norm ? ref::load_vector(w.k_norm) : std::vector<float>{});
   }
@@ -66,14 +67,24 @@ std::vector<std::vector<float>> normed_batch(const StepView& v, const float* res
   return out;
 }
 
+// RMSNorm of the layer's input (the embedding at layer 0) with input_layernorm, every token.
+std::vector<std::vector<float>> normed_input(const StepView& v, int layer) {
+  const std::vector<float> emb = layer == 0 ? embedding(v) : std::vector<float>{};
+  return normed_batch(v, layer == 0 ? emb.data() : v.x, v.norms->input[layer]);
+}
+
 }  // namespace
+
+std::vector<std::vector<float>> ffn_input(const StepView& v, int layer) {
+  if (v.shape().parallel) return normed_input(v, layer);
+  return normed_batch(v, v.h, v.norms->post_attn[layer]);
+}
 
 void tile_qkv(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
   const int L = task.layer, D = s.head_dim, gs = s.group_size;
   const LayerWeights& w = v.weights->layers[L];
-  const std::vector<float> emb = L == 0 ? embedding(v) : std::vector<float>{};
-  const auto xn = normed_batch(v, L == 0 ? emb.data() : v.x, v.norms->input[L]);
+  const auto xn = normed_input(v, L);
   gemm_rows(
       v, task, s.n_kv_heads * s.qkv_group_rows, s.hidden, xn,
       [&](int r, float* row) {
@@ -86,24 +97,27 @@ void tile_qkv(const StepView& v, Sync&, const Task& task) {
       [&](int t, int r, float y) { v.qkv[static_cast<size_t>(t) * s.n_kv_heads * s.qkv_group_rows + r] = y; });
 }
 
+// Parallel blocks: x = (x + o) + F, cpu-ref's order, in place (every reader of the layer's x has
+// run: this tile waits on the attention merges and every down share).
 void tile_o_proj(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
   const int H = s.hidden, q_size = s.n_heads * s.head_dim;
   const std::vector<float> emb = task.layer == 0 ? embedding(v) : std::vector<float>{};
   const float* residual = task.layer == 0 ? emb.data() : v.x;
+  float* out = s.parallel ? v.x : v.h;
   std::vector<std::vector<float>> a;
   for (int t = 0; t < s.batch; ++t) a.emplace_back(v.attn_out + static_cast<size_t>(t) * q_size, v.attn_out + (t + 1) * static_cast<size_t>(q_size));
   gemm_rows(
       v, task, H, q_size, a, [&](int r, float* row) { ref::load_row(v.weights->layers[task.layer].o_proj, r, row); },
       [&](int t, int r, float y) {
         const size_t at = static_cast<size_t>(t) * H + r;
-        v.h[at] = residual[at] + y;
+        out[at] = s.parallel ? (residual[at] + y) + v.ffn_out[at] : residual[at] + y;
       });
 }
 
 void tile_router(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
-  const auto hn = normed_batch(v, v.h, v.norms->post_attn[task.layer]);
+  const auto hn = ffn_input(v, task.layer);
   gemm_rows(
       v, task, s.n_experts, s.hidden, hn, [&](int r, float* row) { ref::load_row(v.weights->layers[task.layer].router, r, row); },
       [&](int t, int r, float y) { v.router_logits[static_cast<size_t>(t) * s.n_experts + r] = y; });
@@ -114,7 +128,7 @@ void tile_lm_head(const StepView& v, Sync&, const Task& task) {
   const auto xf = normed_batch(v, v.x, v.norms->final_norm);
   gemm_rows(
       v, task, s.vocab, s.hidden, xf, [&](int r, float* row) { ref::load_row(v.weights->lm_head, r, row); },
-      [&](int t, int r, float y) { v.logits[static_cast<size_t>(t) * s.vocab + r] = y; });
+      [&](int t, int r, float y) { v.logits[static_cast<size_t>(t) * s.vocab + r] = s.logit_scale != 1.0f ? y * s.logit_scale : y; });
 }
 
 void tile_sample(const StepView& v, Sync&, const Task& task) {

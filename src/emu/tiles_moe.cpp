@@ -70,8 +70,7 @@ void tile_expert_up(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
   const int L = task.layer, H = s.hidden, I = s.moe_inter;
   const LayerRouting r = route_layer(v);
-  std::vector<std::vector<float>> hn;
-  for (int t = 0; t < s.batch; ++t) hn.push_back(normed_row(v, v.h, t, v.norms->post_attn[L]));
+  const std::vector<std::vector<float>> hn = ffn_input(v, L);
   const MoeShare share = moe_share(static_cast<int32_t>(r.active.size()) * s.up_units, task.arg[0], task.arg[1]);
   std::vector<float> gate_row(H), up_row(H);
   for (int32_t u = share.begin; u < share.end; ++u) {
@@ -94,6 +93,13 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
   const int L = task.layer, H = s.hidden, I = s.moe_inter, K = s.top_k;
   const LayerRouting r = route_layer(v);
   const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1]);
+  if (v.route_experts != nullptr && task.arg[0] == 0)  // share 0 records the layer's routing
+    for (int t = 0; t < s.batch; ++t)
+      for (int k = 0; k < K; ++k) {
+        const size_t at = (static_cast<size_t>(t) * s.n_layers + L) * K + k;
+        v.route_experts[at] = r.ids[t * K + k];
+        v.route_weights[at] = r.w[t * K + k];
+      }
   std::vector<float> row(I);
   for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr)
     for (int t = 0; t < s.batch; ++t) {
@@ -104,8 +110,45 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
         moe += r.w[t * K + k] * ref::dot(row.data(), a, I);
       }
       const size_t at = static_cast<size_t>(t) * H + rr;
-      v.x[at] = v.h[at] + moe;
+      if (s.parallel)
+        v.ffn_out[at] = moe;  // F; O-proj adds x + o + F
+      else
+        v.x[at] = v.h[at] + moe;
     }
+}
+
+// The dense FFN (parallel blocks' dense layers): up share s of S takes the units
+// moe_share(dense_units, s, S) of the MLP's gate/up rows (8 + 8 columns each):
+// act[t, col] = silu(gate . xn) * (up . xn); down share s takes the hidden row blocks
+// moe_share(down_rbs, s, S): ffn_out[t, r] = down_r . act[t] (cpu-ref's swiglu, bit for bit).
+void tile_dense_up(const StepView& v, Sync&, const Task& task) {
+  const PlanShape& s = v.shape();
+  const int L = task.layer, H = s.hidden, I = s.dense_inter;
+  MD_REQUIRE(I > 0 && v.config->layers[L].ffn == FfnKind::kDense, "dense up share at L", L, ", not a dense layer");
+  const std::vector<std::vector<float>> xn = ffn_input(v, L);
+  const LayerWeights& w = v.weights->layers[L];
+  const MoeShare share = moe_share(s.dense_units, task.arg[0], task.arg[1]);
+  std::vector<float> gate_row(H), up_row(H);
+  for (int col = share.begin * 8; col < std::min(I, share.end * 8); ++col) {
+    ref::load_row(w.mlp_gate, col, gate_row.data());
+    ref::load_row(w.mlp_up, col, up_row.data());
+    for (int t = 0; t < s.batch; ++t)
+      v.act[static_cast<size_t>(t) * I + col] =
+          ref::silu(ref::dot(gate_row.data(), xn[t].data(), H)) * ref::dot(up_row.data(), xn[t].data(), H);
+  }
+}
+
+void tile_dense_down(const StepView& v, Sync&, const Task& task) {
+  const PlanShape& s = v.shape();
+  const int L = task.layer, H = s.hidden, I = s.dense_inter;
+  MD_REQUIRE(I > 0 && s.parallel, "dense down share at L", L, " of a plan without parallel dense layers");
+  const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1]);
+  std::vector<float> row(I);
+  for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {
+    ref::load_row(v.weights->layers[L].mlp_down, rr, row.data());
+    for (int t = 0; t < s.batch; ++t)
+      v.ffn_out[static_cast<size_t>(t) * H + rr] = ref::dot(row.data(), v.act + static_cast<size_t>(t) * I, I);
+  }
 }
 
 }  // namespace megadecode::emu

@@ -9,7 +9,12 @@
 //   (prologue: RMSNorm of h) -> expert up (every SM derives the layer's routing and its share of
 //   the up units itself) -> expert down (its share of the row blocks over every active expert;
 //   epilogue: x = h + sum_k w_k down_k in top-k order)
-// then LM head tiles (prologue: the final RMSNorm) -> SAMPLE. No task runs on one SM alone for the
+// then LM head tiles (prologue: the final RMSNorm) -> SAMPLE.
+// cohere2_moe (parallel blocks, PlanShape::parallel): QKV tiles and router tiles both normalise the
+// layer input x; attention items as above (sliding layers: the window, through the ring table);
+// expert up/down (or, on a dense layer, DENSE_UP/DENSE_DOWN: the fixed SwiGLU MLP of width
+// dense_inter in shares, no router) write the FFN branch F into ffn_out; the O-proj tiles come
+// last and write x = (x + o) + F. Waves per layer: QKV, ROUTER, ATTN, EXPERT_UP, EXPERT_DOWN, O_PROJ. No task runs on one SM alone for the
 // whole GPU: the norms are recomputed in every consumer tile's prologue and the routing on every SM.
 #pragma once
 
@@ -24,7 +29,9 @@
   X(ExpertUp, expert_up)       \
   X(ExpertDown, expert_down)   \
   X(LmHead, lm_head)           \
-  X(Sample, sample)
+  X(Sample, sample)            \
+  X(DenseUp, dense_up)         \
+  X(DenseDown, dense_down)
 
 namespace megadecode {
 
@@ -55,5 +62,8 @@ inline constexpr int op_index(std::string_view name) {
 
 // Expert work: its weight pages are known only once the layer's routing is.
 inline constexpr bool op_is_routed(Op op) { return op == Op::kExpertUp || op == Op::kExpertDown; }
+
+// Work cut in one share per SM (arg0 = share, arg1 = shares): the routed experts and the dense FFN.
+inline constexpr bool op_is_share(Op op) { return op_is_routed(op) || op == Op::kDenseUp || op == Op::kDenseDown; }
 
 }  // namespace megadecode

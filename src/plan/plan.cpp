@@ -57,9 +57,13 @@ std::string describe_task(const Plan& plan, int task) {
     case Op::kOProj:
     case Op::kRouter:
     case Op::kLmHead: return cat(where, " rows ", t.arg[0] * 16, "..", t.arg[1] * 16, ")");
-    case Op::kAttn: return cat(where, " item ", t.arg[0], ")");
+    case Op::kAttn:
+      return cat(where, " item ", t.arg[0], (t.flags & kAttnSliding) ? " sliding" : "",
+                 (t.flags & kAttnNoRope) ? " nope" : "", ")");
     case Op::kExpertUp:
-    case Op::kExpertDown: return cat(where, " share ", t.arg[0], " of ", t.arg[1], ")");
+    case Op::kExpertDown:
+    case Op::kDenseUp:
+    case Op::kDenseDown: return cat(where, " share ", t.arg[0], " of ", t.arg[1], ")");
   }
   return where + ")";
 }

@@ -18,6 +18,9 @@ namespace megadecode {
 struct SeqState {
   int n_ctx = 1;
   std::span<const int32_t> block_table;
+  // Models with sliding-window layers: the sequence's ring blocks (SeqChunk::ring_table), at least
+  // min(R, blocks covering n_ctx) of them; empty otherwise.
+  std::span<const int32_t> ring_table = {};
 };
 
 struct BatchState {

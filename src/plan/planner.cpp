@@ -81,10 +81,71 @@ void layer_waves(const PlanShape& s, const CounterLayout& c, int L, std::vector<
   out.push_back(std::move(down));
 }
 
+// A parallel block (op_table.h): QKV and router tiles (and dense up shares) read the layer input;
+// the routed or dense FFN runs beside attention; O-proj comes last and writes the residual, so it
+// waits on both, and the next layer's first waves wait on every O-proj tile. Waves: QKV, ROUTER,
+// ATTN, EXPERT_UP, EXPERT_DOWN, O_PROJ (router-after-attn: QKV, ATTN, ROUTER, ...; a dense layer:
+// QKV, ATTN, DENSE_UP, DENSE_DOWN, O_PROJ).
+void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, bool dense, std::vector<WaveBuild>& out) {
+  auto C = [&](int32_t offset) { return layer_counter(c, L, offset); };
+  const int G = s.n_kv_heads;
+  const Wait after_prev_layer{L > 0 ? layer_counter(c, L - 1, c.oproj_done) : -1, s.n_oproj_tasks};
+  auto input_task = [&](Op op, std::initializer_list<int32_t> args, int32_t arrive) {
+    Task t = make_task(op, L, args, {}, {{arrive, 1}});
+    if (L > 0) t.wait[t.n_waits++] = after_prev_layer;
+    return t;
+  };
+
+  WaveBuild qkv{Op::kQkv, L, {}, {}};
+  const int per_group = s.n_qkv_tasks / G, group_rbs = s.qkv_group_rows / 16;
+  for (int g = 0; g < G; ++g)
+    for (const auto& [a, b] : cut(g * group_rbs, group_rbs, per_group))
+      qkv.tasks.push_back(input_task(Op::kQkv, {a, b}, C(c.qkv_done + g)));
+  out.push_back(std::move(qkv));
+
+  WaveBuild router{Op::kRouter, L, {}, {}};
+  if (!dense)
+    for (const auto& [a, b] : cut(0, (s.n_experts + 15) / 16, s.n_router_tasks)) {
+      Task t = input_task(Op::kRouter, {a, b}, C(c.router_done));
+      if (s.router_after_attn) t.wait[t.n_waits++] = {C(c.attn_done), s.batch * G};
+      router.tasks.push_back(t);
+    }
+  if (!dense && !s.router_after_attn) out.push_back(std::move(router));
+  out.push_back(WaveBuild{Op::kAttn, L, {}, {}});  // its tasks come with the step's items
+  if (!dense && s.router_after_attn) out.push_back(std::move(router));
+
+  const Op up_op = dense ? Op::kDenseUp : Op::kExpertUp, down_op = dense ? Op::kDenseDown : Op::kExpertDown;
+  WaveBuild up{up_op, L, {}, {}}, down{down_op, L, {}, {}};
+  for (int sm = 0; sm < s.n_sms; ++sm) {
+    // Routed up shares normalise the layer input (after the previous layer's O-proj: the fill can
+    // run before the routing is known, as in sequential blocks after O-proj), then read the router
+    // tiles' logits; dense up shares only the layer input.
+    Task u = input_task(up_op, {sm, s.n_sms}, C(c.up_done));
+    if (!dense) u.wait[u.n_waits++] = {C(c.router_done), s.n_router_tasks};
+    up.tasks.push_back(u);
+    up.sm.push_back(sm);
+    down.tasks.push_back(make_task(down_op, L, {sm, s.n_sms}, {{C(c.up_done), s.n_sms}}, {{C(c.down_done), 1}}));
+    down.sm.push_back(sm);
+  }
+  out.push_back(std::move(up));
+  out.push_back(std::move(down));
+
+  WaveBuild oproj{Op::kOProj, L, {}, {}};
+  for (const auto& [a, b] : cut(0, s.hidden / 16, s.n_oproj_tasks))
+    oproj.tasks.push_back(make_task(Op::kOProj, L, {a, b}, {{C(c.attn_done), s.batch * G}, {C(c.down_done), s.n_sms}},
+                                    {{C(c.oproj_done), 1}}));
+  out.push_back(std::move(oproj));
+}
+
+int layer_wave_count(const PlanShape& s, const std::vector<LayerSpec>& layers, int L) {
+  return s.parallel && layers[L].ffn == FfnKind::kDense ? 5 : 6;
+}
+
 void final_waves(const PlanShape& s, const CounterLayout& c, std::vector<WaveBuild>& out) {
   if (!s.lm_head) return;
   WaveBuild lm{Op::kLmHead, -1, {}, {}};
-  const Wait after_moe{layer_counter(c, s.n_layers - 1, c.down_done), s.n_sms};
+  const Wait after_moe = s.parallel ? Wait{layer_counter(c, s.n_layers - 1, c.oproj_done), s.n_oproj_tasks}
+                                    : Wait{layer_counter(c, s.n_layers - 1, c.down_done), s.n_sms};
   for (const auto& [a, b] : cut(0, (s.vocab + 15) / 16, s.n_lm_tasks))
     lm.tasks.push_back(make_task(Op::kLmHead, -1, {a, b}, {after_moe}, {{c.lm_head_done, 1}}));
   out.push_back(std::move(lm));
@@ -194,13 +255,46 @@ void check_batch(const BatchState& batch) {
   }
 }
 
-PlanSkeleton plan_skeleton(const PlanShape& s) {
+void check_ring_tables(const BatchState& batch, int ring_len) {
+  std::set<std::pair<int32_t, int>> new_slots;
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const SeqState& q = batch.seqs[i];
+    if (ring_len == 0) {
+      MD_REQUIRE(q.ring_table.empty(), "sequence ", i, ": a ring table of ", q.ring_table.size(),
+                 " blocks for a model without sliding-window layers");
+      continue;
+    }
+    const size_t need = std::min<size_t>(ring_len, (static_cast<size_t>(q.n_ctx) + batch.kv_block_size - 1) / batch.kv_block_size);
+    MD_REQUIRE(q.ring_table.size() >= need && q.ring_table.size() <= static_cast<size_t>(ring_len), "sequence ", i,
+               ": ring table of ", q.ring_table.size(), " blocks, context ", q.n_ctx, " needs ", need, " (at most ",
+               ring_len, ")");
+    for (size_t b = 0; b < need; ++b)
+      MD_REQUIRE(q.ring_table[b] >= 0, "sequence ", i, ": ring table entry ", b, " is ", q.ring_table[b]);
+    const int pos = q.n_ctx - 1;
+    auto slot = std::make_pair(q.ring_table[(pos / batch.kv_block_size) % ring_len], pos % batch.kv_block_size);
+    MD_REQUIRE(new_slots.insert(slot).second, "sequence ", i, ": its new token's ring slot (block ", slot.first,
+               ", offset ", slot.second, ") is also another sequence's new slot");
+  }
+}
+
+PlanSkeleton plan_skeleton(const PlanShape& s, const std::vector<LayerSpec>& layers) {
+  MD_CHECK(static_cast<int>(layers.size()) == s.n_layers);
   PlanSkeleton sk;
   sk.shape = s;
-  const int n_waves = s.n_layers * 6 + (s.lm_head ? 1 : 0) + (s.sample ? 1 : 0);
+  int n_waves = (s.lm_head ? 1 : 0) + (s.sample ? 1 : 0);
+  for (int L = 0; L < s.n_layers; ++L) n_waves += layer_wave_count(s, layers, L);
   sk.counters = counter_layout(s, n_waves);
   std::vector<WaveBuild> waves;
-  for (int L = 0; L < s.n_layers; ++L) layer_waves(s, sk.counters, L, waves);
+  for (int L = 0; L < s.n_layers; ++L) {
+    if (s.parallel)
+      parallel_layer_waves(s, sk.counters, L, layers[L].ffn == FfnKind::kDense, waves);
+    else
+      layer_waves(s, sk.counters, L, waves);
+    uint8_t flags = 0;
+    if (s.parallel && layers[L].sliding_window > 0) flags |= kAttnSliding;
+    if (s.parallel && !layers[L].use_rope) flags |= kAttnNoRope;
+    sk.attn_flags.push_back(flags);
+  }
   final_waves(s, sk.counters, waves);
   MD_CHECK(static_cast<int>(waves.size()) == n_waves);
   if (s.grid_sync) grid_sync(sk.counters, waves);
@@ -214,6 +308,7 @@ Task attention_task(const PlanSkeleton& sk, int layer, int item, int group) {
   const CounterLayout& c = sk.counters;
   const int32_t per_group = s.n_qkv_tasks / s.n_kv_heads;
   Task t = make_task(Op::kAttn, layer, {item}, {{layer_counter(c, layer, c.qkv_done + group), per_group}}, {});
+  t.flags = sk.attn_flags[layer];
   if (s.grid_sync) {
     const int w = sk.attn_wave[layer];
     grid_sync_task(c, w, sk.waves[w - 1].n_tasks, t);
@@ -227,9 +322,11 @@ Plan make_plan(const ModelConfig& config, const BatchState& batch, const Policy&
   Plan plan;
   plan.policy = policy.name;
   PlanShape s = plan_shape(config, batch, policy, options);
-  const PlanSkeleton sk = plan_skeleton(s);
+  check_ring_tables(batch, s.ring_len);
   plan.attn_items = plan_attention_items(config, batch, policy);
-  assemble_plan(sk, plan.attn_items, place_attention(plan.attn_items, s.n_sms), plan);
+  s.n_full_items = s.parallel ? count_full_items(config, batch, policy) : 0;
+  const PlanSkeleton sk = plan_skeleton(s, config.layers);
+  assemble_plan(sk, plan.attn_items, s.n_full_items, place_attention_sets(plan.attn_items, s.n_full_items, s.n_sms), plan);
   s.n_attn_items = static_cast<int32_t>(plan.attn_items.size());
   plan.params.shape = s;
   plan.params.counters = sk.counters;

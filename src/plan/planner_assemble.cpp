@@ -31,34 +31,67 @@ std::vector<int> place_attention(const std::vector<AttnItem>& items, int n_sms) 
   return rel;
 }
 
-void assemble_plan(const PlanSkeleton& sk, const std::vector<AttnItem>& items, const std::vector<int>& rel_sm,
-                   Plan& plan) {
+std::vector<int> place_attention_sets(const std::vector<AttnItem>& items, int n_full, int n_sms) {
+  if (n_full == static_cast<int>(items.size())) return place_attention(items, n_sms);
+  std::vector<int> rel = place_attention(std::vector<AttnItem>(items.begin(), items.begin() + n_full), n_sms);
+  const std::vector<int> sliding = place_attention(std::vector<AttnItem>(items.begin() + n_full, items.end()), n_sms);
+  rel.insert(rel.end(), sliding.begin(), sliding.end());
+  return rel;
+}
+
+namespace {
+
+// One set of attention items (the full layers' or the sliding layers'), items [begin, end).
+struct ItemSet {
+  int begin = 0, end = 0;
+  std::vector<int32_t> rel_begin, rel_items;  // the set's items of each relative SM, in item order
+  std::vector<int32_t> pair_begin;            // [n_pairs + 1] each (seq, group) pair's items, set-relative
+  int size() const { return end - begin; }
+};
+
+ItemSet item_set(const std::vector<AttnItem>& items, const std::vector<int>& rel_sm, int begin, int end, int n_sms,
+                 int n_pairs, int n_kv_heads) {
+  ItemSet set;
+  set.begin = begin;
+  set.end = end;
+  set.rel_begin.assign(n_sms + 1, 0);
+  set.rel_items.resize(end - begin);
+  for (int i = begin; i < end; ++i) ++set.rel_begin[rel_sm[i] + 1];
+  std::partial_sum(set.rel_begin.begin(), set.rel_begin.end(), set.rel_begin.begin());
+  std::vector<int32_t> fill(set.rel_begin.begin(), set.rel_begin.end() - 1);
+  for (int i = begin; i < end; ++i) set.rel_items[fill[rel_sm[i]]++] = i;
+  set.pair_begin.assign(n_pairs + 1, 0);
+  for (int i = begin; i < end; ++i) ++set.pair_begin[items[i].seq * n_kv_heads + items[i].group + 1];
+  std::partial_sum(set.pair_begin.begin(), set.pair_begin.end(), set.pair_begin.begin());
+  return set;
+}
+
+}  // namespace
+
+void assemble_plan(const PlanSkeleton& sk, const std::vector<AttnItem>& items, int n_full_items,
+                   const std::vector<int>& rel_sm, Plan& plan) {
   const PlanShape& s = sk.shape;
   const CounterLayout& c = sk.counters;
   const int n_sms = s.n_sms, n_layers = s.n_layers, n_pairs = s.batch * s.n_kv_heads;
   const int n_items = static_cast<int>(items.size());
   MD_CHECK(rel_sm.size() == items.size());
-
-  // The items of each relative SM, in item order.
-  std::vector<int32_t> rel_begin(n_sms + 1, 0), rel_items(n_items);
-  for (int i = 0; i < n_items; ++i) ++rel_begin[rel_sm[i] + 1];
-  std::partial_sum(rel_begin.begin(), rel_begin.end(), rel_begin.begin());
-  {
-    std::vector<int32_t> fill(rel_begin.begin(), rel_begin.end() - 1);
-    for (int i = 0; i < n_items; ++i) rel_items[fill[rel_sm[i]]++] = i;
-  }
-  // Each (seq, group) pair's items, in every layer: pair_begin[q] .. pair_begin[q + 1].
-  std::vector<int32_t> pair_begin(n_pairs + 1, 0);
-  for (const AttnItem& it : items) ++pair_begin[it.seq * s.n_kv_heads + it.group + 1];
-  std::partial_sum(pair_begin.begin(), pair_begin.end(), pair_begin.begin());
-  // by_pair[L * n_items + pair_begin[q] + j]: the task of the j-th item of pair q in layer L (as
+  // Full layers run items [0, n_full), sliding layers [n_full, n_items) (qwen3_moe: every item is full).
+  const int n_full = s.parallel ? n_full_items : n_items;
+  MD_CHECK(n_full >= 0 && n_full <= n_items);
+  const ItemSet sets[2] = {item_set(items, rel_sm, 0, n_full, n_sms, n_pairs, s.n_kv_heads),
+                           item_set(items, rel_sm, n_full, n_items, n_sms, n_pairs, s.n_kv_heads)};
+  auto set_of = [&](int L) -> const ItemSet& { return sets[(sk.attn_flags[L] & kAttnSliding) ? 1 : 0]; };
+  // by_pair[layer_base[L] + pair_begin[q] + j]: the task of the j-th item of pair q in layer L (as
   // SMs are walked in order, each pair's tasks come in ascending task order).
-  std::vector<int32_t> by_pair(static_cast<size_t>(n_layers) * n_items);
+  std::vector<size_t> layer_base(n_layers + 1, 0);
+  for (int L = 0; L < n_layers; ++L) layer_base[L + 1] = layer_base[L] + set_of(L).size();
+  std::vector<int32_t> by_pair(layer_base[n_layers]);
   std::vector<int32_t> pair_fill(static_cast<size_t>(n_layers) * n_pairs);
   for (int L = 0; L < n_layers; ++L)
-    std::copy(pair_begin.begin(), pair_begin.end() - 1, pair_fill.begin() + static_cast<size_t>(L) * n_pairs);
+    std::copy(set_of(L).pair_begin.begin(), set_of(L).pair_begin.end() - 1,
+              pair_fill.begin() + static_cast<size_t>(L) * n_pairs);
 
-  const size_t total = sk.static_tasks.size() + static_cast<size_t>(n_layers) * n_items;
+  const size_t total = sk.static_tasks.size() + layer_base[n_layers];
   plan.tasks.resize(total);
   plan.task_wave.resize(total);
   plan.list_begin.assign(n_sms + 1, 0);
@@ -71,20 +104,20 @@ void assemble_plan(const PlanSkeleton& sk, const std::vector<AttnItem>& items, c
       std::copy(sk.static_tasks.begin() + a, sk.static_tasks.begin() + b, plan.tasks.begin() + t);
       std::copy(sk.static_wave.begin() + a, sk.static_wave.begin() + b, plan.task_wave.begin() + t);
       if (s.grid_sync && k > 0) {
-        // The wave after layer k-1's ATTN waits on every attention task.
+        // The wave after layer k-1's ATTN waits on every attention task of that layer.
         for (size_t j = t; j < t + (b - a); ++j)
-          if (plan.task_wave[j] == sk.attn_wave[k - 1] + 1) plan.tasks[j].wait[0].target = n_items;
+          if (plan.task_wave[j] == sk.attn_wave[k - 1] + 1) plan.tasks[j].wait[0].target = set_of(k - 1).size();
       }
       t += b - a;
       if (k == n_layers) break;
+      const ItemSet& set = set_of(k);
       const int r = ((m - sk.attn_cursor[k]) % n_sms + n_sms) % n_sms;
-      for (int32_t j = rel_begin[r]; j < rel_begin[r + 1]; ++j) {
-        const int i = rel_items[j];
+      for (int32_t j = set.rel_begin[r]; j < set.rel_begin[r + 1]; ++j) {
+        const int i = set.rel_items[j];
         plan.tasks[t] = attention_task(sk, k, i, items[i].group);
         plan.task_wave[t] = sk.attn_wave[k];
         const int q = items[i].seq * s.n_kv_heads + items[i].group;
-        by_pair[static_cast<size_t>(k) * n_items + pair_fill[static_cast<size_t>(k) * n_pairs + q]++] =
-            static_cast<int32_t>(t);
+        by_pair[layer_base[k] + pair_fill[static_cast<size_t>(k) * n_pairs + q]++] = static_cast<int32_t>(t);
         ++t;
       }
     }
@@ -93,25 +126,27 @@ void assemble_plan(const PlanSkeleton& sk, const std::vector<AttnItem>& items, c
   MD_CHECK(t == total);
 
   plan.waves = sk.waves;
-  for (int L = 0; L < n_layers; ++L) plan.waves[sk.attn_wave[L]].n_tasks = n_items;
+  for (int L = 0; L < n_layers; ++L) plan.waves[sk.attn_wave[L]].n_tasks = set_of(L).size();
   plan.counters = sk.counter_info;
   if (s.grid_sync)
-    for (int L = 0; L < n_layers; ++L) plan.counters[c.wave_done + sk.attn_wave[L]].total += n_items;
+    for (int L = 0; L < n_layers; ++L) plan.counters[c.wave_done + sk.attn_wave[L]].total += set_of(L).size();
 
   // The attention items' arrivals: each (seq, g)'s splits count into its split counter, and the
   // last of them arrives on attn_done.
   plan.dynamic_arrivals.clear();
   plan.dynamic_arrivals.reserve(static_cast<size_t>(n_layers) * (n_pairs + 1));
   for (int L = 0; L < n_layers; ++L) {
-    const int32_t* layer_tasks = by_pair.data() + static_cast<size_t>(L) * n_items;
+    const ItemSet& set = set_of(L);
+    const int32_t* layer_tasks = by_pair.data() + layer_base[L];
     for (int q = 0; q < n_pairs; ++q) {
       const int32_t ctr = layer_counter(c, L, c.attn_split + q);
-      const int n = pair_begin[q + 1] - pair_begin[q];
-      plan.dynamic_arrivals.push_back({ctr, n, std::vector<int32_t>(layer_tasks + pair_begin[q], layer_tasks + pair_begin[q + 1])});
+      const int n = set.pair_begin[q + 1] - set.pair_begin[q];
+      plan.dynamic_arrivals.push_back(
+          {ctr, n, std::vector<int32_t>(layer_tasks + set.pair_begin[q], layer_tasks + set.pair_begin[q + 1])});
       plan.counters[ctr].total += n;
     }
     const int32_t done = layer_counter(c, L, c.attn_done);
-    plan.dynamic_arrivals.push_back({done, n_pairs, std::vector<int32_t>(layer_tasks, layer_tasks + n_items)});
+    plan.dynamic_arrivals.push_back({done, n_pairs, std::vector<int32_t>(layer_tasks, layer_tasks + set.size())});
     plan.counters[done].total += n_pairs;
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "kv/kv_cache.h"
 #include "sampling/params.h"
 
 namespace megadecode {
@@ -18,15 +19,35 @@ int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 }  // namespace
 
 void check_model_plannable(const ModelConfig& c) {
-  MD_REQUIRE(c.block == BlockKind::kSequential && c.router == RouterKind::kSoftmaxTopK && c.qk_norm &&
-                 c.norm == NormKind::kRms && c.shared_intermediate_size == 0 && c.logit_scale == 1.0f,
-             "the decode planner (cpu-mk and the megakernel) runs qwen3_moe models (sequential blocks, q/k norms, "
-             "softmax top-k router); model_type ", c.model_type, " is not supported there: use backend cpu-ref");
   MD_REQUIRE(c.n_layers > 0 && static_cast<int>(c.layers.size()) == c.n_layers, "config has no layers");
+  if (c.block == BlockKind::kSequential) {
+    MD_REQUIRE(c.router == RouterKind::kSoftmaxTopK && c.qk_norm && c.norm == NormKind::kRms &&
+                   c.shared_intermediate_size == 0 && c.logit_scale == 1.0f,
+               "the decode planner (cpu-mk and the megakernel) runs sequential blocks as qwen3_moe has them (q/k "
+               "norms, softmax top-k router, RMSNorm); model_type ", c.model_type, " is not supported there: use "
+               "backend cpu-ref");
+    for (int l = 0; l < c.n_layers; ++l) {
+      MD_REQUIRE(c.layers[l].ffn == FfnKind::kMoe, "the decode planner needs MoE layers in sequential blocks; layer ",
+                 l, " is dense");
+      MD_REQUIRE(c.layers[l].sliding_window == 0 && c.layers[l].use_rope,
+                 "the decode planner supports full-attention RoPE layers only in sequential blocks (layer ", l, ")");
+    }
+    return;
+  }
+  // Parallel blocks (cohere2_moe): sliding and NoPE layers, dense layers, sigmoid routing and
+  // logit_scale are plan ops; what is not is refused by name.
+  MD_REQUIRE(c.norm == NormKind::kRms, "the decode planner (cpu-mk) implements RMSNorm only; ", c.model_type,
+             " with LayerNorm (no rms_norm_eps in config.json) is not supported there: use backend cpu-ref");
+  MD_REQUIRE(c.shared_intermediate_size == 0, "the decode planner (cpu-mk) does not implement shared experts (",
+             c.model_type, " with shared_intermediate_size ", c.shared_intermediate_size, "): use backend cpu-ref");
+  const int w = c.max_sliding_window();
   for (int l = 0; l < c.n_layers; ++l) {
-    MD_REQUIRE(c.layers[l].ffn == FfnKind::kMoe, "the decode planner needs MoE layers; layer ", l, " is dense");
-    MD_REQUIRE(c.layers[l].sliding_window == 0 && c.layers[l].use_rope,
-               "the decode planner supports full-attention RoPE layers only (layer ", l, ")");
+    MD_REQUIRE(c.layers[l].sliding_window == 0 || c.layers[l].sliding_window == w,
+               "the decode planner needs one sliding window for every sliding layer; layer ", l, " has ",
+               c.layers[l].sliding_window, ", another ", w);
+    if (c.layers[l].ffn == FfnKind::kDense)
+      MD_REQUIRE(c.intermediate_size > 0 && c.intermediate_size % 16 == 0, "the decode planner needs the dense FFN's "
+                 "intermediate_size to be a positive multiple of 16, got ", c.intermediate_size, " (layer ", l, ")");
   }
 }
 
@@ -83,6 +104,16 @@ PlanShape plan_shape(const ModelConfig& c, const BatchState& batch, const Policy
   s.lm_head = opt.lm_head ? 1 : 0;
   s.sample = opt.sample ? 1 : 0;
   s.grid_sync = p.grid_sync ? 1 : 0;
+  s.logit_scale = c.logit_scale;
+  if (c.block == BlockKind::kParallel) {
+    s.parallel = 1;
+    s.sliding_window = c.max_sliding_window();
+    s.ring_len = s.sliding_window > 0 ? kv_ring_length(s.sliding_window, batch.kv_block_size) : 0;
+    for (const LayerSpec& l : c.layers)
+      if (l.ffn == FfnKind::kDense) s.dense_inter = c.intermediate_size;
+    s.dense_units = s.dense_inter / 8;
+    s.router_after_attn = p.router_after_attn ? 1 : 0;
+  }
   return s;
 }
 
@@ -100,13 +131,24 @@ AttnSplit attn_split_for(int n_ctx, const Policy& p, int kv_block_size) {
   return {n, len};
 }
 
-std::vector<AttnItem> plan_attention_items(const ModelConfig& c, const BatchState& batch, const Policy& p) {
-  const int n_groups = c.n_kv_heads;
-  std::vector<AttnSplit> per_seq;
-  for (const SeqState& q : batch.seqs) per_seq.push_back(attn_split_for(q.n_ctx, p, batch.kv_block_size));
+namespace {
 
+bool has_layer(const ModelConfig& c, bool sliding) {
+  for (const LayerSpec& l : c.layers)
+    if ((l.sliding_window > 0) == sliding) return true;
+  return false;
+}
+
+// One set of items, group-major: each sequence's keys [first, n_ctx) with first = 0 (full layers)
+// or max(0, n_ctx - window) (sliding layers), cut by its own length alone.
+void append_item_set(const BatchState& batch, const Policy& p, int n_groups, int window, std::vector<AttnItem>& items) {
+  std::vector<AttnSplit> per_seq;
+  std::vector<int> first;
+  for (const SeqState& q : batch.seqs) {
+    first.push_back(window > 0 ? std::max(0, q.n_ctx - window) : 0);
+    per_seq.push_back(attn_split_for(q.n_ctx - first.back(), p, batch.kv_block_size));
+  }
   // Group-major: group 0's QKV tiles finish first, so its items come first.
-  std::vector<AttnItem> items;
   for (int g = 0; g < n_groups; ++g)
     for (int s = 0; s < static_cast<int>(batch.seqs.size()); ++s) {
       const AttnSplit& ss = per_seq[s];
@@ -117,12 +159,27 @@ std::vector<AttnItem> plan_attention_items(const ModelConfig& c, const BatchStat
         it.group = g;
         it.split = j;
         it.n_splits = ss.n_splits;
-        it.pos_begin = j * ss.len;
-        it.pos_end = std::min(batch.seqs[s].n_ctx, (j + 1) * ss.len);
+        it.pos_begin = first[s] + j * ss.len;
+        it.pos_end = std::min(batch.seqs[s].n_ctx, first[s] + (j + 1) * ss.len);
         it.part_base = base;
         items.push_back(it);
       }
     }
+}
+
+}  // namespace
+
+int count_full_items(const ModelConfig& c, const BatchState& batch, const Policy& p) {
+  if (!has_layer(c, false)) return 0;
+  int n = 0;
+  for (const SeqState& q : batch.seqs) n += attn_split_for(q.n_ctx, p, batch.kv_block_size).n_splits;
+  return n * c.n_kv_heads;
+}
+
+std::vector<AttnItem> plan_attention_items(const ModelConfig& c, const BatchState& batch, const Policy& p) {
+  std::vector<AttnItem> items;
+  if (has_layer(c, false)) append_item_set(batch, p, c.n_kv_heads, 0, items);
+  if (has_layer(c, true)) append_item_set(batch, p, c.n_kv_heads, c.max_sliding_window(), items);
   return items;
 }
 
@@ -173,11 +230,13 @@ BufferLayout buffer_layout(const PlanShape& s) {
   L.attn_part_o = place(a * gs * d * 4);
   L.attn_part_ml = place(a * gs * 2 * 4);
   L.attn_out = place(b * s.n_heads * d * 4);
-  L.h = place(b * h * 4);
+  L.h = place(s.parallel ? 0 : b * h * 4);
   L.router_logits = place(b * e * 4);
-  L.act = place(b * k * inter * 4);
+  L.act = place(std::max(b * k * inter, b * static_cast<uint64_t>(s.dense_inter)) * 4);
   L.logits = place(s.lm_head ? b * v * 4 : 0);
   L.out_tokens = place(b * 4);
+  L.ring_tables = place(b * static_cast<uint64_t>(s.ring_len) * 4);
+  L.ffn_out = place(s.parallel ? b * h * 4 : 0);
   L.total_bytes = off;
   return L;
 }

@@ -4,7 +4,7 @@
 
 namespace megadecode {
 
-std::vector<std::string> policy_names() { return {"default", "grid-sync", "long-splits"}; }
+std::vector<std::string> policy_names() { return {"default", "grid-sync", "long-splits", "router-after-attn"}; }
 
 Policy policy_by_name(const std::string& name) {
   Policy p;
@@ -12,6 +12,10 @@ Policy policy_by_name(const std::string& name) {
   if (name == "default") return p;
   if (name == "grid-sync") {
     p.grid_sync = true;
+    return p;
+  }
+  if (name == "router-after-attn") {
+    p.router_after_attn = true;
     return p;
   }
   if (name == "long-splits") {

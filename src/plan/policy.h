@@ -7,6 +7,10 @@
 //             twice the K/V, so fewer items pay the item's fixed cost (the timing model predicts
 //             batch 8 at 8K 20 % faster and batch 1 unchanged: docs/perf/notes.md). Like the
 //             default, a sequence's split depends on its own context only.
+//   router-after-attn  parallel blocks (cohere2_moe) only: the router tiles wait for the layer's
+//             attention (waves QKV, ATTN, ROUTER, ...), so routing and the expert stream no longer
+//             overlap attention: the ablation that shows the overlap's gain. Sequential blocks
+//             (qwen3_moe): the same plan as default (their router waits on O-proj anyway).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,7 @@ namespace megadecode {
 struct Policy {
   std::string name = "default";
   bool grid_sync = false;
+  bool router_after_attn = false;  // parallel blocks: the router waits for the layer's attention
 
   // GEMM tiles per op and SM: an op's 16-row blocks are cut into min(blocks, tiles_per_sm * SMs)
   // contiguous tiles of (almost) equal weight bytes. 1 is what decode wants (every SM streams its

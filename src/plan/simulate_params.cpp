@@ -45,6 +45,10 @@ SimParams v3_h200_params() {
   op(Op::kExpertDown) = 4.2; // fit with job_us (phase: 14.1 us for 186 KB in 8 jobs at batch 1):
                              // 4.2 + 8 x 0.3, the 6.6 us of batch 1
   op(Op::kSample) = 22.0;    // v1 fit: the sampler is unchanged (one CTA per token)
+  // cohere2_moe's dense FFN shares (no kernel yet): assumed as the expert shares without routing,
+  // the up share's x norm fill (as the QKV tile's) and the down share's fixed cost.
+  op(Op::kDenseUp) = 3.1;    // assumed: the x norm fill of a QKV tile
+  op(Op::kDenseDown) = 4.2;  // assumed: as the expert down share
   // Attention items: the prologue (q/k norm, RoPE), the K/V loop and the epilogue after the QKV
   // wait; the first K/V loads are issued before it.
   pre(Op::kAttn) = 2.05;     // phase: the item's start to its QKV wait
@@ -63,6 +67,7 @@ SimParams v3_h200_params() {
   p.row_us[static_cast<int>(Op::kRouter)] = 0.42;
   p.row_us[static_cast<int>(Op::kExpertUp)] = 0.43;
   p.row_us[static_cast<int>(Op::kLmHead)] = 0.39;
+  p.row_us[static_cast<int>(Op::kDenseUp)] = 0.43;  // assumed: as the expert up share's fill
   p.routing_token_us = 0.86;
   p.routing_us = 5.0;        // phase: top-k by one warp per token, the share map (per 8 tokens)
   p.l2_ahead_bytes = 192 << 10;  // loader: the next layer's weights during the routing gap

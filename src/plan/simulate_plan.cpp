@@ -19,6 +19,15 @@ int64_t rbs_x_hidden(const PlanShape& s, const Task& t) { return span(t.arg[0], 
 int64_t oproj_bytes(const PlanShape& s, const Task& t) {
   return span(t.arg[0], t.arg[1]) * 16 * static_cast<int64_t>(s.n_heads) * s.head_dim * 2;
 }
+// A dense FFN share's weight bytes (plan/moe_split.h: units of 8 gate + 8 up rows; down row blocks).
+int64_t dense_up_bytes(const PlanShape& s, const Task& t) {
+  const MoeShare u = moe_share(s.dense_units, t.arg[0], t.arg[1]);
+  return span(u.begin, u.end) * 16 * s.hidden * 2;
+}
+int64_t dense_down_bytes(const PlanShape& s, const Task& t) {
+  const MoeShare r = moe_share(s.down_rbs, t.arg[0], t.arg[1]);
+  return span(r.begin, r.end) * 16 * static_cast<int64_t>(s.dense_inter) * 2;
+}
 // Tokens of a SAMPLE task, which its per-token cost multiplies.
 int64_t task_tokens(const PlanShape&, const Task& t) { return span(t.arg[0], t.arg[1]); }
 
@@ -35,6 +44,7 @@ constexpr SimOpRow kSimOps[] = {
     {Op::kOProj, SimClass::kGemm, oproj_bytes},       {Op::kRouter, SimClass::kGemm, rbs_x_hidden},
     {Op::kExpertUp, SimClass::kRouted, nullptr},      {Op::kExpertDown, SimClass::kRouted, nullptr},
     {Op::kLmHead, SimClass::kGemm, rbs_x_hidden},     {Op::kSample, SimClass::kTiny, task_tokens},
+    {Op::kDenseUp, SimClass::kGemm, dense_up_bytes},  {Op::kDenseDown, SimClass::kGemm, dense_down_bytes},
 };
 constexpr bool table_covers_every_op() {
   if (std::size(kSimOps) != static_cast<size_t>(kNumOps)) return false;
@@ -166,8 +176,10 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
       switch (st.cls) {
         case SimClass::kGemm:
           st.bytes = row(op).amount(s, t);
-          st.cost_us = us + p.row_us[static_cast<int>(op)] * (rows - 1) +
-                       p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(t.arg[0], t.arg[1])));
+          st.cost_us = us + p.row_us[static_cast<int>(op)] * (rows - 1);
+          // Dense FFN shares: modelled as one window (no kernel geometry exists for them yet).
+          if (op != Op::kDenseUp && op != Op::kDenseDown)
+            st.cost_us += p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(t.arg[0], t.arg[1])));
           break;
         case SimClass::kTiny: st.cost_us = us * static_cast<double>(row(op).amount(s, t)); break;
         case SimClass::kRouted: {
@@ -180,7 +192,8 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
             st.routing_rows = rows;
             // The whole-K fill before the router wait, after the O-proj wait (ops.cuh op_gemm); a
             // windowed share fills per window instead (counted above).
-            st.pre_after_waits = 1;
+            // (Parallel blocks: after the previous layer's O-proj wait, none at layer 0.)
+            st.pre_after_waits = s.parallel ? t.n_waits - 1 : 1;
             if (geo[kGemmUp].n_windows() > 1) st.pre_us = 0;
             else st.pre_us += p.row_us[static_cast<int>(op)] * (rows - 1);
           }

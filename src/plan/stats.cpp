@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "plan/moe_split.h"
 
 namespace megadecode {
 namespace {
@@ -18,6 +19,14 @@ int64_t task_weight_bytes(const PlanShape& s, const Task& t) {
     case Op::kRouter:
     case Op::kLmHead: return rbs * 16 * s.hidden * 2;
     case Op::kOProj: return rbs * 16 * static_cast<int64_t>(s.n_heads) * s.head_dim * 2;
+    case Op::kDenseUp: {  // a share of the dense MLP's units (8 gate + 8 up rows)
+      const MoeShare u = moe_share(s.dense_units, t.arg[0], t.arg[1]);
+      return int64_t{u.end - u.begin} * 16 * s.hidden * 2;
+    }
+    case Op::kDenseDown: {
+      const MoeShare r = moe_share(s.down_rbs, t.arg[0], t.arg[1]);
+      return int64_t{r.end - r.begin} * 16 * s.dense_inter * 2;
+    }
     default: return 0;
   }
 }
@@ -91,14 +100,22 @@ PlanStats plan_stats(const Plan& plan) {
   }
   // Attention reads K and V of its positions; the experts at the worst case (every routable
   // expert active), shared evenly by the SMs' tasks.
+  // Each layer's ATTN tasks name the items of its set (sliding layers: only their window).
   const int64_t L = s.n_layers;
   OpStats& attn = per_op[static_cast<int>(Op::kAttn)];
-  attn.items = static_cast<int64_t>(plan.attn_items.size()) * L;
-  for (const AttnItem& it : plan.attn_items) {
+  attn.items = attn.tasks;
+  std::vector<int64_t> ctx(s.batch, 0);
+  for (const AttnItem& it : plan.attn_items) ctx[it.seq] = std::max<int64_t>(ctx[it.seq], it.pos_end);
+  for (const Task& t : plan.tasks) {
+    if (t.op != static_cast<uint8_t>(Op::kAttn)) continue;
+    const AttnItem& it = plan.attn_items[t.arg[0]];
     const int64_t kv = static_cast<int64_t>(it.pos_end - it.pos_begin) * s.head_dim * 2 * 2;
     attn.bytes_per_item = std::max(attn.bytes_per_item, kv);
-    attn.total_bytes += kv * L;
+    attn.total_bytes += kv;
   }
+  st.kv_bytes_read = attn.total_bytes;
+  for (int64_t n : ctx) st.kv_bytes_full_attention += n * s.n_kv_heads * s.head_dim * 2 * 2 * L;
+  st.sliding_window = s.sliding_window;
   const int64_t active = std::min(s.n_experts, s.batch * s.top_k);
   OpStats& up = per_op[static_cast<int>(Op::kExpertUp)];
   up.items = active * s.up_units * L;
@@ -156,8 +173,21 @@ std::string format_plan_stats(const PlanStats& st) {
   out += line;
   out += cat("  counters: ", st.n_counters, " (", st.counter_bytes / 1024, " KiB at ",
              st.n_counters > 0 ? st.counter_bytes / st.n_counters : 0, " B each, zeroed per launch)\n");
-  out += cat("  attention: ", st.attn_items, " items per layer (at most ", st.attn_max_splits,
-             " splits per sequence)\n");
+  if (st.sliding_window > 0)
+    out += cat("  attention: ", st.attn_items, " items in two sets (full layers: from position 0; sliding layers: ",
+               "the last ", st.sliding_window, " positions), at most ", st.attn_max_splits, " splits per sequence\n");
+  else
+    out += cat("  attention: ", st.attn_items, " items per layer (at most ", st.attn_max_splits,
+               " splits per sequence)\n");
+  if (st.sliding_window > 0) {
+    std::snprintf(line, sizeof line,
+                  "  KV read per step: %.2f MiB (sliding layers: the last %d positions); full attention on every "
+                  "layer: %.2f MiB; ratio %.3f\n",
+                  mb(static_cast<double>(st.kv_bytes_read)), st.sliding_window,
+                  mb(static_cast<double>(st.kv_bytes_full_attention)),
+                  static_cast<double>(st.kv_bytes_read) / static_cast<double>(st.kv_bytes_full_attention));
+    out += line;
+  }
   std::snprintf(line, sizeof line, "  buffer arena: %.2f MiB\n", mb(static_cast<double>(st.arena_bytes)));
   out += line;
   out += cat("  critical path: ", st.critical_path_tasks, " tasks (dependencies), ", st.critical_path_tasks_ordered,
@@ -182,6 +212,11 @@ nlohmann::json plan_stats_json(const PlanStats& st) {
       {"min", st.static_bytes_per_sm_min}, {"mean", st.static_bytes_per_sm_mean}, {"max", st.static_bytes_per_sm_max}};
   j["counters"] = {{"n", st.n_counters}, {"bytes", st.counter_bytes}};
   j["attention"] = {{"items", st.attn_items}, {"max_splits", st.attn_max_splits}};
+  if (st.sliding_window > 0)
+    j["kv_bytes"] = {{"read", st.kv_bytes_read},
+                     {"full_attention", st.kv_bytes_full_attention},
+                     {"ratio", static_cast<double>(st.kv_bytes_read) / static_cast<double>(st.kv_bytes_full_attention)},
+                     {"sliding_window", st.sliding_window}};
   j["arena_bytes"] = st.arena_bytes;
   j["critical_path_tasks"] = st.critical_path_tasks;
   j["critical_path_tasks_ordered"] = st.critical_path_tasks_ordered;

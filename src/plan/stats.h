@@ -41,6 +41,11 @@ struct PlanStats {
   int critical_path_tasks = 0;          // dependencies only
   int critical_path_tasks_ordered = 0;  // dependencies and list order
   int64_t task_bytes = 0;               // task records uploaded
+  // K and V bytes (bf16) the step's attention reads, every layer: as planned (sliding layers read
+  // their window), and as full attention on every layer would; sliding_window 0: no sliding layer.
+  int64_t kv_bytes_read = 0;
+  int64_t kv_bytes_full_attention = 0;
+  int sliding_window = 0;
 };
 
 PlanStats plan_stats(const Plan& plan);

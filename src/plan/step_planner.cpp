@@ -43,23 +43,26 @@ const Plan& StepPlanner::plan(const BatchState& batch) {
   check_plannable(config_, batch, policy_, options_);
   check_batch(batch);
   PlanShape s = plan_shape(config_, batch, policy_, options_);
+  check_ring_tables(batch, s.ring_len);
+  s.n_full_items = s.parallel ? count_full_items(config_, batch, policy_) : 0;
   update_ = PlanUpdate{};
   if (!skeleton_ || skeleton_->shape.batch != s.batch || skeleton_->shape.kv_block_size != s.kv_block_size) {
-    skeleton_ = std::make_unique<PlanSkeleton>(plan_skeleton(s));
+    skeleton_ = std::make_unique<PlanSkeleton>(plan_skeleton(s, config_.layers));
     plan_ = Plan{};
     plan_.policy = policy_.name;
     splits_.clear();
     update_.new_skeleton = true;
     ++counts_.new_skeletons;
   }
-  const bool same = same_splits(batch) && !update_.new_skeleton;
+  // Sliding layers' items move with the window every step: those plans redo their items.
+  const bool same = same_splits(batch) && !update_.new_skeleton && s.sliding_window == 0;
   if (same)
     patch_items(batch);
   else
     plan_.attn_items = plan_attention_items(config_, batch, policy_);
-  std::vector<int> rel = place_attention(plan_.attn_items, s.n_sms);
+  std::vector<int> rel = place_attention_sets(plan_.attn_items, s.n_full_items, s.n_sms);
   if (!same || rel != rel_sm_) {
-    assemble_plan(*skeleton_, plan_.attn_items, rel, plan_);
+    assemble_plan(*skeleton_, plan_.attn_items, s.n_full_items, rel, plan_);
     rel_sm_ = std::move(rel);
     update_.lists_changed = true;
     if (!update_.new_skeleton) ++counts_.reassembled;

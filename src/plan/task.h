@@ -22,12 +22,18 @@
 //    blocks over every active expert. Both arrive once, whatever their share holds, so up_done and
 //    down_done reach n_sms.
 //  - Buffers are reused from layer to layer: safe because every layer funnels (the next layer's QKV
-//    tiles wait on every worker's EXPERT_DOWN, which transitively waits on all of the layer).
+//    tiles wait on every worker's EXPERT_DOWN, which transitively waits on all of the layer; in a
+//    parallel block on every O-proj tile, which waits on the layer's attention and its FFN).
 //
 // Numerics (shared by every executor): RMSNorm is recomputed by each consumer tile from the fp32
 // residual it reads (x before attention, h before the MoE, x after the last layer) in one fixed
 // order, so every tile gets the same bits; the O-proj tile adds the residual (h = x + o); the down
 // share adds h and the experts' outputs weighted in top-k order (x = h + sum_k w_k down_k).
+// Parallel blocks (cohere2_moe) keep cpu-ref's order x = (x + o) + F: the down shares (or dense down
+// shares) write F = sum_k w_k down_k (top-k order, from zero; dense: the MLP's output) into ffn_out,
+// and the O-proj tile, which waits on both attention and every down share, computes
+// x[t, r] = (x[t, r] + o[t, r]) + ffn_out[t, r] in place (every reader of the layer's x is done by
+// then). No other task writes x in that layer.
 //
 // Memory ordering on the GPU (DESIGN.md §5): producer = stores, block barrier, one thread
 // red.release.gpu; consumer = one thread ld.acquire.gpu, then block barrier. The attention
@@ -60,13 +66,14 @@ struct Arrive {
 //   QKV, O_PROJ, ROUTER, LM_HEAD: arg0..1 = 16-row block range of the op's weight matrix (QKV: the
 //           fused matrix, group-major: group g = [q heads of g | k head g | v head g])
 //   ATTN:   arg0 = attention item index
-//   EXPERT_UP, EXPERT_DOWN: arg0 = this worker's share, arg1 = number of shares (plan/moe_split.h)
+//   EXPERT_UP, EXPERT_DOWN, DENSE_UP, DENSE_DOWN: arg0 = this worker's share, arg1 = number of shares
+//           (plan/moe_split.h; dense: the units and row blocks of the fixed MLP, no routing)
 //   SAMPLE: arg0..1 = token range
 struct Task {
   uint8_t op;         // Op
   uint8_t n_waits;    // <= kMaxWaits
   uint8_t n_arrives;  // <= kMaxArrives
-  uint8_t flags;      // reserved, 0
+  uint8_t flags;      // ATTN: kAttnSliding | kAttnNoRope; 0 otherwise (and always for qwen3_moe)
   int16_t layer;      // -1 for ops after the last layer
   int16_t reserved;
   int32_t arg[4];
@@ -74,6 +81,13 @@ struct Task {
   Arrive arrive[kMaxArrives];
 };
 static_assert(sizeof(Task) == 64, "Task must stay one 64-byte record");
+
+// ATTN task flags. kAttnSliding: the layer attends to the last PlanShape::sliding_window positions,
+// its items are the sliding set (items [n_full_items, n_attn_items)) and its K/V live in the ring
+// (ring_tables: position p in ring block (p / kv_block_size) mod ring_len, slot p mod
+// kv_block_size). kAttnNoRope: no rotary embedding on q and k (cohere2_moe's full layers).
+inline constexpr uint8_t kAttnSliding = 1;
+inline constexpr uint8_t kAttnNoRope = 2;
 
 // One attention work item: query heads of KV group `group` of sequence `seq` against key
 // positions [pos_begin, pos_end). Items of one (seq, group) have split = 0..n_splits-1 and write
@@ -129,11 +143,13 @@ MD_HOST_DEVICE inline int32_t layer_counter(const CounterLayout& c, int layer, i
   X(attn_part_o, float, "[A, gs, D] unnormalised partial outputs of attention splits")         \
   X(attn_part_ml, float, "[A, gs, 2] running max and sum of exp of each split")                \
   X(attn_out, float, "[B, n_heads*D] merged attention output (GPU: bf16)")                     \
-  X(h, float, "[B, H] residual after attention, x + o")                                        \
+  X(h, float, "[B, H] residual after attention, x + o (sequential blocks; 0 bytes otherwise)")   \
   X(router_logits, float, "[B, E]")                                                            \
-  X(act, float, "[B*K, I] silu(gate)*up per (expert, token) slot, expert-major (GPU: bf16)")  \
+  X(act, float, "[B*K, I] silu(gate)*up per (expert, token) slot, expert-major (GPU: bf16); dense layers [B, dense_inter]") \
   X(logits, float, "[B, V]")                                                                   \
-  X(out_tokens, int32_t, "[B] sampled tokens")
+  X(out_tokens, int32_t, "[B] sampled tokens")                                                 \
+  X(ring_tables, int32_t, "[B, ring_len] ring blocks of the sliding layers (host-written; 0 bytes without)") \
+  X(ffn_out, float, "[B, H] parallel blocks: the FFN branch F, added by O-proj (0 bytes otherwise)")
 
 struct BufferSpan {
   uint64_t offset;  // bytes from the arena start
@@ -175,6 +191,15 @@ struct PlanShape {
   int32_t sample;   // 1: SAMPLE runs
   int32_t grid_sync;
   int32_t pad;
+  // cohere2_moe (all 0 for qwen3_moe):
+  int32_t parallel;        // 1: parallel blocks (op_table.h); the layer's residual is written by O-proj
+  int32_t sliding_window;  // W of the sliding layers (ATTN flag kAttnSliding), 0: none
+  int32_t ring_len;        // R = kv_ring_length(W, kv_block_size): ring table entries per sequence
+  int32_t n_full_items;    // attention items [0, n_full_items) serve full layers, the rest sliding ones
+  int32_t dense_inter;     // width of the dense FFN layers' MLP (0: no dense layer)
+  int32_t dense_units;     // its up units (8 gate + 8 up rows each): dense_inter / 8
+  int32_t router_after_attn;  // 1: ablation policy, router tiles wait for the layer's attention
+  float logit_scale;       // logits = lm_head(norm(x)) * logit_scale (1 for qwen3_moe)
 };
 
 struct PlanParams {

@@ -45,6 +45,13 @@ void check_structure(const Plan& plan) {
     MD_REQUIRE(t.n_waits <= kMaxWaits && t.n_arrives <= kMaxArrives, describe_task(plan, i),
                ": too many waits or arrivals");
     MD_REQUIRE(t.layer >= -1 && t.layer < s.n_layers, describe_task(plan, i), ": layer out of range");
+    const uint8_t allowed = t.op == static_cast<uint8_t>(Op::kAttn) && s.parallel ? (kAttnSliding | kAttnNoRope) : 0;
+    MD_REQUIRE((t.flags & ~allowed) == 0, describe_task(plan, i), ": flags ", static_cast<int>(t.flags),
+               allowed ? " outside kAttnSliding | kAttnNoRope" : " on a task that takes none");
+    MD_REQUIRE(!(t.flags & kAttnSliding) || s.sliding_window > 0, describe_task(plan, i),
+               ": sliding attention in a plan without a sliding window");
+    MD_REQUIRE(s.parallel || (t.op != static_cast<uint8_t>(Op::kDenseUp) && t.op != static_cast<uint8_t>(Op::kDenseDown)),
+               describe_task(plan, i), ": dense FFN shares in a plan of sequential blocks");
     const int w = plan.task_wave[i];
     MD_REQUIRE(w >= 0 && w < static_cast<int>(plan.waves.size()) && plan.waves[w].op == static_cast<Op>(t.op) &&
                    plan.waves[w].layer == t.layer,
@@ -63,49 +70,87 @@ void check_structure(const Plan& plan) {
   }
 }
 
-// Attention items: one (seq, group) covers [0, n_ctx) with consecutive splits whose partials sit
-// at part_base + split; every layer has exactly one ATTN task per item.
+// Attention items, in two sets: items [0, n_full) serve the full layers and each (seq, group)
+// covers [0, n_ctx) with consecutive splits whose partials sit at part_base + split; items
+// [n_full, n) serve the sliding layers and each (seq, group) covers [max(0, n_ctx - W), n_ctx), the
+// same n_ctx as the full set's when both exist (every split holds at most W keys then). Every
+// layer has exactly one ATTN task per item of its set (its tasks' kAttnSliding flag says which,
+// the same on all of them) and none of the other set's.
 void check_attn_items(const Plan& plan) {
   const PlanShape& s = plan.params.shape;
   MD_REQUIRE(static_cast<int32_t>(plan.attn_items.size()) == s.n_attn_items &&
                  plan.params.buffers.attn_items.bytes >= plan.attn_items.size() * sizeof(AttnItem),
              "plan: the attention items disagree with the plan's shape or buffer");
-  std::map<std::pair<int, int>, int> next_split;
-  std::map<std::pair<int, int>, int> next_pos;
-  for (int i = 0; i < s.n_attn_items; ++i) {
-    const AttnItem& it = plan.attn_items[i];
-    MD_REQUIRE(it.seq >= 0 && it.seq < s.batch && it.group >= 0 && it.group < s.n_kv_heads && it.n_splits >= 1 &&
-                   it.split >= 0 && it.split < it.n_splits && it.pos_begin < it.pos_end,
-               "plan: attention item ", i, " is malformed");
-    auto key = std::make_pair(it.seq, it.group);
-    MD_REQUIRE(next_split[key] == it.split && next_pos[key] == it.pos_begin && it.part_base + it.split == i,
-               "plan: attention item ", i, " (seq ", it.seq, ", g", it.group, ", split ", it.split,
-               ") does not continue its sequence's splits");
-    next_split[key] = it.split + 1;
-    next_pos[key] = it.pos_end;
-  }
-  std::map<std::pair<int, int>, int> n_splits;
-  for (const AttnItem& it : plan.attn_items) n_splits[{it.seq, it.group}] = it.n_splits;
-  for (const auto& [key, n] : next_split)
-    MD_REQUIRE(n == n_splits[key], "plan: seq ", key.first, " g", key.second, " has ", n, " of its ", n_splits[key],
-               " splits");
-  MD_REQUIRE(static_cast<int>(next_split.size()) == s.batch * s.n_kv_heads,
-             "plan: some (sequence, group) has no attention item");
+  const int n_full = s.parallel ? s.n_full_items : s.n_attn_items;
+  MD_REQUIRE(n_full >= 0 && n_full <= s.n_attn_items, "plan: ", n_full, " full-layer items of ", s.n_attn_items);
+  MD_REQUIRE(n_full == s.n_attn_items || s.sliding_window > 0, "plan: ", s.n_attn_items - n_full,
+             " sliding-layer items without a sliding window");
+  std::map<std::pair<int, int>, int> full_end;  // (seq, g) -> n_ctx from the full set
+  auto check_set = [&](int begin, int end, bool sliding) {
+    if (begin == end) return;
+    std::map<std::pair<int, int>, int> next_split, next_pos, first_pos, n_splits;
+    for (int i = begin; i < end; ++i) {
+      const AttnItem& it = plan.attn_items[i];
+      MD_REQUIRE(it.seq >= 0 && it.seq < s.batch && it.group >= 0 && it.group < s.n_kv_heads && it.n_splits >= 1 &&
+                     it.split >= 0 && it.split < it.n_splits && it.pos_begin >= 0 && it.pos_begin < it.pos_end,
+                 "plan: attention item ", i, " is malformed");
+      auto key = std::make_pair(it.seq, it.group);
+      if (it.split == 0 && !next_split.count(key)) {
+        first_pos[key] = it.pos_begin;
+        next_pos[key] = it.pos_begin;
+        MD_REQUIRE(sliding || it.pos_begin == 0, "plan: attention item ", i, " (seq ", it.seq, ", g", it.group,
+                   ") of a full layer starts at position ", it.pos_begin, ", not 0");
+      }
+      MD_REQUIRE(next_split[key] == it.split && next_pos[key] == it.pos_begin && it.part_base + it.split == i,
+                 "plan: attention item ", i, " (seq ", it.seq, ", g", it.group, ", split ", it.split,
+                 ") does not continue its sequence's splits");
+      next_split[key] = it.split + 1;
+      next_pos[key] = it.pos_end;
+      n_splits[key] = it.n_splits;
+    }
+    for (const auto& [key, n] : next_split)
+      MD_REQUIRE(n == n_splits[key], "plan: seq ", key.first, " g", key.second, " has ", n, " of its ", n_splits[key],
+                 " splits");
+    MD_REQUIRE(static_cast<int>(next_split.size()) == s.batch * s.n_kv_heads,
+               "plan: some (sequence, group) has no ", sliding ? "sliding-layer" : "", " attention item");
+    for (const auto& [key, end_pos] : next_pos) {
+      if (!sliding) {
+        full_end[key] = end_pos;
+        continue;
+      }
+      const int ctx = full_end.count(key) ? full_end[key] : end_pos;
+      MD_REQUIRE(end_pos == ctx && first_pos[key] == std::max(0, ctx - s.sliding_window), "plan: seq ", key.first,
+                 " g", key.second, ": sliding-layer items cover ", first_pos[key], "..", end_pos, ", the window of ",
+                 s.sliding_window, " before context ", ctx, " is ", std::max(0, ctx - s.sliding_window), "..", ctx);
+    }
+  };
+  check_set(0, n_full, false);
+  check_set(n_full, s.n_attn_items, true);
+
   std::vector<std::vector<std::vector<int>>> runs(s.n_layers, std::vector<std::vector<int>>(s.n_attn_items));
+  std::vector<int> layer_flags(s.n_layers, -1);
   for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
     const Task& t = plan.tasks[i];
     if (t.op != static_cast<uint8_t>(Op::kAttn)) continue;
     MD_REQUIRE(t.layer >= 0 && t.arg[0] >= 0 && t.arg[0] < s.n_attn_items, describe_task(plan, i),
                ": names no attention item");
+    MD_REQUIRE(layer_flags[t.layer] < 0 || layer_flags[t.layer] == t.flags, describe_task(plan, i), ": flags ",
+               static_cast<int>(t.flags), ", other attention tasks of L", t.layer, " have ", layer_flags[t.layer]);
+    layer_flags[t.layer] = t.flags;
+    const bool sliding = t.flags & kAttnSliding;
+    MD_REQUIRE(sliding == (t.arg[0] >= n_full), describe_task(plan, i), ": a ", sliding ? "sliding" : "full",
+               " layer's task names item ", t.arg[0], " of the ", sliding ? "full" : "sliding", " layers' set");
     runs[t.layer][t.arg[0]].push_back(i);
   }
-  for (int L = 0; L < s.n_layers; ++L)
-    for (int i = 0; i < s.n_attn_items; ++i) {
+  for (int L = 0; L < s.n_layers; ++L) {
+    const bool sliding = layer_flags[L] >= 0 && (layer_flags[L] & kAttnSliding);
+    for (int i = sliding ? n_full : 0; i < (sliding ? s.n_attn_items : n_full); ++i) {
       const AttnItem& it = plan.attn_items[i];
       MD_REQUIRE(runs[L][i].size() == 1, "plan: attention item ", i, " (seq ", it.seq, ", g", it.group, ", split ",
                  it.split, ") of L", L, " runs ", runs[L][i].size(), " times",
                  runs[L][i].empty() ? ": no task of the layer names it" : cat(": ", describe_tasks(plan, runs[L][i])));
     }
+  }
 }
 
 // A QKV tile feeds one KV group's attention: its rows lie inside group g, and it arrives on that
@@ -151,7 +196,7 @@ void check_tiles_and_shares(const Plan& plan) {
       v.resize(n);
       for (int rb = t.arg[0]; rb < t.arg[1]; ++rb) v[rb].push_back(i);
       if (op == Op::kQkv) check_qkv_group(plan, i);
-    } else if (op_is_routed(op)) {
+    } else if (op_is_share(op)) {
       MD_REQUIRE(t.arg[1] >= 1 && t.arg[0] >= 0 && t.arg[0] < t.arg[1], describe_task(plan, i), ": bad share");
       auto& v = covered[{t.op, t.layer}];
       if (v.empty()) v.resize(t.arg[1]);
@@ -170,10 +215,10 @@ void check_tiles_and_shares(const Plan& plan) {
         if (k > 0 && !v[k - 1].empty()) near = cat("after ", describe_task(plan, v[k - 1].back()));
         if (k + 1 < v.size() && !v[k + 1].empty())
           near += cat(near.empty() ? "" : ", ", "before ", describe_task(plan, v[k + 1].front()));
-        who = op_is_routed(op) ? ": no task of the layer has it"
+        who = op_is_share(op) ? ": no task of the layer has it"
                                : cat(": no tile covers it", near.empty() ? "" : cat(" (", near, ")"));
       }
-      throw Error(cat("plan: L", key.second, " ", op_name(op), op_is_routed(op) ? " share " : " row block ", k, " runs ",
+      throw Error(cat("plan: L", key.second, " ", op_name(op), op_is_share(op) ? " share " : " row block ", k, " runs ",
                       v[k].size(), " times", who));
     }
   }
@@ -436,8 +481,78 @@ void check_funnels(const Plan& plan, const Graph& g) {
   };
   for (int w = 0; w < static_cast<int>(plan.waves.size()); ++w) {
     const WaveInfo& wave = plan.waves[w];
-    if ((wave.op == Op::kQkv && wave.layer > 0) || wave.op == Op::kLmHead)
+    // Parallel blocks: the router tiles and dense up shares read the layer input too.
+    const bool first_of_layer = wave.op == Op::kQkv || (plan.params.shape.parallel && !plan.params.shape.router_after_attn &&
+                                                        (wave.op == Op::kRouter || wave.op == Op::kDenseUp));
+    if ((first_of_layer && wave.layer > 0) || wave.op == Op::kLmHead)
       check(w, wave.op == Op::kLmHead ? n_layers - 1 : wave.layer - 1);
+  }
+}
+
+// Parallel blocks (op_table.h, task.h): O-proj writes x = (x + o) + F, so every O-proj tile must
+// come after all of its layer's attention and FFN tasks (the F it adds, and every reader of the x
+// it overwrites: QKV, router, up shares); and the FFN must run beside attention: no router, up or
+// down task may wait, even through other tasks, on its layer's attention or O-proj (the
+// router-after-attn and grid-sync ablations let them wait on attention, never on O-proj). A layer has either
+// router and expert shares or dense shares.
+void check_parallel_blocks(const Plan& plan, const Graph& g) {
+  const PlanShape& s = plan.params.shape;
+  if (!s.parallel) return;
+  const int n = static_cast<int>(plan.tasks.size());
+  std::vector<std::vector<int>> by_layer(s.n_layers);
+  for (int i = 0; i < n; ++i)
+    if (plan.tasks[i].layer >= 0) by_layer[plan.tasks[i].layer].push_back(i);
+  std::vector<int> seen(n, -1);
+  int stamp = 0;
+  // The same-layer tasks `from` depends on, transitively (the search stops at other layers).
+  auto reach = [&](int from) {
+    ++stamp;
+    std::vector<int> stack{from};
+    const int layer = plan.tasks[from].layer;
+    while (!stack.empty()) {
+      const int v = stack.back();
+      stack.pop_back();
+      for (int e = g.begin[v]; e < g.begin[v + 1]; ++e) {
+        const int d = g.deps[e];
+        if (seen[d] == stamp || plan.tasks[d].layer != layer) continue;
+        seen[d] = stamp;
+        stack.push_back(d);
+      }
+    }
+  };
+  auto is = [&](int t, Op op) { return plan.tasks[t].op == static_cast<uint8_t>(op); };
+  // The ablations give the overlap up: router-after-attn, and grid-sync (every wave after the last).
+  const bool overlap = !s.router_after_attn && !s.grid_sync;
+  for (int L = 0; L < s.n_layers; ++L) {
+    bool routed = false, dense = false;
+    for (int t : by_layer[L]) {
+      routed = routed || is(t, Op::kRouter) || is(t, Op::kExpertUp) || is(t, Op::kExpertDown);
+      dense = dense || is(t, Op::kDenseUp) || is(t, Op::kDenseDown);
+    }
+    MD_REQUIRE(!(routed && dense), "plan: L", L, " has both routed experts and dense FFN shares");
+    MD_REQUIRE(routed || dense, "plan: L", L, " has no FFN tasks");
+    // One search per distinct (op, wait list): a wave's tasks mostly share theirs.
+    std::set<std::vector<std::pair<int32_t, int32_t>>> done;
+    for (int t : by_layer[L]) {
+      const bool oproj = is(t, Op::kOProj);
+      const bool ffn = is(t, Op::kRouter) || is(t, Op::kExpertUp) || is(t, Op::kExpertDown) || is(t, Op::kDenseUp) ||
+                       is(t, Op::kDenseDown);
+      if (!oproj && !ffn) continue;
+      std::vector<std::pair<int32_t, int32_t>> key{{plan.tasks[t].op, -1}};
+      for (int j = 0; j < plan.tasks[t].n_waits; ++j) key.push_back({plan.tasks[t].wait[j].counter, plan.tasks[t].wait[j].target});
+      if (!done.insert(key).second) continue;
+      reach(t);  // marks seen[] with the current stamp
+      for (int u : by_layer[L]) {
+        const bool hit = seen[u] == stamp;
+        if (oproj && !is(u, Op::kOProj))
+          MD_REQUIRE(hit, "parallel block: ", describe_task(plan, t), " writes x = x + o + F but does not wait "
+                     "(directly or through other tasks) on ", describe_task(plan, u), " of its layer");
+        if (ffn && hit && (is(u, Op::kOProj) || (is(u, Op::kAttn) && overlap)))
+          throw Error(cat("parallel block: ", describe_task(plan, t), " waits (directly or through other tasks) on ",
+                          describe_task(plan, u), ": the FFN must not wait on its layer's ",
+                          is(u, Op::kAttn) ? "attention" : "O-proj"));
+      }
+    }
   }
 }
 
@@ -458,6 +573,7 @@ void validate_plan(const Plan& plan) {
     throw Error(cat("deadlock through list order: ", describe_cycle(plan, producers, cycle)));
   check_waves(plan, graph);
   check_funnels(plan, graph);
+  check_parallel_blocks(plan, graph);
 }
 
 }  // namespace megadecode

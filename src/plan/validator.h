@@ -1,9 +1,12 @@
 // The plan validator, run on every plan in tests, in debug builds and by the cpu-mk backend.
 // It throws megadecode::Error naming the offending task when a plan could hang or compute wrong:
-//   1. structure: opcodes, wait/arrive counts, counter indices, list bounds;
-//   2. attention items well-formed (each (seq, group) split in order) and each run once per layer;
+//   1. structure: opcodes, wait/arrive counts, counter indices, list bounds; task flags only on
+//      ATTN tasks of parallel plans (kAttnSliding needs a window); dense shares only in parallel plans;
+//   2. attention items well-formed (each (seq, group) split in order; two sets in parallel plans:
+//      the full layers' from position 0, the sliding layers' over the last W positions of the same
+//      context) and each run once per layer of its set, by tasks whose flags agree;
 //      GEMM tiles cover their op's row blocks exactly once (QKV tiles inside one KV group, arriving
-//      on its counter); the MoE shares of a layer exist once each;
+//      on its counter); the MoE and dense FFN shares of a layer exist once each;
 //      the dynamic arrivals (attention splits and merges) name exactly the tasks that may make them;
 //   3. satisfiable waits: 1 <= target <= what the counter's producers can arrive (static arrivals
 //      plus the attention items' dynamic maxima) and <= the counter's planned total;
@@ -12,8 +15,13 @@
 //   5. no self-deadlock: no task waits on arrivals that only tasks later in its own SM's list make;
 //   6. with list order added (each task after its predecessor on the same SM) still acyclic;
 //   7. lists sorted by wave and every producer waited on is in a strictly earlier wave;
-//   8. every layer funnels: the next layer's QKV tiles (or the LM head) after all of layer L, so
-//      buffers reused across layers are race-free.
+//   8. every layer funnels: the next layer's QKV tiles (or the LM head; parallel blocks: also its
+//      router tiles and dense up shares, which read the layer input) after all of layer L, so
+//      buffers reused across layers are race-free;
+//   9. parallel blocks: every O-proj tile (which writes x = (x + o) + F) comes after every other
+//      task of its layer; no router, expert or dense share waits, even through other tasks, on its
+//      layer's O-proj, nor on its attention (except under router-after-attn and grid-sync); a
+//      layer has routed or dense FFN tasks, not both.
 #pragma once
 
 #include "plan/plan.h"

@@ -83,17 +83,31 @@ TEST(BackendFactory, HandsTheOptionsToTheBackendUnchanged) {
   EXPECT_THROW(make_backend_with_random_weights(c, 0, BackendOptions{.backend = "cpu-mk", .n_kv_blocks = 8}), Error);
 }
 
-// A cohere2_moe model runs on cpu-ref; every planned backend refuses it by name before it reads a
-// weight (cpu-mk would otherwise read post-attention norms a parallel block does not have).
-TEST(BackendFactory, Cohere2MoeRunsOnCpuRefAndThePlannedBackendsSaySo) {
-  const ModelConfig c = test::cohere_config();
+// A cohere2_moe model runs on cpu-ref and cpu-mk (the decode plan's parallel blocks, with its ring
+// pool); the CUDA backends refuse it by name before they read a weight, and cpu-mk refuses what the
+// plan does not implement (shared experts here) by name.
+TEST(BackendFactory, Cohere2MoeRunsOnCpuRefAndCpuMkAndTheCudaBackendsSaySo) {
+  ModelConfig c = test::cohere_config();
   test::TestWeights w = test::random_weights(c, Dtype::kBF16, 5);
   EXPECT_EQ(make_backend(c, w.weights, w.store, BackendOptions{.backend = "cpu-ref", .n_kv_blocks = 4})->name(),
             "cpu-ref");
-  std::vector<std::string> refusing = {"cpu-mk"};
+  const auto mk = make_backend(c, w.weights, w.store, BackendOptions{.backend = "cpu-mk", .n_kv_blocks = 4});
+  EXPECT_EQ(mk->name(), "cpu-mk");
+  EXPECT_EQ(mk->n_ring_blocks(), 4);  // as many as the full pool, cpu-ref's default
+  std::vector<std::string> refusing;
 #if defined(MEGADECODE_HAVE_CUDA)
   refusing.push_back("cuda");
 #endif
+  c.shared_intermediate_size = 32;
+  test::TestWeights shared = test::random_weights(c, Dtype::kBF16, 6);
+  try {
+    make_backend(c, shared.weights, shared.store, BackendOptions{.backend = "cpu-mk", .n_kv_blocks = 4});
+    ADD_FAILURE() << "cpu-mk accepted shared experts";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shared experts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cpu-ref"), std::string::npos) << e.what();
+  }
+  c.shared_intermediate_size = 0;
   for (const std::string& name : refusing) {
     try {
       make_backend(c, w.weights, w.store, BackendOptions{.backend = name, .n_kv_blocks = 4});

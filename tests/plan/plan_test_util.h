@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/check.h"
 #include "core/rng.h"
 #include "model/config.h"
 #include "model/presets.h"
 #include "plan/plan.h"
 #include "plan/policy.h"
+#include "plan/validator.h"
 
 namespace megadecode::test {
 
@@ -139,6 +141,16 @@ inline std::string plan_difference(const Plan& a, const Plan& b) {
     const DynamicArrival &x = a.dynamic_arrivals[i], &y = b.dynamic_arrivals[i];
     if (x.counter != y.counter || x.max_amount != y.max_amount || x.tasks != y.tasks)
       return "dynamic arrival " + std::to_string(i);
+  }
+  return "";
+}
+
+// The validator's message for `plan` ("" when it accepts the plan).
+inline std::string validation_error(const Plan& plan) {
+  try {
+    validate_plan(plan);
+  } catch (const Error& e) {
+    return e.what();
   }
   return "";
 }

@@ -17,6 +17,8 @@
 namespace megadecode {
 namespace {
 
+using test::validation_error;
+
 using test::find_task;
 
 struct Fixture {
@@ -54,15 +56,6 @@ int task_with_arg(const Plan& plan, Op op, int layer, int arg0) {
     if (plan.tasks[i].arg[0] == arg0) return i;
   ADD_FAILURE() << "no " << op_name(op) << " task of L" << layer << " with arg0 " << arg0;
   return -1;
-}
-
-std::string validation_error(const Plan& plan) {
-  try {
-    validate_plan(plan);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 void expect_error(const Plan& plan, const std::string& what, const std::string& names) {
