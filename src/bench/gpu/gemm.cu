@@ -242,7 +242,8 @@ int bench_gemm(int argc, char** argv) {
       // Rows past the batched step's are a prefill piece's, which does not split K.
       const bool prefill = nb > cuda::batched::BatchedStep::kMaxRows;
       const int splits_r = prefill ? 1 : splits;
-      auto ours = [&](int c) {
+      // Our GEMM on weight copy c, nb rows into y_ours; `residual`: the kResidual epilogue over it.
+      auto ours_args = [&](int c, const float* residual) {
         cuda::gemm::GemmArgs a;
         a.w = packed[c];
         a.n_rows = s.n;
@@ -255,8 +256,11 @@ int bench_gemm(int argc, char** argv) {
         a.k_splits = splits_r;
         a.workspace = split_ws;
         a.semaphores = split_sem;
-        cuda::gemm::gemm(a, cuda::gemm::Epilogue::kStore, stream);
+        a.residual = residual;
+        a.residual_stride = residual != nullptr ? s.n : 0;
+        return a;
       };
+      auto ours = [&](int c) { cuda::gemm::gemm(ours_args(c, nullptr), cuda::gemm::Epilogue::kStore, stream); };
       auto theirs = [&](int c) {
         CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, nb, s.k, &alpha, rowmajor[c], CUDA_R_16BF,
                                   s.k, x, CUDA_R_16BF, s.k, &beta, y_ref, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
@@ -287,20 +291,7 @@ int bench_gemm(int argc, char** argv) {
         CUDA_CHECK(cudaMalloc(&res, size_t(nb) * s.n * 4));
         CUDA_CHECK(cudaMemcpy(res, y_ours, size_t(nb) * s.n * 4, cudaMemcpyDeviceToDevice));
         const float one = 1.0f;
-        auto ours_res = [&](int c) {
-          cuda::gemm::GemmArgs a;
-          a.w = packed[c];
-          a.n_rows = s.n;
-          a.k = s.k;
-          a.x = x;
-          a.x_stride = s.k;
-          a.n_tokens = nb;
-          a.y = y_ours;
-          a.y_stride = s.n;
-          a.residual = res;
-          a.residual_stride = s.n;
-          cuda::gemm::gemm(a, cuda::gemm::Epilogue::kResidual, stream);
-        };
+        auto ours_res = [&](int c) { cuda::gemm::gemm(ours_args(c, res), cuda::gemm::Epilogue::kResidual, stream); };
         auto theirs_res = [&](int c) {
           CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, nb, s.k, &alpha, rowmajor[c], CUDA_R_16BF,
                                     s.k, x, CUDA_R_16BF, s.k, &one, y_ref, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
