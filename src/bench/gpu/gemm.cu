@@ -261,21 +261,28 @@ int bench_gemm(int argc, char** argv) {
         return a;
       };
       auto ours = [&](int c) { cuda::gemm::gemm(ours_args(c, nullptr), cuda::gemm::Epilogue::kStore, stream); };
-      auto theirs = [&](int c) {
+      // cuBLAS on weight copy c into y_ref (`b`: its beta, 1 to add to what y_ref holds).
+      auto cublas = [&](int c, const float* b) {
         CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, nb, s.k, &alpha, rowmajor[c], CUDA_R_16BF,
-                                  s.k, x, CUDA_R_16BF, s.k, &beta, y_ref, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
+                                  s.k, x, CUDA_R_16BF, s.k, b, y_ref, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
       };
-      Measured m;
-      ours(0);
-      theirs(0);
-      m.rdiff = max_rel_diff(y_ours, y_ref, size_t(nb) * s.n);
-      auto g_ours = capture(stream, copies, ours);
-      auto g_theirs = capture(stream, copies, theirs);
-      m.ms_ours = replay(g_ours, copies);
-      m.ms_cublas = replay(g_theirs, copies);
-      CUDA_CHECK(cudaGraphExecDestroy(g_ours));
-      CUDA_CHECK(cudaGraphExecDestroy(g_theirs));
+      auto theirs = [&](int c) { cublas(c, &beta); };
+      // One call of each on copy 0, their outputs compared; then each timed over the copies.
+      auto time_pair = [&](const auto& our_call, const auto& their_call) {
+        Measured r;
+        our_call(0);
+        their_call(0);
+        r.rdiff = max_rel_diff(y_ours, y_ref, size_t(nb) * s.n);
+        auto g_ours = capture(stream, copies, our_call);
+        auto g_theirs = capture(stream, copies, their_call);
+        r.ms_ours = replay(g_ours, copies);
+        r.ms_cublas = replay(g_theirs, copies);
+        CUDA_CHECK(cudaGraphExecDestroy(g_ours));
+        CUDA_CHECK(cudaGraphExecDestroy(g_theirs));
+        return r;
+      };
+      Measured m = time_pair(ours, theirs);
       m.bytes = double(w_bytes) + double(nb) * s.k * 2 + double(nb) * s.n * 4;
       m.flops = 2.0 * s.n * s.k * nb;
       print_row(prefill ? (std::string(s.name) + " (pf)").c_str() : s.name, s.n, nb, m, ceiling);
@@ -292,22 +299,9 @@ int bench_gemm(int argc, char** argv) {
         CUDA_CHECK(cudaMemcpy(res, y_ours, size_t(nb) * s.n * 4, cudaMemcpyDeviceToDevice));
         const float one = 1.0f;
         auto ours_res = [&](int c) { cuda::gemm::gemm(ours_args(c, res), cuda::gemm::Epilogue::kResidual, stream); };
-        auto theirs_res = [&](int c) {
-          CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, nb, s.k, &alpha, rowmajor[c], CUDA_R_16BF,
-                                    s.k, x, CUDA_R_16BF, s.k, &one, y_ref, CUDA_R_32F, s.n, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT));
-        };
-        Measured mr;
+        auto theirs_res = [&](int c) { cublas(c, &one); };
         CUDA_CHECK(cudaMemcpy(y_ref, res, size_t(nb) * s.n * 4, cudaMemcpyDeviceToDevice));
-        ours_res(0);
-        theirs_res(0);
-        mr.rdiff = max_rel_diff(y_ours, y_ref, size_t(nb) * s.n);
-        auto gr_ours = capture(stream, copies, ours_res);
-        auto gr_theirs = capture(stream, copies, theirs_res);
-        mr.ms_ours = replay(gr_ours, copies);
-        mr.ms_cublas = replay(gr_theirs, copies);
-        CUDA_CHECK(cudaGraphExecDestroy(gr_ours));
-        CUDA_CHECK(cudaGraphExecDestroy(gr_theirs));
+        Measured mr = time_pair(ours_res, theirs_res);
         CUDA_CHECK(cudaFree(res));
         mr.bytes = m.bytes + double(nb) * s.n * 4;
         mr.flops = m.flops;
