@@ -4,15 +4,19 @@
 // (grid mode), or a work list's items c, c + grid, ... (attn_work.h). A query tile is kAttnRows
 // (token, head) rows: row r is token r / gs, head r % gs of the group, so the group's heads share
 // every K/V tile. Three warpgroups:
-// - Warpgroup 2 (the producer) gives its registers to the consumers (setmaxnreg); its first warp
-//   fills a ring of kStages stages, each one key tile's K and V (kAttnKeyTile keys x head_dim,
+// - Warpgroup 2 (the producer) gives its registers to the consumers (setmaxnreg); its four warps
+//   fill a ring of kStages stages, each one key tile's K and V (kAttnKeyTile keys x head_dim,
 //   128-byte swizzled regions: attn_sw128_offset). Whole runs of keys in one cache block go as TMA
 //   boxes (64 d x run keys, a 3-D map over [block x group][slot][d]); the rest (a tile's last,
-//   partial run, odd block sizes, head_dim 32) the warp copies itself, then fences them to the
-//   async proxy. Everything completes on full[stage] (one arrival with the boxes' transaction
-//   bytes). Keys past a tile's causal end are never read from the cache: their K rows are masked
-//   (a select, whatever the row holds) and their V rows hold finite values (zeros on a stage's
-//   first use, earlier tiles' values after), so their exact-zero weights add nothing.
+//   partial run, odd block sizes, head_dim 32) the warps copy themselves, then fence them to the
+//   async proxy. Each warp takes every fourth box and every fourth copied piece, so a tile's 32
+//   boxes (block size 16) issue from four warps at once: one warp issuing them one by one was the
+//   kernel's bottleneck (ncu: the consumers waited for full stages a quarter of their time while
+//   the producer never waited for an empty one). Everything completes on full[stage] (one arrival a
+//   producer warp, each with its boxes' transaction bytes). Keys past a tile's causal end are never
+//   read from the cache: their K rows are masked (a select, whatever the row holds) and their V
+//   rows hold finite values (zeros on a stage's first use, earlier tiles' values after), so their
+//   exact-zero weights add nothing.
 // - Warpgroups 0 and 1 (the consumers) own rows 64 w .. 64 w + 63. Each copies its Q rows into
 //   shared memory once per item, then per key tile j: issues S_j = Q K_j^T (wgmma m64n128k16, both
 //   operands from shared memory) and O += P_{j-1} V_{j-1} (P from registers, V N-major through the
@@ -40,9 +44,10 @@ namespace megadecode::cuda::prefill {
 namespace {
 
 constexpr int kConsumerThreads = 256;             // two warpgroups of 64 rows
-constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup (one warp works)
+constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup
 constexpr int kStages = 3;  // a stage is released mid-way through the next tile: two more in flight
 constexpr int kConsumerWarps = kConsumerThreads / 32;
+constexpr int kProducerWarps = (kThreads - kConsumerThreads) / 32;
 constexpr int kProducerRegs = 72, kConsumerRegs = 216;  // 2 x 128 x 216 + 128 x 72 <= 64K
 static_assert(2 * 128 * kConsumerRegs + 128 * kProducerRegs <= 65536, "register file");
 
@@ -106,7 +111,9 @@ __device__ __forceinline__ void produce(const AttnArgs& a, const CUtensorMap* k_
                                         int run, bool boxes, uint8_t* stages, uint64_t* full, uint64_t* empty) {
   using S = AttnShape<kD>;
   constexpr int kChunks = kD / 8;  // 16-byte pieces of a cache row
-  const int lane = threadIdx.x & 31;
+  constexpr int kThreadsP = kProducerWarps * 32;
+  const int lane = threadIdx.x & 31, pw = (threadIdx.x - kConsumerThreads) >> 5;
+  const int pt = pw * 32 + lane;  // this thread among the producer warps
   uint32_t ctr = 0;  // key tiles so far: stage ctr % kStages, its use ctr / kStages
   Item it;
   for (int idx = 0; item<kWork>(a, idx, it); ++idx) {
@@ -123,13 +130,13 @@ __device__ __forceinline__ void produce(const AttnArgs& a, const CUtensorMap* k_
       const int n_runs = boxes ? n_valid / run : 0;  // whole runs: TMA boxes
       const int row0 = n_runs * run;
       if (use == 0 && n_valid < kAttnKeyTile) {  // V rows past the causal end: finite (zeros) from the start
-        for (int c = lane; c < (kAttnKeyTile - n_valid) * S::kRegions * 8; c += 32) {
+        for (int c = pt; c < (kAttnKeyTile - n_valid) * S::kRegions * 8; c += kThreadsP) {
           const int row = n_valid + c / (S::kRegions * 8), ch = c % (S::kRegions * 8);
           *reinterpret_cast<uint4*>(vs + (ch / 8) * S::kKvRegion + attn_sw128_offset(row, ch % 8)) =
               make_uint4(0, 0, 0, 0);
         }
       }
-      for (int c = lane; c < (n_valid - row0) * kChunks; c += 32) {  // the rest: copied here
+      for (int c = pt; c < (n_valid - row0) * kChunks; c += kThreadsP) {  // the rest: copied here
         const int row = row0 + c / kChunks, ch = c % kChunks, key = key0 + row;
         const int64_t off = kv_offset(it.table[key / a.block_size], it.g, key % a.block_size, ch * 8, a.n_kv_heads,
                                       a.block_size, kD);
@@ -139,9 +146,13 @@ __device__ __forceinline__ void produce(const AttnArgs& a, const CUtensorMap* k_
       }
       ptx::fence_proxy_async_shared();  // the copies, visible to the consumers' wgmma (async proxy)
       __syncwarp();
-      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[st], static_cast<uint32_t>(n_runs * 2 * S::kRegions * run * 128));
+      // This warp's boxes: pw, pw + 4, ... (with two d regions, warp pw loads K or V (pw / 2) of
+      // region pw % 2, a box a lane).
+      const int n_boxes = n_runs * 2 * S::kRegions;
+      const int mine = n_boxes > pw ? (n_boxes - pw + kProducerWarps - 1) / kProducerWarps : 0;
+      if (lane == 0) ptx::mbar_arrive_expect_tx(&full[st], static_cast<uint32_t>(mine * run * 128));
       __syncwarp();
-      for (int i = lane; i < n_runs * 2 * S::kRegions; i += 32) {
+      for (int i = lane * kProducerWarps + pw; i < n_boxes; i += kThreadsP) {
         const int ri = i / (2 * S::kRegions), v = (i / S::kRegions) & 1, h = i % S::kRegions;
         const int key = key0 + ri * run;
         ptx::tma_load_3d((v ? vs : ks) + h * S::kKvRegion + ri * run * 128, v ? v_map : k_map, 64 * h,
@@ -382,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
-      ptx::mbar_init(&full[st], 1);
+      ptx::mbar_init(&full[st], kProducerWarps);
       ptx::mbar_init(&empty[st], kConsumerWarps);
     }
     ptx::mbar_init(&turn[0], kConsumerWarps / 2);
@@ -396,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x < kConsumerThreads + 32) produce<kD, kWork>(a, &k_map, &v_map, run, boxes != 0, stages, full, empty);
+    produce<kD, kWork>(a, &k_map, &v_map, run, boxes != 0, stages, full, empty);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
     consume<kD, kWork>(a, smem, stages, full, empty, turn);
