@@ -332,6 +332,7 @@ void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResu
 
 void CudaBackend::ensure_capacity(const Plan& plan) {
   check_megakernel_shape(plan.params.shape);  // what the kernel assumes of the model and the batch
+  check_megakernel_tasks(plan.tasks);         // and of the ops: none it would have to refuse on the device
   grow(arena_, arena_bytes_, plan.params.buffers.total_bytes);
   grow(counters_, counters_bytes_, static_cast<size_t>(plan.params.counters.n_counters) * kCounterStrideBytes);
   grow(tasks_, tasks_capacity_, plan.tasks.size());
@@ -495,6 +496,11 @@ void CudaBackend::check_error() {
                       ", detail ", e.detail, e.detail == -2 ? ": the router's top-k chose no expert, non-finite logits?" : "",
                       ") in ", where));
     case kMkBadShape:
+      if (e.detail == kMkDetailUnknownOp)
+        throw Error(cat(name(), ": decode step abandoned: ",
+                        e.value >= 0 && e.value < kNumOps ? op_name(static_cast<Op>(e.value)) : "an unknown op",
+                        e.target != kNumOps ? cat(" with flags ", e.target) : std::string(),
+                        " is not run by the megakernel (", where, ")"));
       throw Error(cat(name(), ": decode step abandoned: the kernel cannot run this shape (", e.value, ", ", e.target,
                       ") in ", where));
     default:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include <cuda_runtime_api.h>
 
@@ -24,6 +25,11 @@ MkLaunchShape megakernel_shape(int batch);
 
 // Error naming the limit when the plan's shapes do not fit the kernel.
 void check_megakernel_shape(const PlanShape& s);
+
+// Error naming the op when one of `tasks` is an op the kernel does not run (megakernel_runs), or an
+// ATTN task carries flags it does not implement. The kernel stops on such a task too
+// (kMkDetailUnknownOp), but the host check names it before anything is launched.
+void check_megakernel_tasks(std::span<const Task> tasks);
 
 // Launches grid = params.plan.shape.n_sms CTAs. Error when the grid cannot be fully resident.
 void launch_megakernel(const MkParams& params, cudaStream_t stream);

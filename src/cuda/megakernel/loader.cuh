@@ -131,6 +131,10 @@ struct Loader {
       const Task t = p.tasks[i];
       const Op op = static_cast<Op>(t.op);
       if ((p.flags & kMkLoaderInOrder) && !wait_consumers(i)) return false;
+      if (!megakernel_runs(op)) {  // the consumers refuse it too: stream nothing for it or after it
+        set_error(p, kMkBadShape, -1, t.op, kNumOps, i, kMkDetailUnknownOp);
+        return false;
+      }
       // Attention items load their K/V themselves; SAMPLE reads no weights.
       if (op == Op::kAttn) prefetch_attn(t);
       if (op == Op::kAttn || op == Op::kSample) continue;

@@ -84,6 +84,19 @@ void check_megakernel_shape(const PlanShape& s) {
              " does not fit the activation area (", down_rows, " rows of it at batch ", s.batch, ")");
 }
 
+void check_megakernel_tasks(std::span<const Task> tasks) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = tasks[i];
+    MD_REQUIRE(t.op < kNumOps, "megakernel: task ", i, " has op ", static_cast<int>(t.op), ", not an op of the plan");
+    const Op op = static_cast<Op>(t.op);
+    MD_REQUIRE(megakernel_runs(op), "megakernel: task ", i, " is ", op_name(op), " (layer ", t.layer,
+               "), an op the megakernel does not run yet");
+    MD_REQUIRE(t.flags == 0, "megakernel: task ", i, " (", op_name(op), ", layer ", t.layer, ") has flags ",
+               static_cast<int>(t.flags), ((t.flags & kAttnSliding) ? " (sliding window)" : ""),
+               ((t.flags & kAttnNoRope) ? " (no RoPE)" : ""), ": the megakernel does not implement them yet");
+  }
+}
+
 void launch_megakernel(const MkParams& params, cudaStream_t stream) {
   check_megakernel_shape(params.plan.shape);
   switch (token_groups(params.plan.shape.batch)) {

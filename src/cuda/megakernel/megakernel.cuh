@@ -26,11 +26,27 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
     clock.start(p);
     bool ok;
     switch (static_cast<Op>(t.op)) {
-      case Op::kAttn: ok = op_attn(p, t, i, *reinterpret_cast<AttnScratch*>(c.area)); break;
+      case Op::kAttn:
+        if (t.flags != 0) {  // sliding-window and no-RoPE items are not implemented here yet
+          if (tid == 0) set_error(p, kMkBadShape, -1, t.op, t.flags, i, kMkDetailUnknownOp);
+          ok = false;
+          break;
+        }
+        ok = op_attn(p, t, i, *reinterpret_cast<AttnScratch*>(c.area));
+        break;
       case Op::kSample:
         ok = wait_task(c, t, i, 0, t.n_waits) && op_sample(p, t.arg[0], t.arg[1], *reinterpret_cast<SampleScratch*>(c.area));
         break;
-      default: ok = op_gemm(c, t, i); break;
+      case Op::kQkv:
+      case Op::kOProj:
+      case Op::kRouter:
+      case Op::kExpertUp:
+      case Op::kExpertDown:
+      case Op::kLmHead: ok = op_gemm(c, t, i); break;
+      default:  // not an op this kernel runs (megakernel_runs): stop, never run it as another op
+        if (tid == 0) set_error(p, kMkBadShape, -1, t.op, kNumOps, i, kMkDetailUnknownOp);
+        ok = false;
+        break;
     }
     // Every thread's stores of this task are done, and a failure anywhere stops every thread.
     if (consumer_any(!ok)) return;

@@ -47,6 +47,28 @@ enum MkErrorCode : int32_t {
   kMkBadShape = 4,       // the kernel was launched with a shape it cannot run
 };
 
+// MkError::detail of a kMkBadShape that names a task whose op the kernel does not run (value = the
+// op): both the consumers and the loader stop there, so neither walks a page sequence the other
+// does not.
+constexpr int32_t kMkDetailUnknownOp = -3;
+
+// The ops the megakernel runs. The consumers' op switch, the loader's walk and the host's plan check
+// (check_megakernel_tasks) all ask this one list; an op outside it stops the step instead of running
+// as some other op.
+MD_HOST_DEVICE constexpr bool megakernel_runs(Op op) {
+  switch (op) {
+    case Op::kQkv:
+    case Op::kAttn:
+    case Op::kOProj:
+    case Op::kRouter:
+    case Op::kExpertUp:
+    case Op::kExpertDown:
+    case Op::kLmHead:
+    case Op::kSample: return true;
+    default: return false;
+  }
+}
+
 struct MkError {
   int32_t code;
   int32_t counter;  // counter index (wait timeouts), else -1
