@@ -275,6 +275,7 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
   view_.rms_eps = c.rms_norm_eps;
   view_.attn_scale = 1.0f / std::sqrt(static_cast<float>(D));
   view_.norm_topk = c.norm_topk_prob ? 1 : 0;
+  view_.router_sigmoid = c.router == RouterKind::kSigmoidTopK ? 1 : 0;
 }
 
 }  // namespace megadecode::cuda

@@ -593,7 +593,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   router.k_splits = router_splits_;
   gemm::gemm(router, gemm::Epilogue::kStore, stream);
   if (marks_) marks_->mark("router_gemm");
-  router_topk(router_, E, bucket, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
+  router_topk(router_, E, bucket, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream, w.router_sigmoid != 0);
   if (marks_) marks_->mark("router_topk");
   if (route_ids_) {  // routing capture: row r's K choices of layer l at [r][l][*]
     const size_t row = static_cast<size_t>(c.n_layers) * K;

@@ -29,8 +29,10 @@ void rms_norm(const float* x, int x_stride, const uint16_t* weight, uint16_t* ou
 // ---- MoE pieces (moe.cuh) ----
 // Per token: p = softmax(logits) in fp32 over n_experts; the top_k largest (ties to the lower index)
 // in descending order; weights p (divided by their sum, summed in top-k order, when renormalize).
+// sigmoid: the top_k largest logits instead, weights sigmoid(logit) (RouterKind::kSigmoidTopK);
+// a NaN logit gives ids -1.
 void router_topk(const float* logits, int logits_stride, int n_tokens, int n_experts, int top_k, bool renormalize,
-                 int32_t* expert_ids, float* expert_weights, cudaStream_t stream);
+                 int32_t* expert_ids, float* expert_weights, cudaStream_t stream, bool sigmoid = false);
 
 // ---- sampling (sampling.cuh) ----
 // tokens[r] = sample_row's token for logits[r][0..vocab) under params[r] (device memory; the

@@ -1,5 +1,5 @@
-// MoE device building blocks: router top-k (one warp per token), SiLU(gate)*up, and the
-// deterministic combine of the k expert outputs plus the residual.
+// MoE device building blocks: router top-k (one warp per token; softmax or sigmoid routing),
+// SiLU(gate)*up, and the deterministic combine of the k expert outputs plus the residual.
 #pragma once
 
 #include <cstdint>
@@ -76,6 +76,66 @@ __device__ inline void router_topk_warp(const float* logits, int n_experts, int 
   if (lane < top_k) {
     ids[lane] = my_id;
     weights[lane] = renormalize ? my_pick / picked_sum : my_pick;
+  }
+}
+
+// One warp: sigmoid routing (RouterKind::kSigmoidTopK). The top_k largest logits (ties to the lower
+// expert index) in descending order: the sigmoid is monotone, so this is the ranking of the
+// probabilities without computing them all. Weights sigmoid(logit), optionally renormalised by their
+// sum in top-k order. A NaN logit anywhere in the row makes every id -1 (the callers' "no expert"
+// check reports it), as a NaN does to the softmax routine's choice; so does a -inf logit the top-k
+// would need (never picked: the routine then has no expert for that rank).
+// Lane 0 writes ids[0..top_k) and weights[0..top_k).
+__device__ inline void router_sigmoid_topk_warp(const float* logits, int n_experts, int top_k, bool renormalize,
+                                                int32_t* ids, float* weights) {
+  constexpr int kPer = kRouterMaxExperts / 32;
+  const int lane = threadIdx.x & 31;
+  float v[kPer];
+  bool nan = false;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int e = lane + 32 * j;
+    v[j] = e < n_experts ? logits[e] : -INFINITY;  // -inf: never selected
+    nan |= v[j] != v[j];
+  }
+  nan = __any_sync(0xffffffffu, nan);
+  float my_logit = 0.0f;  // lane r keeps the r-th pick (top_k <= 32)
+  int my_id = 0;
+  for (int r = 0; r < top_k; ++r) {
+    // This lane's best (largest logit, then lowest index; own indices increase with j).
+    float best = -INFINITY;
+    int best_e = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (v[j] > best) {
+        best = v[j];
+        best_e = lane + 32 * j;
+      }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (ob > best || (ob == best && oe < best_e)) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+    if ((best_e & 31) == lane) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        if (lane + 32 * j == best_e) v[j] = -INFINITY;
+    }
+    if (lane == r) {
+      my_logit = best;
+      my_id = best_e;
+    }
+  }
+  const float my_w = 1.0f / (1.0f + expf(-my_logit));
+  float picked_sum = 0.0f;  // in top-k order, identical in every lane
+  for (int r = 0; r < top_k; ++r) picked_sum += __shfl_sync(0xffffffffu, my_w, r);
+  if (lane < top_k) {
+    ids[lane] = nan ? -1 : my_id;
+    weights[lane] = renormalize ? my_w / picked_sum : my_w;
   }
 }
 

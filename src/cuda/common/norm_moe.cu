@@ -16,12 +16,17 @@ __global__ void rms_norm_kernel(const T* x, int x_stride, const uint16_t* weight
   rms_norm_row(x + r * x_stride, weight, out + r * out_stride, n, eps, scratch);
 }
 
+template <bool kSigmoid>
 __global__ void router_kernel(const float* logits, int stride, int n_tokens, int n_experts, int top_k, bool renorm,
                               int32_t* ids, float* weights) {
   const int t = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (t >= n_tokens) return;
-  router_topk_warp(logits + int64_t(t) * stride, n_experts, top_k, renorm, ids + int64_t(t) * top_k,
-                   weights + int64_t(t) * top_k);
+  if constexpr (kSigmoid)
+    router_sigmoid_topk_warp(logits + int64_t(t) * stride, n_experts, top_k, renorm, ids + int64_t(t) * top_k,
+                             weights + int64_t(t) * top_k);
+  else
+    router_topk_warp(logits + int64_t(t) * stride, n_experts, top_k, renorm, ids + int64_t(t) * top_k,
+                     weights + int64_t(t) * top_k);
 }
 
 void check_rms(int x_stride, int out_stride, int n_rows, int n) {
@@ -48,7 +53,7 @@ void rms_norm(const float* x, int x_stride, const uint16_t* weight, uint16_t* ou
 }
 
 void router_topk(const float* logits, int logits_stride, int n_tokens, int n_experts, int top_k, bool renormalize,
-                 int32_t* expert_ids, float* expert_weights, cudaStream_t stream) {
+                 int32_t* expert_ids, float* expert_weights, cudaStream_t stream, bool sigmoid) {
   MD_REQUIRE(n_experts >= 1 && n_experts <= kRouterMaxExperts, "router_topk: n_experts ", n_experts, " outside 1..",
              kRouterMaxExperts);
   MD_REQUIRE(top_k >= 1 && top_k <= n_experts && top_k <= kRouterMaxTopK, "router_topk: top_k ", top_k,
@@ -56,8 +61,13 @@ void router_topk(const float* logits, int logits_stride, int n_tokens, int n_exp
   MD_REQUIRE(logits_stride >= n_experts, "router_topk: logits_stride < n_experts");
   if (n_tokens <= 0) return;
   constexpr int kWarps = 4;
-  router_kernel<<<(n_tokens + kWarps - 1) / kWarps, 32 * kWarps, 0, stream>>>(logits, logits_stride, n_tokens, n_experts,
-                                                                           top_k, renormalize, expert_ids, expert_weights);
+  const dim3 grid((n_tokens + kWarps - 1) / kWarps), block(32 * kWarps);
+  if (sigmoid)
+    router_kernel<true><<<grid, block, 0, stream>>>(logits, logits_stride, n_tokens, n_experts, top_k, renormalize,
+                                                    expert_ids, expert_weights);
+  else
+    router_kernel<false><<<grid, block, 0, stream>>>(logits, logits_stride, n_tokens, n_experts, top_k, renormalize,
+                                                     expert_ids, expert_weights);
   CUDA_CHECK_LAST();
 }
 

@@ -1,5 +1,5 @@
 // The layer's routing, derived by every SM itself from the router logits (no dispatch task): the
-// softmax top-k of every token (one warp per token, cuda/common/moe.cuh: ties to the lower expert
+// softmax (or sigmoid: MkModelWeights::router_sigmoid) top-k of every token (one warp per token, cuda/common/moe.cuh: ties to the lower expert
 // id), then the slot numbering of plan/moe_split.h (expert-major, tokens in order inside an
 // expert), all in shared memory. Every SM computes the same tables from the same logits with the
 // same code, so they agree bit for bit; the expert shares (plan/moe_split.h) follow from them.
@@ -40,8 +40,13 @@ __device__ __noinline__ bool compute_routing(const MkParams& p, int layer, Route
   const int B = s.batch, K = s.top_k, E = s.n_experts, n = B * K;
   const float* logits = buf<float>(p, p.plan.buffers.router_logits);
   if (tid == 0) r.bad = 0;
-  for (int t = warp; t < B; t += kConsumerWarps)
-    router_topk_warp(logits + static_cast<int64_t>(t) * E, E, K, p.w.norm_topk != 0, &r.ids[t * K], &r.w[t * K]);
+  if (p.w.router_sigmoid != 0) {
+    for (int t = warp; t < B; t += kConsumerWarps)
+      router_sigmoid_topk_warp(logits + static_cast<int64_t>(t) * E, E, K, p.w.norm_topk != 0, &r.ids[t * K], &r.w[t * K]);
+  } else {
+    for (int t = warp; t < B; t += kConsumerWarps)
+      router_topk_warp(logits + static_cast<int64_t>(t) * E, E, K, p.w.norm_topk != 0, &r.ids[t * K], &r.w[t * K]);
+  }
   consumer_sync();
   if (tid < E) {
     int c = 0;

@@ -36,6 +36,8 @@ struct MkModelWeights {
   float attn_scale;  // 1/sqrt(D)
   int32_t norm_topk;
   int32_t rope_positions;  // positions the RoPE table covers (the model's max_position_embeddings)
+  int32_t router_sigmoid;  // 1: sigmoid routing (RouterKind::kSigmoidTopK), 0: softmax
+  int32_t pad;
 };
 
 // The first failure of a step (first writer wins); all zero when the step succeeded.

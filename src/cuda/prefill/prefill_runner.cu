@@ -342,7 +342,7 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   router.y_stride = E;
   gemm::gemm(router, gemm::Epilogue::kStore, stream);
   if (marks_) marks_->mark("router_gemm");
-  router_topk(router_, E, T, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream);
+  router_topk(router_, E, T, E, K, w.norm_topk != 0, topk_ids_, topk_w_, stream, w.router_sigmoid != 0);
   if (marks_) marks_->mark("router_topk");
   if (route_ids_) {  // routing capture: token t's K choices of layer l at [t][l][*]
     const size_t row = static_cast<size_t>(c.n_layers) * K;
