@@ -47,6 +47,7 @@ struct ActRows {
 enum class EpiKind : int32_t {
   kStore,     // y[tok * stride + row] = v                           (QKV)
   kRows,      // the same for row < n_rows only (padded rows)        (router, LM head)
+  kScaledRows,  // kRows of v * scale                              (LM head with a logit scale != 1)
   kResidual,  // y[tok * H + row] = residual(tok, row) + v           (O-proj: h = x + o)
   kSwiGlu,    // act[(slot0 + tok) * n_rows + col] = silu(gate) * up (expert up: row pairs i, i + 8)
   kCombine,   // comb[(token * K + k) * 16 + r] = v of slot slot0 + tok (expert down)
@@ -62,6 +63,7 @@ struct Epilogue {
   uint16_t* act;           // kSwiGlu
   int32_t slot0;           // kSwiGlu, kCombine: the expert's first slot
   int32_t K;               // kCombine: top-k
+  float scale;             // kScaledRows
   const int16_t* slot_token;
   const int8_t* slot_k;
 };
@@ -82,6 +84,9 @@ __device__ __forceinline__ void reduce_store(const float* red, int rb, int n_tok
       case EpiKind::kStore: e.y[tok * e.stride + row] = v; break;
       case EpiKind::kRows:
         if (row < e.n_rows) e.y[tok * e.stride + row] = v;
+        break;
+      case EpiKind::kScaledRows:
+        if (row < e.n_rows) e.y[tok * e.stride + row] = v * e.scale;
         break;
       case EpiKind::kResidual: {
         const int64_t at = tok * e.stride + row;

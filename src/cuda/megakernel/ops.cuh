@@ -219,6 +219,10 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
       epi.y = buf<float>(p, b.logits);
       epi.n_rows = s.vocab;
       epi.stride = s.vocab;
+      if (s.logit_scale != 1.0f) {  // logits = y * logit_scale (1 for qwen3_moe: its epilogue stays y)
+        epi.kind = EpiKind::kScaledRows;
+        epi.scale = s.logit_scale;
+      }
       break;
   }
   if (threadIdx.x == 0) *c.fill = f;
