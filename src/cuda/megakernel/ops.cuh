@@ -2,10 +2,11 @@
 // at least this thread: the caller makes it uniform), every one through one job loop (op_gemm) so the kernel holds one copy of the GEMM,
 // fill and epilogue code (the instruction cache must hold a layer's code):
 //   tiles (QKV, O-proj, router, LM head): one job; activation prologue, the pages, the epilogue;
-//   EXPERT_UP: h's RMSNorm for every token (after the O-proj tiles, while the router runs), the
+//   EXPERT_UP: h's RMSNorm for every token (after the O-proj tiles, while the router runs; parallel
+//     blocks: the layer input's, after the previous layer), the
 //     layer's routing (after the router), then one job per expert segment of the share's up units;
 //   EXPERT_DOWN: one job per (row block of the share, active expert), each row block combined in
-//     top-k order with the residual.
+//     top-k order with the residual (parallel blocks: into ffn_out, which O-proj adds).
 // JobWalk numbers a task's jobs; the loader (loader.cuh) walks the same way, so both sides see one
 // page sequence. Epilogue outputs other SMs read are plain stores, published by the task's arrival.
 #pragma once
@@ -191,11 +192,21 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
       epi.res = L == 0 ? nullptr : buf<float>(p, b.x);
       epi.embed = p.w.embed;
       epi.tokens = tokens;
+      if (s.parallel) {  // the layer's last task: x = (x + o) + F in place (every reader of x is done)
+        epi.kind = EpiKind::kResidualFfn;
+        epi.y = buf<float>(p, b.x);
+        epi.ffn = buf<float>(p, b.ffn_out);
+      }
       break;
     case Op::kRouter:
     case Op::kExpertUp:
-      f.ns.x = buf<float>(p, b.h);
-      f.ns.weight = p.w.layers[L].post_norm;
+      if (s.parallel) {  // the FFN reads the layer input as attention does (the embedding at layer 0)
+        f.ns.x = L == 0 ? nullptr : buf<float>(p, b.x);
+        f.ns.weight = p.w.layers[L].input_norm;
+      } else {
+        f.ns.x = buf<float>(p, b.h);
+        f.ns.weight = p.w.layers[L].post_norm;
+      }
       epi.kind = op == Op::kExpertUp ? EpiKind::kSwiGlu : EpiKind::kRows;
       epi.y = buf<float>(p, b.router_logits);
       epi.n_rows = op == Op::kExpertUp ? s.moe_inter : s.n_experts;
@@ -229,19 +240,21 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
 }
 
 // x = h + sum_k w_k down_k for the hidden rows of row block rb, every token (top-k order); the
-// row block's (token, k) outputs are in `comb`.
+// row block's (token, k) outputs are in `comb`. Parallel blocks: ffn_out = sum_k w_k down_k (the
+// same sum, from zero), which the layer's O-proj adds to x + o.
 __device__ __forceinline__ void moe_combine(const MkParams& p, const RouteSmem& r, const float* comb, int rb) {
   const PlanShape& s = p.plan.shape;
   const int K = s.top_k, H = s.hidden;
+  const bool parallel = s.parallel != 0;
   const float* h = buf<float>(p, p.plan.buffers.h);
-  float* x = buf<float>(p, p.plan.buffers.x);
+  float* x = buf<float>(p, parallel ? p.plan.buffers.ffn_out : p.plan.buffers.x);
   for (int idx = threadIdx.x; idx < s.batch * 16; idx += kConsumerThreads) {
     const int tok = idx >> 4, row = rb * 16 + (idx & 15);
     float moe = 0.0f;
 #pragma unroll 1
     for (int k = 0; k < K; ++k) moe += r.w[tok * K + k] * comb[(tok * K + k) * 16 + (idx & 15)];  // top-k order
     const int64_t at = static_cast<int64_t>(tok) * H + row;
-    x[at] = __ldcg(h + at) + moe;
+    x[at] = parallel ? moe : __ldcg(h + at) + moe;
   }
 }
 
@@ -257,6 +270,8 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   Epilogue epi;
   gemm_setup(c, t, g, epi);
   // h is complete after the O-proj tiles: the up task's norm runs while the router tiles do.
+  // (Parallel blocks: its first wait is the previous layer's O-proj, after which x is final; at
+  // layer 0 it has only the router's wait, and the embedding fill comes after it.)
   const int first = up && t.n_waits >= 2 ? 1 : t.n_waits;
   if (!wait_task(c, t, task, 0, first)) return false;  // (also publishes the fill)
   if (kind == kGemmQkv && t.layer == 0) {  // the embedding rows: every token id must be in the vocabulary
