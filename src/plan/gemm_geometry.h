@@ -28,8 +28,19 @@ constexpr int kPageTiles = 64;   // tiles per page at most
 constexpr int kPageBytes = kPageTiles * kTileBytes;
 constexpr int kActPad = 8;       // bf16 elements of padding per activation row (conflict-free B loads)
 
-// The GEMM kinds of the decode step; each has one geometry per step.
-enum GemmKind : int32_t { kGemmQkv, kGemmOProj, kGemmRouter, kGemmLmHead, kGemmUp, kGemmDown, kNumGemmKinds };
+// The GEMM kinds of the decode step; each has one geometry per step. The dense FFN's (parallel
+// blocks' dense layers) come last, so the others keep their numbers.
+enum GemmKind : int32_t {
+  kGemmQkv,
+  kGemmOProj,
+  kGemmRouter,
+  kGemmLmHead,
+  kGemmUp,
+  kGemmDown,
+  kGemmDenseUp,
+  kGemmDenseDown,
+  kNumGemmKinds
+};
 
 // The largest d <= limit dividing n, a multiple of 8 when one exists (k blocks are dealt to the
 // 8 consumer warps by kb % 8).
@@ -90,6 +101,8 @@ MD_HOST_DEVICE inline GemmKind gemm_kind(Op op) {
     case Op::kRouter: return kGemmRouter;
     case Op::kExpertUp: return kGemmUp;
     case Op::kExpertDown: return kGemmDown;
+    case Op::kDenseUp: return kGemmDenseUp;
+    case Op::kDenseDown: return kGemmDenseDown;
     default: return kGemmLmHead;
   }
 }
@@ -114,7 +127,9 @@ constexpr GemmLayout megakernel_layout(int32_t kNT) {
 
 // Every GEMM kind's geometry in a step of shape `s` on layout `l`: pages of at most page_rb_max
 // row blocks, activation windows of the batch's rows in the activation area; the expert-down jobs
-// hold their activation rows over the whole moe_intermediate (one window). Computed once per step
+// hold their activation rows over the whole moe_intermediate (one window). The dense FFN: its up
+// as the expert up's (K = hidden, the batch's rows), its down as O-proj's with K = dense_inter
+// (without dense layers that kind is never walked: it then copies O-proj's). Computed once per step
 // on the host (MkParams::geo); the timing model counts its pages and window fills.
 inline void gemm_geometry(const PlanShape& s, const GemmLayout& l, GemmGeo (&geo)[kNumGemmKinds]) {
   const int32_t h_kb = s.hidden / 16;
@@ -124,6 +139,9 @@ inline void gemm_geometry(const PlanShape& s, const GemmLayout& l, GemmGeo (&geo
   geo[kGemmLmHead] = geo[kGemmQkv];
   geo[kGemmUp] = geo[kGemmQkv];
   geo[kGemmDown] = gemm_geo(s.moe_inter / 16, l.page_rb_max, 1, int64_t{1} << 40);
+  geo[kGemmDenseUp] = geo[kGemmQkv];
+  geo[kGemmDenseDown] =
+      s.dense_inter > 0 ? gemm_geo(s.dense_inter / 16, l.page_rb_max, s.batch, l.act_bytes) : geo[kGemmOProj];
   for (GemmGeo& g : geo) {
     const int64_t rows = l.act_bytes / (static_cast<int64_t>(g.pitch) * 2);
     g.rows_cap = static_cast<int32_t>(rows < (int64_t{1} << 30) ? rows : (int64_t{1} << 30));

@@ -177,7 +177,7 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
         case SimClass::kGemm:
           st.bytes = row(op).amount(s, t);
           st.cost_us = us + p.row_us[static_cast<int>(op)] * (rows - 1);
-          // Dense FFN shares: modelled as one window (no kernel geometry exists for them yet).
+          // Dense FFN shares: modelled as one window (the kernel's kGemmDenseUp/Down geometry is not counted yet).
           if (op != Op::kDenseUp && op != Op::kDenseDown)
             st.cost_us += p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(t.arg[0], t.arg[1])));
           break;

@@ -140,7 +140,7 @@ TEST(MegakernelJobs, DecodeShapeWindowsAtEachBatch) {
     s.batch = w.batch;
     GemmGeo geo[kNumGemmKinds];
     gemm_geometry(s, megakernel_layout(token_groups(w.batch)), geo);
-    for (GemmKind k : {kGemmQkv, kGemmRouter, kGemmLmHead, kGemmUp}) {
+    for (GemmKind k : {kGemmQkv, kGemmRouter, kGemmLmHead, kGemmUp, kGemmDenseUp}) {
       EXPECT_EQ(geo[k].n_windows(), w.hidden_windows) << k;
       EXPECT_EQ(geo[k].page_kb, w.hidden_page_kb) << k;
       EXPECT_EQ(geo[k].window_kb, w.hidden_windows > 1 ? w.hidden_page_kb : 128) << k;
@@ -155,6 +155,18 @@ TEST(MegakernelJobs, DecodeShapeWindowsAtEachBatch) {
   EXPECT_EQ(gemm_kind(Op::kLmHead), kGemmLmHead);
   EXPECT_EQ(gemm_kind(Op::kExpertUp), kGemmUp);
   EXPECT_EQ(gemm_kind(Op::kExpertDown), kGemmDown);
+  EXPECT_EQ(gemm_kind(Op::kDenseUp), kGemmDenseUp);
+  EXPECT_EQ(gemm_kind(Op::kDenseDown), kGemmDenseDown);
+  // A dense FFN's down: O-proj's geometry over K = dense_inter, windows of the batch's rows.
+  s.batch = 8;
+  s.parallel = 1;
+  s.dense_inter = 6144;
+  GemmGeo geo[kNumGemmKinds];
+  gemm_geometry(s, megakernel_layout(1), geo);
+  EXPECT_EQ(geo[kGemmDenseDown].n_kb, 6144 / 16);
+  EXPECT_EQ(geo[kGemmDenseDown].n_kb % geo[kGemmDenseDown].page_kb, 0);
+  EXPECT_EQ(geo[kGemmDenseDown].window_kb % geo[kGemmDenseDown].page_kb, 0);
+  EXPECT_LE(int64_t{8} * geo[kGemmDenseDown].pitch * 2, megakernel_layout(1).act_bytes);
 }
 
 // The expert-down walk on random routings, some experts with more tokens than the area holds:

@@ -114,8 +114,8 @@ std::unique_ptr<DeviceWeights> DeviceWeights::upload(const ModelConfig& config, 
   add(weights.lm_head);
   for (const LayerWeights& l : weights.layers) {
     for (const TensorView* v : {&l.input_norm, &l.post_attn_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj,
-                                &l.q_norm, &l.k_norm, &l.router})
-      add(*v);
+                                &l.q_norm, &l.k_norm, &l.router, &l.mlp_gate, &l.mlp_up, &l.mlp_down})
+      if (!v->name.empty()) add(*v);  // (a model without a tensor leaves its view unnamed)
     for (const ExpertWeights& e : l.experts) {
       add(e.gate);
       add(e.up);
@@ -142,6 +142,11 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
   const int64_t H = c.hidden_size, D = c.head_dim, G = c.n_kv_heads, gs = c.group_size(), E = c.n_experts,
                 I = c.moe_intermediate_size, V = c.vocab_size, nq = c.n_heads * D;
   const int64_t qkv_rows = G * (gs + 2) * D;
+  const int64_t Id = c.intermediate_size;  // dense FFN layers' width (0 without them)
+  // What a layer has: parallel blocks have no post-attention norm, models without q/k norms none,
+  // dense layers no router and no experts but one MLP (packed like an expert).
+  const bool post_norm = c.block == BlockKind::kSequential, qk_norm = c.qk_norm;
+  auto dense = [&](int l) { return !c.is_moe_layer(l); };
 
   // Arena layout (bytes, 256-aligned), in build order.
   size_t off = 0;
@@ -151,20 +156,28 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
     return at;
   };
   struct LayerOff {
-    size_t qkv, o, router, up, down, in_norm, post_norm, q_norm, k_norm;
+    size_t qkv, o, router, up, down, in_norm, post_norm, q_norm, k_norm, dense_up, dense_down;
   };
   std::vector<LayerOff> lo(c.n_layers);
   const int64_t up_elems = packed_elements(2 * I, H), down_elems = packed_elements(H, I);
   for (int l = 0; l < c.n_layers; ++l) {
+    lo[l] = LayerOff{};
     lo[l].qkv = take(packed_elements(qkv_rows, H));
     lo[l].o = take(packed_elements(H, nq));
-    lo[l].router = take(packed_elements(E, H));
-    lo[l].up = take(up_elems * E);
-    lo[l].down = take(down_elems * E);
+    if (dense(l)) {
+      lo[l].dense_up = take(packed_elements(2 * Id, H));
+      lo[l].dense_down = take(packed_elements(H, Id));
+    } else {
+      lo[l].router = take(packed_elements(E, H));
+      lo[l].up = take(up_elems * E);
+      lo[l].down = take(down_elems * E);
+    }
     lo[l].in_norm = take(H);
-    lo[l].post_norm = take(H);
-    lo[l].q_norm = take(D);
-    lo[l].k_norm = take(D);
+    if (post_norm) lo[l].post_norm = take(H);
+    if (qk_norm) {
+      lo[l].q_norm = take(D);
+      lo[l].k_norm = take(D);
+    }
   }
   const size_t embed_off = take(V * H), final_norm_off = take(H), lm_off = take(packed_elements(V, H));
   bytes_ = off;
@@ -176,10 +189,10 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
   auto at = [&](size_t o) { return reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(arena_) + o); };
 
   // Row-major staging: the source tensor, and the fused/interleaved matrix.
-  const int64_t stage_elems = std::max({V * H, qkv_rows * H, 2 * I * H, H * nq});
+  const int64_t stage_elems = std::max({V * H, qkv_rows * H, 2 * I * H, H * nq, 2 * Id * H});
   uint16_t *src = nullptr, *fused = nullptr;
   CUDA_CHECK(cudaMalloc(&src, stage_elems * 2));
-  CUDA_CHECK(cudaMalloc(&fused, std::max(qkv_rows, 2 * I) * H * 2));
+  CUDA_CHECK(cudaMalloc(&fused, std::max({qkv_rows, 2 * I, 2 * Id}) * H * 2));
   size_t done = 0;
   auto report = [&](int64_t elems) {
     done += static_cast<size_t>(elems) * 2;
@@ -210,34 +223,49 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
     pack_weight(fused, at(lo[l].qkv), static_cast<int>(qkv_rows), static_cast<int>(H), nullptr);
     report(qkv_rows * H);
     packed(lname(l, "self_attn.o_proj.weight"), H, nq, at(lo[l].o));
-    packed(lname(l, "mlp.gate.weight"), E, H, at(lo[l].router));
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string ex = "mlp.experts." + std::to_string(e) + ".";
-      // Row block j of the fused matrix: gate rows 8j..8j+7, then up rows 8j..8j+7.
+    // Row block j of a fused up matrix (an expert's, or a dense layer's MLP): gate rows 8j..8j+7,
+    // then up rows 8j..8j+7.
+    auto fused_up = [&](const std::string& prefix, int64_t inter, uint16_t* dst) {
       const size_t unit = 8 * H * 2;
-      source(lname(l, ex + "gate_proj.weight"), I, H, src);
-      CUDA_CHECK(cudaMemcpy2D(fused, 2 * unit, src, unit, unit, I / 8, cudaMemcpyDeviceToDevice));
-      source(lname(l, ex + "up_proj.weight"), I, H, src);
-      CUDA_CHECK(cudaMemcpy2D(reinterpret_cast<uint8_t*>(fused) + unit, 2 * unit, src, unit, unit, I / 8,
+      source(lname(l, prefix + "gate_proj.weight"), inter, H, src);
+      CUDA_CHECK(cudaMemcpy2D(fused, 2 * unit, src, unit, unit, inter / 8, cudaMemcpyDeviceToDevice));
+      source(lname(l, prefix + "up_proj.weight"), inter, H, src);
+      CUDA_CHECK(cudaMemcpy2D(reinterpret_cast<uint8_t*>(fused) + unit, 2 * unit, src, unit, unit, inter / 8,
                               cudaMemcpyDeviceToDevice));
-      pack_weight(fused, at(lo[l].up) + e * up_elems, static_cast<int>(2 * I), static_cast<int>(H), nullptr);
-      report(2 * I * H);
-      packed(lname(l, ex + "down_proj.weight"), H, I, at(lo[l].down) + e * down_elems);
+      pack_weight(fused, dst, static_cast<int>(2 * inter), static_cast<int>(H), nullptr);
+      report(2 * inter * H);
+    };
+    if (dense(l)) {
+      fused_up("mlp.", Id, at(lo[l].dense_up));
+      packed(lname(l, "mlp.down_proj.weight"), H, Id, at(lo[l].dense_down));
+    } else {
+      packed(lname(l, "mlp.gate.weight"), E, H, at(lo[l].router));
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ex = "mlp.experts." + std::to_string(e) + ".";
+        fused_up(ex, I, at(lo[l].up) + e * up_elems);
+        packed(lname(l, ex + "down_proj.weight"), H, I, at(lo[l].down) + e * down_elems);
+      }
     }
     direct(lname(l, "input_layernorm.weight"), H, 1, lo[l].in_norm);
-    direct(lname(l, "post_attention_layernorm.weight"), H, 1, lo[l].post_norm);
-    direct(lname(l, "self_attn.q_norm.weight"), D, 1, lo[l].q_norm);
-    direct(lname(l, "self_attn.k_norm.weight"), D, 1, lo[l].k_norm);
+    if (post_norm) direct(lname(l, "post_attention_layernorm.weight"), H, 1, lo[l].post_norm);
+    if (qk_norm) {
+      direct(lname(l, "self_attn.q_norm.weight"), D, 1, lo[l].q_norm);
+      direct(lname(l, "self_attn.k_norm.weight"), D, 1, lo[l].k_norm);
+    }
     MkLayerWeights& w = layers_[l];
+    w = MkLayerWeights{};
+    auto at_or_null = [&](bool has, size_t o) { return has ? at(o) : nullptr; };  // what the layer lacks is nullptr
     w.qkv = at(lo[l].qkv);
     w.o_proj = at(lo[l].o);
-    w.router = at(lo[l].router);
-    w.experts_up = at(lo[l].up);
-    w.experts_down = at(lo[l].down);
+    w.router = at_or_null(!dense(l), lo[l].router);
+    w.experts_up = at_or_null(!dense(l), lo[l].up);
+    w.experts_down = at_or_null(!dense(l), lo[l].down);
+    w.dense_up = at_or_null(dense(l), lo[l].dense_up);
+    w.dense_down = at_or_null(dense(l), lo[l].dense_down);
     w.input_norm = at(lo[l].in_norm);
-    w.post_norm = at(lo[l].post_norm);
-    w.q_norm = at(lo[l].q_norm);
-    w.k_norm = at(lo[l].k_norm);
+    w.post_norm = at_or_null(post_norm, lo[l].post_norm);
+    w.q_norm = at_or_null(qk_norm, lo[l].q_norm);
+    w.k_norm = at_or_null(qk_norm, lo[l].k_norm);
     w.expert_up_elems = up_elems;
     w.expert_down_elems = down_elems;
   }

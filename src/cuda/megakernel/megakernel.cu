@@ -74,6 +74,9 @@ void check_megakernel_shape(const PlanShape& s) {
   MD_REQUIRE(s.n_experts <= mk::kMaxExperts && s.top_k <= mk::kMaxTopK, "megakernel: routing needs <= ",
              mk::kMaxExperts, " experts and top-k <= ", mk::kMaxTopK, "; the model has ", s.n_experts, " and ", s.top_k);
   MD_REQUIRE(s.hidden % 128 == 0, "megakernel: the hidden size must be a multiple of 128, got ", s.hidden);
+  MD_REQUIRE(s.dense_inter % 16 == 0 && (s.dense_inter == 0 || s.parallel),
+             "megakernel: a dense FFN needs parallel blocks and an intermediate size that is a multiple of 16, got ",
+             s.dense_inter, s.parallel ? "" : " in a sequential-block plan");
   const MkLaunchShape sh = megakernel_shape(s.batch);
   // The expert-down jobs hold one activation row of the whole moe_intermediate at least (an
   // expert's tokens beyond what the area holds go in chunks: plan/gemm_geometry.h down_walk_next),

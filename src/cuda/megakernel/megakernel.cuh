@@ -42,6 +42,8 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
       case Op::kRouter:
       case Op::kExpertUp:
       case Op::kExpertDown:
+      case Op::kDenseUp:
+      case Op::kDenseDown:
       case Op::kLmHead: ok = op_gemm(c, t, i); break;
       default:  // not an op this kernel runs (megakernel_runs): stop, never run it as another op
         if (tid == 0) set_error(p, kMkBadShape, -1, t.op, kNumOps, i, kMkDetailUnknownOp);

@@ -6,7 +6,9 @@
 //     blocks: the layer input's, after the previous layer), the
 //     layer's routing (after the router), then one job per expert segment of the share's up units;
 //   EXPERT_DOWN: one job per (row block of the share, active expert), each row block combined in
-//     top-k order with the residual (parallel blocks: into ffn_out, which O-proj adds).
+//     top-k order with the residual (parallel blocks: into ffn_out, which O-proj adds);
+//   DENSE_UP, DENSE_DOWN (parallel blocks' dense layers): one job, the share's units of the MLP's
+//     interleaved gate/up rows (act[t, col], token-major) or its hidden row blocks (ffn_out).
 // JobWalk numbers a task's jobs; the loader (loader.cuh) walks the same way, so both sides see one
 // page sequence. Epilogue outputs other SMs read are plain stores, published by the task's arrival.
 #pragma once
@@ -66,7 +68,10 @@ struct TaskJob {
 //   tiles: one job, the task's row blocks [arg0, arg1);
 //   EXPERT_UP: its share of the (active expert x up unit) list, one job per expert it touches;
 //   EXPERT_DOWN: (row block of its share, active expert, chunk of the expert's tokens that fits
-//   the activation area): plan/gemm_geometry.h down_walk_next.
+//   the activation area): plan/gemm_geometry.h down_walk_next;
+//   DENSE_UP: one job, the units moe_share(dense_units, share, shares) of the MLP's up matrix (a
+//   unit = one row block: 8 gate + 8 up rows); DENSE_DOWN: one job, the hidden row blocks
+//   moe_share(down_rbs, share, shares) of its down matrix (the emulator's tile_dense_up/down).
 // Expert jobs need the layer's routing in `r`.
 struct JobWalk {
   int32_t kind;  // GemmKind
@@ -91,6 +96,10 @@ struct JobWalk {
       const MoeShare rbs = share_of(s.down_rbs, t.arg[0], t.arg[1]);
       at = rbs.begin;
       end = rbs.end;
+    } else if (kind == kGemmDenseUp || kind == kGemmDenseDown) {
+      const MoeShare sh = share_of(kind == kGemmDenseUp ? s.dense_units : s.down_rbs, t.arg[0], t.arg[1]);
+      at = sh.begin;
+      end = sh.end;
     }
   }
 
@@ -110,7 +119,11 @@ struct JobWalk {
     if (at >= end) return false;
     const PlanShape& s = p.plan.shape;
     out.ei = ei;
-    if (kind == kGemmUp) {
+    if (kind == kGemmDenseUp || kind == kGemmDenseDown) {  // the share's row blocks, one job
+      const MkLayerWeights& lw = p.w.layers[t.layer];
+      out.job = GemmJob{kind == kGemmDenseUp ? lw.dense_up : lw.dense_down, at, end};
+      at = end;
+    } else if (kind == kGemmUp) {
       const int32_t e0 = ei * s.up_units, e1 = e0 + s.up_units;
       const int32_t b = end < e1 ? end : e1;
       const MkLayerWeights& lw = p.w.layers[t.layer];
@@ -222,6 +235,20 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
       epi.K = s.top_k;
       epi.slot_token = c.route.slot_token;
       epi.slot_k = c.route.slot_k;
+      break;
+    case Op::kDenseUp:  // act[t, col] = silu(gate . xn) * (up . xn), token-major (bf16)
+      f.ns.x = L == 0 ? nullptr : buf<float>(p, b.x);
+      f.ns.weight = p.w.layers[L].input_norm;
+      epi.kind = EpiKind::kSwiGlu;
+      epi.n_rows = s.dense_inter;
+      epi.act = buf<uint16_t>(p, b.act);
+      break;
+    case Op::kDenseDown:  // ffn_out[t, r] = down_r . act[t]
+      f.kind = FillKind::kRows;
+      f.src = buf<uint16_t>(p, b.act);
+      f.stride = s.dense_inter;
+      epi.y = buf<float>(p, b.ffn_out);
+      epi.stride = s.hidden;
       break;
     default:  // LM head
       f.ns.x = buf<float>(p, b.x);

@@ -22,6 +22,9 @@ struct MkLayerWeights {
   const uint16_t* post_norm;     // [H]
   const uint16_t* q_norm;        // [D]
   const uint16_t* k_norm;        // [D]
+  // Dense FFN layers (parallel blocks; nullptr on MoE layers): the MLP packed like one expert's.
+  const uint16_t* dense_up;      // packed [2*dense_inter rows, H]: row block j = gate rows 8j..8j+7, up rows 8j..8j+7
+  const uint16_t* dense_down;    // packed [H rows, dense_inter]
   int64_t expert_up_elems;       // packed elements of one expert's up matrix (stride between experts)
   int64_t expert_down_elems;
 };
@@ -65,6 +68,8 @@ MD_HOST_DEVICE constexpr bool megakernel_runs(Op op) {
     case Op::kRouter:
     case Op::kExpertUp:
     case Op::kExpertDown:
+    case Op::kDenseUp:
+    case Op::kDenseDown:
     case Op::kLmHead:
     case Op::kSample: return true;
     default: return false;
