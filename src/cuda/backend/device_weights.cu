@@ -55,13 +55,13 @@ std::string lname(int l, const std::string& rest) { return "model.layers." + std
 
 void check_supported(const ModelConfig& c) {
   // cohere2_moe is being ported to the megakernel (docs/perf/notes.md, the port plan): the routing,
-  // the logit scale, the parallel block's FFN and O-proj, the dense layers and their weights are in;
+  // the logit scale, the parallel block's FFN and O-proj, the dense layers and their weights, and
+  // full-attention items without RoPE or q/k norms are in;
   // until the rest is, the model is refused here by name, with what is missing.
   MD_REQUIRE(c.model_type != "cohere2_moe",
              "cohere2_moe does not run on the CUDA backends yet: the megakernel still lacks sliding-window "
-             "attention through the ring pool (ATTN kAttnSliding, ring tables, the ring's KV pool), attention "
-             "without RoPE (kAttnNoRope) and with interleaved RoPE, attention without q/k norms, and the backend's "
-             "upload of the ring tables; the batched and prefill paths lack parallel blocks, dense layers and the "
+             "attention through the ring pool (ATTN kAttnSliding, ring tables, the ring's KV pool) with its "
+             "interleaved RoPE, and the backend's upload of the ring tables; the batched and prefill paths lack parallel blocks, dense layers and the "
              "logit scale. Use backend cpu-ref or cpu-mk");
   MD_REQUIRE(c.model_type == "qwen3_moe" && c.block == BlockKind::kSequential && c.router == RouterKind::kSoftmaxTopK &&
                  c.norm == NormKind::kRms && c.shared_intermediate_size == 0 && c.logit_scale == 1.0f,

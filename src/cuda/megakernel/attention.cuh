@@ -75,7 +75,8 @@ __device__ __forceinline__ void attn_patch(const AttnGeo& g, int c, const uint16
 }
 
 // Per-head RMSNorm of the item's q heads and, when it appends, of the new k (v copied as is), from
-// the raw QKV rows (written by other SMs: ld.global.cg): warp h for head h.
+// the raw QKV rows (written by other SMs: ld.global.cg): warp h for head h. A model without q/k
+// norms (lw.q_norm == nullptr: cohere2_moe) copies q and k as they are, as the emulator does.
 __device__ inline void attn_qk_norm(const MkParams& p, const MkLayerWeights& lw, const float* raw, int gs, int D,
                                     bool appends, AttnScratch& sc) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -95,6 +96,13 @@ __device__ inline void attn_qk_norm(const MkParams& p, const MkLayerWeights& lw,
         if (lane + 32 * j < D) sc.vn[lane + 32 * j] = v[j];
       continue;
     }
+    if (lw.q_norm == nullptr) {  // no q/k norms (uniform: one layer's weights)
+      float* dst = h < gs ? sc.qn[h] : sc.kn;
+#pragma unroll
+      for (int j = 0; j < kAttnMaxDim / 32; ++j)
+        if (lane + 32 * j < D) dst[lane + 32 * j] = v[j];
+      continue;
+    }
     const float r = head_rms_scale(ss, D, p.w.rms_eps);
     const uint16_t* nw = h < gs ? lw.q_norm : lw.k_norm;
     float* dst = h < gs ? sc.qn[h] : sc.kn;
@@ -106,10 +114,11 @@ __device__ inline void attn_qk_norm(const MkParams& p, const MkLayerWeights& lw,
   }
 }
 
-// q/k RMSNorm, RoPE at the new position, and (appending item) the new K/V row: to the cache and to
-// sc.knew/vnew; then q as kAttnTerms bf16 MMA terms in shared memory (lane-consecutive words).
+// q/k RMSNorm, RoPE at the new position (not with `rope` false: the ATTN flag kAttnNoRope), and
+// (appending item) the new K/V row: to the cache and to sc.knew/vnew; then q as kAttnTerms bf16 MMA
+// terms in shared memory (lane-consecutive words).
 __device__ inline void attn_prologue(const MkParams& p, int layer, const AttnItem& it, const AttnGeo& geo, bool appends,
-                                     uint16_t* kc, uint16_t* vc, AttnScratch& sc) {
+                                     bool rope, uint16_t* kc, uint16_t* vc, AttnScratch& sc) {
   const PlanShape& s = p.plan.shape;
   const MkLayerWeights& lw = p.w.layers[layer];
   const int tid = threadIdx.x;
@@ -122,9 +131,9 @@ __device__ inline void attn_prologue(const MkParams& p, int layer, const AttnIte
   for (int idx = tid; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {
     const int h = idx >> d_shift, d = idx & (D - 1);
     if (h < gs) {
-      sc.q[h][d] = rope_neox(sc.qn[h], d, half, cs[d & (half - 1)]);
+      sc.q[h][d] = rope ? rope_neox(sc.qn[h], d, half, cs[d & (half - 1)]) : sc.qn[h][d];
     } else {
-      const uint16_t kb = float_to_bf16_bits(rope_neox(sc.kn, d, half, cs[d & (half - 1)]));
+      const uint16_t kb = float_to_bf16_bits(rope ? rope_neox(sc.kn, d, half, cs[d & (half - 1)]) : sc.kn[d]);
       const uint16_t vb = float_to_bf16_bits(sc.vn[d]);
       const int64_t at = geo.at(pos) + d;
       kc[at] = kb;

@@ -55,7 +55,7 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
   // 1-2. norms, RoPE, append, q terms.
   TraceClock phase;
   phase.start(p);
-  attn_prologue(p, layer, it, geo, appends, kc, vc, sc);
+  attn_prologue(p, layer, it, geo, appends, (t.flags & kAttnNoRope) == 0, kc, vc, sc);
   phase.stop(p, t, task, kPhaseAttnPrologue);
 
   // 3. this warp's chunks. Per lane: rows g, g + 8 of the accumulators (log2 domain).

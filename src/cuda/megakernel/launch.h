@@ -27,7 +27,7 @@ MkLaunchShape megakernel_shape(int batch);
 void check_megakernel_shape(const PlanShape& s);
 
 // Error naming the op when one of `tasks` is an op the kernel does not run (megakernel_runs), or an
-// ATTN task carries flags it does not implement. The kernel stops on such a task too
+// ATTN task carries flags it does not implement (kAttnSliding; kAttnNoRope runs). The kernel stops on such a task too
 // (kMkDetailUnknownOp), but the host check names it before anything is launched.
 void check_megakernel_tasks(std::span<const Task> tasks);
 

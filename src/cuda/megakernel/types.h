@@ -20,8 +20,8 @@ struct MkLayerWeights {
   const uint16_t* experts_down;  // E x packed [H rows, I]
   const uint16_t* input_norm;    // [H]
   const uint16_t* post_norm;     // [H]
-  const uint16_t* q_norm;        // [D]
-  const uint16_t* k_norm;        // [D]
+  const uint16_t* q_norm;        // [D]; nullptr: the model has no q/k norms (attention uses q, k as projected)
+  const uint16_t* k_norm;        // [D]; nullptr with q_norm
   // Dense FFN layers (parallel blocks; nullptr on MoE layers): the MLP packed like one expert's.
   const uint16_t* dense_up;      // packed [2*dense_inter rows, H]: row block j = gate rows 8j..8j+7, up rows 8j..8j+7
   const uint16_t* dense_down;    // packed [H rows, dense_inter]
