@@ -49,17 +49,18 @@ enum class EpiKind : int32_t {
   kRows,      // the same for row < n_rows only (padded rows)        (router, LM head)
   kScaledRows,  // kRows of v * scale                              (LM head with a logit scale != 1)
   kResidual,  // y[tok * H + row] = residual(tok, row) + v           (O-proj: h = x + o)
-  kResidualFfn,  // y[at] = (residual(tok, row) + v) + ffn[at]      (O-proj of a parallel block: x in place)
+  kResidualFfn,  // y[at] = (residual(tok, row) + v) + res[at]      (O-proj of a parallel block: x in place)
   kSwiGlu,    // act[(slot0 + tok) * n_rows + col] = silu(gate) * up (expert up: row pairs i, i + 8)
   kCombine,   // comb[(token * K + k) * 16 + r] = v of slot slot0 + tok (expert down)
 };
 struct Epilogue {
   EpiKind kind;
-  int32_t n_rows;          // kRows: rows of y; kSwiGlu: the intermediate size
+  int32_t n_rows;          // kRows: rows of y; kSwiGlu: the intermediate size; kResidualFfn: 1 when the
+                           // residual is the embedding of tokens[tok] (layer 0), 0 when it is y itself
   int64_t stride;          // kStore, kRows: elements per token row of y; kResidual: H
   float* y;
-  const float* res;        // kResidual(Ffn): the fp32 residual x, or nullptr: the embedding of tokens[tok]
-  const float* ffn;        // kResidualFfn: the FFN branch F [tokens][H] (other SMs' down shares wrote it)
+  const float* res;        // kResidual: the fp32 residual x, or nullptr: the embedding of tokens[tok];
+                           // kResidualFfn: the FFN branch F [tokens][H] (other SMs' down shares wrote it)
   const uint16_t* embed;
   const int32_t* tokens;
   uint16_t* act;           // kSwiGlu
@@ -97,11 +98,13 @@ __device__ __forceinline__ void reduce_store(const float* red, int rb, int n_tok
         e.y[at] = res + v;
         break;
       }
-      case EpiKind::kResidualFfn: {  // cpu-ref's order: (x + o) + F; y may be res (each element read, then written)
+      case EpiKind::kResidualFfn: {  // cpu-ref's order: (x + o) + F, x in place (each element read, then written)
+        // (F rides in `res` and the residual's source in n_rows: the epilogue, held in registers
+        // through the job loop, grows no field for it.)
         const int64_t at = tok * e.stride + row;
-        const float res = e.res != nullptr ? __ldcg(e.res + at)
-                                           : bf16_bits_to_float(e.embed[static_cast<int64_t>(e.tokens[tok]) * e.stride + row]);
-        e.y[at] = (res + v) + __ldcg(e.ffn + at);
+        const float res = e.n_rows == 0 ? __ldcg(e.y + at)
+                                        : bf16_bits_to_float(e.embed[static_cast<int64_t>(e.tokens[tok]) * e.stride + row]);
+        e.y[at] = (res + v) + __ldcg(e.res + at);
         break;
       }
       case EpiKind::kSwiGlu: {

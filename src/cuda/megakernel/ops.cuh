@@ -40,12 +40,15 @@ struct ConsumerCtx {
 
 // ---- job geometry, shared with the loader ----
 
-// The packed matrix of a static tile task (QKV, O_PROJ, ROUTER, LM_HEAD).
+// The packed matrix of a task whose job is one row-block range of one matrix: the static tiles
+// (QKV, O_PROJ, ROUTER, LM_HEAD) and the dense FFN's shares (DENSE_UP, DENSE_DOWN).
 __device__ __forceinline__ const uint16_t* tile_matrix(const MkParams& p, const Task& t) {
   switch (static_cast<Op>(t.op)) {
     case Op::kQkv: return p.w.layers[t.layer].qkv;
     case Op::kOProj: return p.w.layers[t.layer].o_proj;
     case Op::kRouter: return p.w.layers[t.layer].router;
+    case Op::kDenseUp: return p.w.layers[t.layer].dense_up;
+    case Op::kDenseDown: return p.w.layers[t.layer].dense_down;
     default: return p.w.lm_head;
   }
 }
@@ -75,16 +78,16 @@ struct TaskJob {
 // Expert jobs need the layer's routing in `r`.
 struct JobWalk {
   int32_t kind;  // GemmKind
-  int32_t at;    // up: the next unit of the flat list; down: the row block; tiles: 0 before the job
-  int32_t end;   // up: one past the share's last unit; down: one past its last row block
+  int32_t at;    // up: the next unit of the flat list; down: the row block; one-range jobs: its first row block
+  int32_t end;   // up: one past the share's last unit; down: one past its last row block; one-range: the range's end
   int32_t ei;    // up, down: the next active expert index
   int32_t tok;   // down: the next slot chunk's first token of the expert
 
   __device__ __forceinline__ void start(const MkParams& p, const Task& t, const RouteSmem& r) {
     const PlanShape& s = p.plan.shape;
     kind = gemm_kind(static_cast<Op>(t.op));
-    at = 0;
-    end = 1;
+    at = t.arg[0];  // tiles: the task's row blocks (an empty range is no job: nothing to stream or store)
+    end = t.arg[1];
     ei = 0;
     tok = 0;
     if (kind == kGemmUp) {
@@ -119,20 +122,16 @@ struct JobWalk {
     if (at >= end) return false;
     const PlanShape& s = p.plan.shape;
     out.ei = ei;
-    if (kind == kGemmDenseUp || kind == kGemmDenseDown) {  // the share's row blocks, one job
-      const MkLayerWeights& lw = p.w.layers[t.layer];
-      out.job = GemmJob{kind == kGemmDenseUp ? lw.dense_up : lw.dense_down, at, end};
-      at = end;
-    } else if (kind == kGemmUp) {
+    if (kind == kGemmUp) {
       const int32_t e0 = ei * s.up_units, e1 = e0 + s.up_units;
       const int32_t b = end < e1 ? end : e1;
       const MkLayerWeights& lw = p.w.layers[t.layer];
       out.job = GemmJob{lw.experts_up + r.active[ei] * lw.expert_up_elems, at - e0, b - e0};
       at = b;
       ++ei;
-    } else {
-      out.job = GemmJob{tile_matrix(p, t), t.arg[0], t.arg[1]};
-      at = 1;
+    } else {  // tiles and dense shares: one job, the whole range
+      out.job = GemmJob{tile_matrix(p, t), at, end};
+      at = end;
     }
     return true;
   }
@@ -208,7 +207,8 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
       if (s.parallel) {  // the layer's last task: x = (x + o) + F in place (every reader of x is done)
         epi.kind = EpiKind::kResidualFfn;
         epi.y = buf<float>(p, b.x);
-        epi.ffn = buf<float>(p, b.ffn_out);
+        epi.res = buf<float>(p, b.ffn_out);
+        epi.n_rows = L == 0 ? 1 : 0;
       }
       break;
     case Op::kRouter:
@@ -272,16 +272,16 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
 __device__ __forceinline__ void moe_combine(const MkParams& p, const RouteSmem& r, const float* comb, int rb) {
   const PlanShape& s = p.plan.shape;
   const int K = s.top_k, H = s.hidden;
-  const bool parallel = s.parallel != 0;
-  const float* h = buf<float>(p, p.plan.buffers.h);
-  float* x = buf<float>(p, parallel ? p.plan.buffers.ffn_out : p.plan.buffers.x);
+  // (h is 0 bytes in parallel plans: never read there.)
+  const float* h = s.parallel ? nullptr : buf<float>(p, p.plan.buffers.h);
+  float* x = buf<float>(p, s.parallel ? p.plan.buffers.ffn_out : p.plan.buffers.x);
   for (int idx = threadIdx.x; idx < s.batch * 16; idx += kConsumerThreads) {
     const int tok = idx >> 4, row = rb * 16 + (idx & 15);
     float moe = 0.0f;
 #pragma unroll 1
     for (int k = 0; k < K; ++k) moe += r.w[tok * K + k] * comb[(tok * K + k) * 16 + (idx & 15)];  // top-k order
     const int64_t at = static_cast<int64_t>(tok) * H + row;
-    x[at] = parallel ? moe : __ldcg(h + at) + moe;
+    x[at] = h == nullptr ? moe : __ldcg(h + at) + moe;
   }
 }
 
