@@ -301,7 +301,10 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   // layer 0 it has only the router's wait, and the embedding fill comes after it.)
   const int first = up && t.n_waits >= 2 ? 1 : t.n_waits;
   if (!wait_task(c, t, task, 0, first)) return false;  // (also publishes the fill)
-  if (kind == kGemmQkv && t.layer == 0) {  // the embedding rows: every token id must be in the vocabulary
+  // The embedding rows: every token id must be in the vocabulary before a fill reads them. Parallel
+  // blocks' router, expert-up and dense-up tasks read them at layer 0 too, waiting on no QKV tile.
+  const bool embeds = kind == kGemmQkv || (s.parallel && (kind == kGemmRouter || up || kind == kGemmDenseUp));
+  if (embeds && t.layer == 0) {
     const int32_t* tokens = buf<int32_t>(p, p.plan.buffers.token_ids);
     bool bad = false;
 #pragma unroll 1
