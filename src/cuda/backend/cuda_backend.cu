@@ -15,6 +15,7 @@
 #include "cuda/common/kernel_marks.h"
 #include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
+#include "kv/kv_cache.h"
 #include "plan/planner.h"
 #include "sampling/host_sampler.h"
 #include "sampling/params.h"
@@ -46,6 +47,7 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   MD_REQUIRE(options_.backend == "cuda" || options_.backend == "cuda-mk" || per_op_ || options_.backend == "cuda-batched",
              "CudaBackend runs cuda, cuda-mk, cuda-ops or cuda-batched, not \"", options_.backend, "\"");
   check_backend_options(options_);
+  check_supported(weights_->config(), options_);  // what this backend's paths run of the model
   last_path_ = has_megakernel_ ? DecodePath::kMegakernel : DecodePath::kBatched;
   // Before the KV cache is sized, so the prefill and batched workspaces count as used memory.
   if (options_.prefill_chunk > 0) {
@@ -66,15 +68,27 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   const int sms = sm_count();
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
   planner_ = std::make_unique<StepPlanner>(c, policy_, PlanOptions{.n_sms = n_sms_});
-  const size_t block_bytes =
+  const size_t full_block_bytes =
       static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;
+  // Sliding-window layers keep their K/V in a ring pool as well (cpu-ref's layout: kv/kv_cache.h).
+  // The full pool keeps a slice for every layer, sliding ones included, so the qwen3_moe address
+  // path (layer * stride) stays as it is; the sliding layers' slices of it go unused. The ring pool
+  // has as many blocks as the full pool unless --n-ring-blocks says otherwise (cpu-ref's default:
+  // a sequence never holds more ring than full blocks), so one block of budget buys one of each.
+  for (int l = 0; l < c.n_layers; ++l) n_ring_layers_ += c.is_sliding_layer(l) ? 1 : 0;
+  ring_len_ = n_ring_layers_ > 0 ? kv_ring_length(c.max_sliding_window(), options_.kv_block_size) : 0;
+  const size_t ring_block_bytes =
+      static_cast<size_t>(n_ring_layers_) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;
+  const size_t block_bytes = full_block_bytes + (options_.n_ring_blocks > 0 ? 0 : ring_block_bytes);
   if (options_.n_kv_blocks > 0) {
     n_kv_blocks_ = options_.n_kv_blocks;
   } else {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double ring_fixed =  // an explicit ring pool comes off the budget first
+        options_.n_ring_blocks > 0 ? static_cast<double>(ring_block_bytes) * options_.n_ring_blocks : 0.0;
     const double budget = options_.gpu_memory_utilization * static_cast<double>(total_b) -
-                          static_cast<double>(total_b - free_b) - static_cast<double>(kActivationReserve);
+                          static_cast<double>(total_b - free_b) - static_cast<double>(kActivationReserve) - ring_fixed;
     // The smallest useful pool: one block for each sequence of the largest batch.
     const double minimal = static_cast<double>(block_bytes) * max_decode_batch();
     MD_REQUIRE(budget >= minimal, "the KV cache does not fit: the model and workspaces leave ",
@@ -86,8 +100,16 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
                "--max-num-seqs or --block-size");
     n_kv_blocks_ = static_cast<int>(std::min<double>(budget / static_cast<double>(block_bytes), 1 << 30));
   }
-  CUDA_CHECK(cudaMalloc(&kv_, block_bytes * n_kv_blocks_));
-  CUDA_CHECK(cudaMemset(kv_, 0, block_bytes * n_kv_blocks_));
+  CUDA_CHECK(cudaMalloc(&kv_, full_block_bytes * n_kv_blocks_));
+  CUDA_CHECK(cudaMemset(kv_, 0, full_block_bytes * n_kv_blocks_));
+  if (n_ring_layers_ > 0) {
+    n_ring_blocks_ = options_.n_ring_blocks > 0 ? options_.n_ring_blocks : n_kv_blocks_;
+    MD_REQUIRE(n_ring_blocks_ >= ring_len_, "the KV ring pool of ", n_ring_blocks_, " blocks is smaller than one ring (",
+               ring_len_, " blocks of ", options_.kv_block_size, " tokens for the sliding window of ",
+               c.max_sliding_window(), ")");
+    CUDA_CHECK(cudaMalloc(&kv_ring_, ring_block_bytes * n_ring_blocks_));
+    CUDA_CHECK(cudaMemset(kv_ring_, 0, ring_block_bytes * n_ring_blocks_));
+  }
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaMalloc(&error_, sizeof(MkError)));
   CUDA_CHECK(cudaMallocHost(&error_host_, sizeof(MkError)));
@@ -101,6 +123,7 @@ CudaBackend::~CudaBackend() {
   if (graph_) cudaGraphDestroy(graph_);
   cudaStreamDestroy(stream_);
   cudaFree(kv_);
+  cudaFree(kv_ring_);
   cudaFree(arena_);
   cudaFree(counters_);
   cudaFree(tasks_);
@@ -139,9 +162,13 @@ size_t CudaBackend::kv_cache_elements() const {
   return static_cast<size_t>(c.n_layers) * 2 * n_kv_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
 }
 
+void CudaBackend::check_ring_table(const SeqChunk& chunk) const {
+  if (ring_len_ == 0) require_no_ring_table(chunk, name());
+}
+
 void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
   MD_REQUIRE(!chunk.tokens.empty(), "prefill: empty chunk");
-  require_no_ring_table(chunk, name());
+  check_ring_table(chunk);
   MD_REQUIRE(last_logits.empty() || last_logits.size() == static_cast<size_t>(config().vocab_size),
              "prefill: last_logits has ", last_logits.size(), " floats, vocab is ", config().vocab_size);
   if (prefill_) {
@@ -170,6 +197,7 @@ void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
     s.chunk.tokens = chunk.tokens.subspan(i, 1);
     s.chunk.start_pos = chunk.start_pos + static_cast<int>(i);
     s.chunk.block_table = chunk.block_table;
+    s.chunk.ring_table = chunk.ring_table;
     s.sampling.temperature = 0.0f;
     const bool last = i + 1 == chunk.tokens.size();
     decode(std::span<const DecodeSeq>(&s, 1), last && !last_logits.empty(), r);
@@ -182,7 +210,7 @@ int CudaBackend::max_decode_batch() const { return has_batched_ ? options_.max_b
 void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
   MD_REQUIRE(!seqs.empty() && static_cast<int>(seqs.size()) <= max_decode_batch(), "decode: batch of ", seqs.size(),
              " sequences; ", name(), " runs 1..", max_decode_batch());
-  for (const DecodeSeq& s : seqs) require_no_ring_table(s.chunk, name());
+  for (const DecodeSeq& s : seqs) check_ring_table(s.chunk);
   const int B = static_cast<int>(seqs.size());
   const DecodePath path = !has_batched_    ? DecodePath::kMegakernel
                           : !has_megakernel_ ? DecodePath::kBatched
@@ -276,7 +304,18 @@ void CudaBackend::decode_megakernel(std::span<const DecodeSeq> seqs, bool want_l
     for (size_t b = 0; b < need; ++b)
       MD_REQUIRE(s.chunk.block_table[b] >= 0 && s.chunk.block_table[b] < n_kv_blocks_, "decode: sequence ", i,
                  ": block ", s.chunk.block_table[b], " outside the cache's ", n_kv_blocks_, " blocks");
-    batch.seqs.push_back(SeqState{n_ctx, s.chunk.block_table.first(need)});
+    std::span<const int32_t> ring;
+    if (ring_len_ > 0) {  // the ring blocks the step reads and appends to (plan/planner.cpp check_ring_tables)
+      const size_t ring_need = std::min<size_t>(ring_len_, need);
+      MD_REQUIRE(s.chunk.ring_table.size() >= ring_need && s.chunk.ring_table.size() <= static_cast<size_t>(ring_len_),
+                 "decode: sequence ", i, ": ring table of ", s.chunk.ring_table.size(), " blocks, position ",
+                 s.chunk.start_pos, " needs ", ring_need, " to ", ring_len_);
+      for (size_t b = 0; b < ring_need; ++b)
+        MD_REQUIRE(s.chunk.ring_table[b] >= 0 && s.chunk.ring_table[b] < n_ring_blocks_, "decode: sequence ", i,
+                   ": ring block ", s.chunk.ring_table[b], " outside the ring pool's ", n_ring_blocks_, " blocks");
+      ring = s.chunk.ring_table.first(ring_need);
+    }
+    batch.seqs.push_back(SeqState{n_ctx, s.chunk.block_table.first(need), ring});
   }
   run_step(batch, seqs);
   const int B = static_cast<int>(seqs.size());
@@ -343,12 +382,14 @@ void CudaBackend::upload_inputs(std::span<const DecodeSeq> seqs) {
   const PlanShape& s = plan_.params.shape;
   const BufferLayout& b = plan_.params.buffers;
   const int B = s.batch;
-  // Host inputs, packed into one pinned buffer laid out like the arena's first buffers.
+  // Host inputs, packed into one pinned buffer laid out like the arena's first buffers; the ring
+  // tables (placed after the step's buffers in the arena) follow them in the staging buffer.
   const size_t need = b.attn_items.offset + b.attn_items.bytes;
-  if (need > staging_bytes_) {
+  const size_t total = need + b.ring_tables.bytes;
+  if (total > staging_bytes_) {
     CUDA_CHECK(cudaFreeHost(staging_));
-    CUDA_CHECK(cudaMallocHost(&staging_, need));
-    staging_bytes_ = need;
+    CUDA_CHECK(cudaMallocHost(&staging_, total));
+    staging_bytes_ = total;
   }
   std::memset(staging_, 0, need);
   auto* tok = reinterpret_cast<int32_t*>(staging_ + b.token_ids.offset);
@@ -365,6 +406,17 @@ void CudaBackend::upload_inputs(std::span<const DecodeSeq> seqs) {
   }
   std::memcpy(staging_ + b.attn_items.offset, plan_.attn_items.data(), plan_.attn_items.size() * sizeof(AttnItem));
   CUDA_CHECK(cudaMemcpyAsync(arena_, staging_, need, cudaMemcpyHostToDevice, stream_));
+  if (s.ring_len > 0) {
+    // [B, ring_len]: a sequence's ring blocks, -1 past the ones it holds yet (as cpu-mk fills them).
+    auto* rt = reinterpret_cast<int32_t*>(staging_ + need);
+    std::fill(rt, rt + b.ring_tables.bytes / 4, -1);
+    for (int i = 0; i < B; ++i) {
+      const std::span<const int32_t> ring = seqs[i].chunk.ring_table;
+      const size_t nr = std::min<size_t>(ring.size(), s.ring_len);
+      std::copy(ring.begin(), ring.begin() + nr, rt + static_cast<size_t>(i) * s.ring_len);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(arena_ + b.ring_tables.offset, rt, b.ring_tables.bytes, cudaMemcpyHostToDevice, stream_));
+  }
   // The planner validated the item count against the capacity; check the bytes anyway.
   MD_CHECK(plan_.attn_items.size() * sizeof(AttnItem) <= b.attn_items.bytes);
 }
@@ -414,6 +466,11 @@ void CudaBackend::launch(cudaStream_t stream) {
   const ModelConfig& c = config();
   p.kv_layer_stride = static_cast<int64_t>(2) * n_kv_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
   p.kv_v_offset = p.kv_layer_stride / 2;
+  if (kv_ring_ != nullptr) {
+    p.kv_ring = kv_ring_;
+    p.kv_ring_layer_stride = static_cast<int64_t>(2) * n_ring_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
+    p.kv_ring_v_offset = p.kv_ring_layer_stride / 2;
+  }
   p.w = weights_->view();
   p.error = error_;
   p.timeout_ns = options_.wait_timeout_ms * 1000000;

@@ -43,6 +43,7 @@ class CudaBackend : public Backend {
   const ModelConfig& config() const override { return weights_->config(); }
   int kv_block_size() const override { return options_.kv_block_size; }
   int n_kv_blocks() const override { return n_kv_blocks_; }
+  int n_ring_blocks() const override { return n_ring_blocks_; }
   int max_decode_batch() const override;
 
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
@@ -62,6 +63,9 @@ class CudaBackend : public Backend {
   // The paged KV cache: [n_layers][2 (K, V)][n_kv_blocks][n_kv_heads][block_size][head_dim] bf16.
   uint16_t* kv_cache() const { return kv_; }
   size_t kv_cache_elements() const;
+  // The ring pool of the sliding-window layers (nullptr without):
+  // [n_ring_layers][2 (K, V)][n_ring_blocks][n_kv_heads][block_size][head_dim] bf16.
+  uint16_t* kv_ring() const { return kv_ring_; }
   // The plan of the last megakernel step and its counters after the step.
   const Plan& last_plan() const { return plan_; }
   std::vector<int32_t> read_counters() const;
@@ -108,6 +112,8 @@ class CudaBackend : public Backend {
   void decode_batched(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
                       DecodeResult& result);
   void run_step(const BatchState& batch, std::span<const DecodeSeq> seqs);
+  // A chunk's ring table: none without a ring pool; with one, checked when its step is built.
+  void check_ring_table(const SeqChunk& chunk) const;
   // Resamples the sequences with penalties on the host from their logits rows (row(i, dst) copies
   // sequence i's row).
   void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result,
@@ -128,6 +134,10 @@ class CudaBackend : public Backend {
   int n_sms_ = 0;
   int n_kv_blocks_ = 0;
   uint16_t* kv_ = nullptr;
+  // Models with sliding-window layers: those layers' K/V in a ring a sequence (kv/kv_cache.h),
+  // ring_len_ = kv_ring_length(W, block size) blocks of n_ring_blocks_.
+  int n_ring_layers_ = 0, ring_len_ = 0, n_ring_blocks_ = 0;
+  uint16_t* kv_ring_ = nullptr;
   cudaStream_t stream_ = nullptr;
 
   std::unique_ptr<StepPlanner> planner_;  // the megakernel's plan per step (plan/step_planner.h)
@@ -143,7 +153,7 @@ class CudaBackend : public Backend {
   size_t ranges_capacity_ = 0;
   MkError* error_ = nullptr;
   MkError* error_host_ = nullptr;  // pinned
-  uint8_t* staging_ = nullptr;     // pinned host inputs
+  uint8_t* staging_ = nullptr;     // pinned host inputs (and, after them, the ring tables)
   size_t staging_bytes_ = 0;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;

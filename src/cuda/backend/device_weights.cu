@@ -12,6 +12,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kernels.h"
 #include "cuda/common/weight_pack.cuh"
+#include "plan/planner.h"
 #include "model/synthetic.h"
 #include "model/synthetic_init.h"
 #include "ref/math.h"
@@ -54,23 +55,24 @@ std::string lname(int l, const std::string& rest) { return "model.layers." + std
 }  // namespace
 
 void check_supported(const ModelConfig& c) {
-  // cohere2_moe is being ported to the megakernel (docs/perf/notes.md, the port plan): the routing,
-  // the logit scale, the parallel block's FFN and O-proj, the dense layers and their weights, and
-  // full-attention items without RoPE or q/k norms are in;
-  // until the rest is, the model is refused here by name, with what is missing.
-  MD_REQUIRE(c.model_type != "cohere2_moe",
-             "cohere2_moe does not run on the CUDA backends yet: the megakernel still lacks sliding-window "
-             "attention through the ring pool (ATTN kAttnSliding, ring tables, the ring's KV pool) with its "
-             "interleaved RoPE, and the backend's upload of the ring tables; the batched and prefill paths lack parallel blocks, dense layers and the "
-             "logit scale. Use backend cpu-ref or cpu-mk");
-  MD_REQUIRE(c.model_type == "qwen3_moe" && c.block == BlockKind::kSequential && c.router == RouterKind::kSoftmaxTopK &&
-                 c.norm == NormKind::kRms && c.shared_intermediate_size == 0 && c.logit_scale == 1.0f,
-             "the CUDA backends run qwen3_moe models; model_type ", c.model_type,
-             " is not supported there: use backend cpu-ref");
-  MD_REQUIRE(c.qk_norm && c.rope_style == RopeStyle::kNeox, "the CUDA backends need q/k norms and NeoX RoPE");
-  for (int l = 0; l < c.n_layers; ++l)
-    MD_REQUIRE(c.is_moe_layer(l) && c.layers[l].sliding_window == 0 && c.layers[l].use_rope,
-               "the CUDA backends run full-attention MoE layers only (layer ", l, ")");
+  if (c.block == BlockKind::kParallel) {
+    // cohere2_moe: the megakernel runs the decode plan's parallel blocks (sliding ring and NoPE
+    // attention, dense layers, sigmoid routing, logit_scale); what the plan does not implement
+    // (LayerNorm, shared experts) is refused by name there. The backends that also use the batched
+    // step or the prefill kernels refuse the model in check_supported(config, options).
+    MD_REQUIRE(c.model_type == "cohere2_moe", "the CUDA backends run parallel blocks as cohere2_moe has them; model_type ",
+               c.model_type, " is not supported there: use backend cpu-ref");
+    check_model_plannable(c);
+  } else {
+    MD_REQUIRE(c.model_type == "qwen3_moe" && c.router == RouterKind::kSoftmaxTopK && c.norm == NormKind::kRms &&
+                   c.shared_intermediate_size == 0 && c.logit_scale == 1.0f,
+               "the CUDA backends run qwen3_moe and cohere2_moe models; model_type ", c.model_type,
+               " is not supported there: use backend cpu-ref");
+    MD_REQUIRE(c.qk_norm && c.rope_style == RopeStyle::kNeox, "the CUDA backends need q/k norms and NeoX RoPE");
+    for (int l = 0; l < c.n_layers; ++l)
+      MD_REQUIRE(c.is_moe_layer(l) && c.layers[l].sliding_window == 0 && c.layers[l].use_rope,
+                 "the CUDA backends run full-attention MoE layers only (layer ", l, ")");
+  }
   MD_REQUIRE(c.hidden_size % 16 == 0 && c.hidden_size <= 4096, "hidden_size ", c.hidden_size,
              " must be a multiple of 16 and <= 4096");
   MD_REQUIRE(c.head_dim % 32 == 0 && c.head_dim <= 128 && 256 % c.head_dim == 0, "head_dim ", c.head_dim,
@@ -79,6 +81,20 @@ void check_supported(const ModelConfig& c) {
   MD_REQUIRE(c.n_experts <= 256 && c.n_experts_per_tok <= 32, "at most 256 experts and top-32");
   MD_REQUIRE(c.moe_intermediate_size % 16 == 0, "moe_intermediate_size ", c.moe_intermediate_size,
              " must be a multiple of 16");
+}
+
+void check_supported(const ModelConfig& c, const BackendOptions& o) {
+  check_supported(c);
+  if (c.block != BlockKind::kParallel) return;
+  // The batched step and the prefill kernels have neither parallel blocks nor dense layers, sigmoid
+  // routing, logit_scale or the sliding ring: cohere2_moe runs on the megakernel alone, its prompts
+  // through the decode path one token at a time.
+  MD_REQUIRE(o.backend == "cuda-mk" || o.backend == "cuda-ops", "cohere2_moe runs on the megakernel backends "
+             "(cuda-mk, cuda-ops) only: backend ", o.backend, " uses the batched step, which lacks parallel blocks, "
+             "dense layers, sigmoid routing, logit_scale and sliding-window attention. Use cuda-mk, cpu-ref or cpu-mk");
+  MD_REQUIRE(o.prefill_chunk == 0, "cohere2_moe on ", o.backend, " needs --prefill-chunk 0 (prompts through the "
+             "megakernel one token at a time): the prefill kernels lack parallel blocks, dense layers, sigmoid "
+             "routing and sliding-window attention; got --prefill-chunk ", o.prefill_chunk);
 }
 
 DeviceWeights::DeviceWeights(const ModelConfig& config) : config_(config) { check_supported(config); }
@@ -218,6 +234,7 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
   };
 
   layers_.resize(c.n_layers);
+  int n_ring_layers = 0;  // the sliding layers' K/V live in the backend's ring pool, in layer order
   for (int l = 0; l < c.n_layers; ++l) {
     // Fused QKV, group-major: group g = [q heads g*gs..g*gs+gs-1 | k head g | v head g].
     const int64_t grp = (gs + 2) * D * H * 2;  // bytes per group of the fused matrix
@@ -277,6 +294,7 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
     w.k_norm = at_or_null(qk_norm, lo[l].k_norm);
     w.expert_up_elems = up_elems;
     w.expert_down_elems = down_elems;
+    w.kv_ring_index = c.is_sliding_layer(l) ? n_ring_layers++ : -1;
   }
   direct("model.embed_tokens.weight", V, H, embed_off);
   direct("model.norm.weight", H, 1, final_norm_off);
@@ -313,6 +331,7 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
   view_.attn_scale = 1.0f / std::sqrt(static_cast<float>(D));
   view_.norm_topk = c.norm_topk_prob ? 1 : 0;
   view_.router_sigmoid = c.router == RouterKind::kSigmoidTopK ? 1 : 0;
+  view_.rope_interleaved = c.rope_style == RopeStyle::kInterleaved ? 1 : 0;
 }
 
 }  // namespace megadecode::cuda

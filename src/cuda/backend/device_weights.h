@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/megakernel/types.h"
+#include "engine/backend.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -60,5 +61,8 @@ class DeviceWeights {
 };
 
 void check_supported(const ModelConfig& config);  // Error for what the device path cannot run
+// And for what backend options.backend (with its options) cannot run of the model: cohere2_moe
+// runs on the megakernel backends alone, with --prefill-chunk 0.
+void check_supported(const ModelConfig& config, const BackendOptions& options);
 
 }  // namespace megadecode::cuda

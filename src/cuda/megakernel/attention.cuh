@@ -114,9 +114,16 @@ __device__ inline void attn_qk_norm(const MkParams& p, const MkLayerWeights& lw,
   }
 }
 
+// Element d of a normed head rotated at the item's position: NeoX halves, or interleaved pairs
+// when the model says so (p.w.rope_interleaved: cohere2_moe's sliding layers). `cs`: the
+// position's row of the RoPE table.
+__device__ __forceinline__ float attn_rope(const MkParams& p, const float* x, int d, int half, const float2* cs) {
+  return p.w.rope_interleaved ? rope_interleaved(x, d, cs[d >> 1]) : rope_neox(x, d, half, cs[d & (half - 1)]);
+}
+
 // q/k RMSNorm, RoPE at the new position (not with `rope` false: the ATTN flag kAttnNoRope), and
-// (appending item) the new K/V row: to the cache and to sc.knew/vnew; then q as kAttnTerms bf16 MMA
-// terms in shared memory (lane-consecutive words).
+// (appending item) the new K/V row: to the cache (the paged pool, or a sliding layer's ring) and to
+// sc.knew/vnew; then q as kAttnTerms bf16 MMA terms in shared memory (lane-consecutive words).
 __device__ inline void attn_prologue(const MkParams& p, int layer, const AttnItem& it, const AttnGeo& geo, bool appends,
                                      bool rope, uint16_t* kc, uint16_t* vc, AttnScratch& sc) {
   const PlanShape& s = p.plan.shape;
@@ -131,9 +138,9 @@ __device__ inline void attn_prologue(const MkParams& p, int layer, const AttnIte
   for (int idx = tid; idx < (gs + (appends ? 1 : 0)) * D; idx += kConsumerThreads) {
     const int h = idx >> d_shift, d = idx & (D - 1);
     if (h < gs) {
-      sc.q[h][d] = rope ? rope_neox(sc.qn[h], d, half, cs[d & (half - 1)]) : sc.qn[h][d];
+      sc.q[h][d] = rope ? attn_rope(p, sc.qn[h], d, half, cs) : sc.qn[h][d];
     } else {
-      const uint16_t kb = float_to_bf16_bits(rope ? rope_neox(sc.kn, d, half, cs[d & (half - 1)]) : sc.kn[d]);
+      const uint16_t kb = float_to_bf16_bits(rope ? attn_rope(p, sc.kn, d, half, cs) : sc.kn[d]);
       const uint16_t vb = float_to_bf16_bits(sc.vn[d]);
       const int64_t at = geo.at(pos) + d;
       kc[at] = kb;

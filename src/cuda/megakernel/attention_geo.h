@@ -1,6 +1,6 @@
 // Index math and merge formulas of the megakernel's tensor-core attention item (attention.cuh),
 // host-and-device so tests/cuda/test_attention_tc.cpp checks them on the CPU against plain loops:
-// which KV row each lane copies for chunk c of split [pos_begin, pos_end), which rows are
+// where a position lives (the block table, or a sliding layer's ring), which KV row each lane copies for chunk c of split [pos_begin, pos_end), which rows are
 // zero-filled (past the split, the new token), where the appended row is patched, the MMA
 // fragment coordinates (PTX m16n8k16 / ldmatrix layouts) and the bf16 term split. The online
 // softmax and the merges are cuda/common/attention_state.cuh's. Plain C++; no CUDA types.
@@ -38,17 +38,30 @@ MD_HOST_DEVICE inline int log2_pow2(int x) {
 #endif
 }
 
-// Geometry of one item: the sequence's block table, the KV group and the split. The block size
-// bs and the head dim D are powers of two (the megakernel's host checks it), so no index divides.
+// Geometry of one item: the sequence's block table (or, for a sliding-window layer, its ring
+// table), the KV group and the split. The block size bs and the head dim D are powers of two (the
+// megakernel's host checks it), so the block-table path divides nothing.
+// A sliding layer's item (ATTN flag kAttnSliding) has ring_len = R > 0: `bt` is the sequence's
+// ring table [R] and position pos is in ring block bt[(pos / bs) % R], slot pos % bs
+// (ref::KvStore::locate_ring), in the ring pool. R = kv_ring_length(W, bs) is not a power of two:
+// one remainder per row on that path. (One geometry with a runtime ring_len rather than a second
+// instantiation of the item: two inlined copies of the item cost the consumer loop 52 / 64 bytes of
+// spills at one token group, ptxas -v.)
 struct AttnGeo {
-  const int32_t* bt;  // [max_blocks_per_seq] physical block of each logical block
+  const int32_t* bt;  // [max_blocks_per_seq] physical block of each logical block; ring: [ring_len]
   int G, group, bs, D, pos_begin, pos_end, new_pos;
+  int ring_len = 0;   // 0: the block table; > 0: a sliding layer's ring of ring_len blocks
 
-  // Element offset of (pos, group, d = 0) in one layer's K (or V) cache
-  // [n_blocks][G][bs][D]; K and V of a row share it.
+  // Entry of `bt` that holds position pos.
+  MD_HOST_DEVICE int table_index(int pos) const {
+    const int blk = pos >> log2_pow2(bs);
+    return ring_len > 0 ? blk % ring_len : blk;
+  }
+  // Element offset of (pos, group, d = 0) in one layer's K (or V) cache [n_blocks][G][bs][D] (the
+  // ring pool's [n_ring_blocks][G][bs][D] for a ring); K and V of a row share it.
   MD_HOST_DEVICE int64_t at(int pos) const {
     const int sb = log2_pow2(bs);
-    return (((static_cast<int64_t>(bt[pos >> sb]) * G + group) << sb) + (pos & (bs - 1))) << log2_pow2(D);
+    return (((static_cast<int64_t>(bt[table_index(pos)]) * G + group) << sb) + (pos & (bs - 1))) << log2_pow2(D);
   }
   // Token of stage row `row` of chunk c.
   MD_HOST_DEVICE int token(int c, int row) const { return pos_begin + c * kAttnRows + row; }

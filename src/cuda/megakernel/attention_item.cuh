@@ -13,7 +13,9 @@
 
 namespace megadecode::cuda::mk {
 
-// The item of task `t` (index `task`): returns false when the step failed (uniformly).
+// The item of task `t` (index `task`): returns false when the step failed (uniformly). A full
+// layer's item reads the block tables and the paged pool; a sliding layer's (ATTN flag
+// kAttnSliding) its ring table and the ring pool (AttnGeo::ring_len > 0).
 __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnScratch& sc) {
   const PlanShape& s = p.plan.shape;
   const BufferLayout& b = p.plan.buffers;
@@ -35,10 +37,27 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
     return false;
   }
   const bool appends = it.pos_end == n;
-  uint16_t* kc = p.kv + static_cast<int64_t>(layer) * p.kv_layer_stride;
-  uint16_t* vc = kc + p.kv_v_offset;
-  const AttnGeo geo{buf<int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq,
-                    G, it.group, s.kv_block_size, D, it.pos_begin, it.pos_end, n - 1};
+  uint16_t* kc;
+  uint16_t* vc;
+  AttnGeo geo;
+  if (t.flags & kAttnSliding) {
+    // A sliding layer reads its last sliding_window positions from the ring; an item reaching
+    // further back would read ring slots that newer positions overwrote.
+    const int32_t ring_layer = p.w.layers[layer].kv_ring_index;
+    if (ring_layer < 0 || p.kv_ring == nullptr || s.ring_len <= 0 || it.pos_begin < n - s.sliding_window) {
+      if (tid == 0) set_error(p, kMkBadInput, -1, it.pos_begin, n - s.sliding_window, task, t.arg[0]);
+      return false;
+    }
+    kc = p.kv_ring + static_cast<int64_t>(ring_layer) * p.kv_ring_layer_stride;
+    vc = kc + p.kv_ring_v_offset;
+    geo = AttnGeo{buf<int32_t>(p, b.ring_tables) + static_cast<int64_t>(it.seq) * s.ring_len, G, it.group,
+                  s.kv_block_size, D, it.pos_begin, it.pos_end, n - 1, s.ring_len};
+  } else {
+    kc = p.kv + static_cast<int64_t>(layer) * p.kv_layer_stride;
+    vc = kc + p.kv_v_offset;
+    geo = AttnGeo{buf<int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq,
+                  G, it.group, s.kv_block_size, D, it.pos_begin, it.pos_end, n - 1};
+  }
   const int n_chunks = attn_n_chunks(it.pos_begin, it.pos_end);
   uint8_t* ks = sc.stage[warp][0];
   uint8_t* vs = sc.stage[warp][1];

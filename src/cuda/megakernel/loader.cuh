@@ -112,6 +112,10 @@ struct Loader {
     if (t.arg[0] < 0 || t.arg[0] >= s.n_attn_items) return;
     const AttnItem it = buf<const AttnItem>(p, b.attn_items)[t.arg[0]];
     if (!attn_item_in_range(s, it)) return;
+    if (t.flags & kAttnSliding) {  // a sliding layer's item: its rows are in the ring (AttnGeo::ring_len)
+      prefetch_attn_ring(t, it);
+      return;
+    }
     const int sb = log2_pow2(s.kv_block_size);
     const int32_t* bt = buf<const int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq;
     ptx::prefetch_l1(buf<const int32_t>(p, b.seq_len) + it.seq);
@@ -123,6 +127,30 @@ struct Loader {
       const int64_t at = (static_cast<int64_t>(bt[blk]) * s.n_kv_heads + it.group) * s.kv_block_size * s.head_dim;
       ptx::bulk_prefetch_l2(kc + at, block_bytes);
       ptx::bulk_prefetch_l2(kc + p.kv_v_offset + at, block_bytes);
+    }
+  }
+
+  // prefetch_attn of a sliding layer's item: the same lines through its ring table (block
+  // (pos / bs) % ring_len of the ring pool). The consumers check the item's window and ring
+  // layer; one they would refuse is skipped here.
+  __device__ void prefetch_attn_ring(const Task& t, const AttnItem& it) {
+    const PlanShape& s = p.plan.shape;
+    const BufferLayout& b = p.plan.buffers;
+    const int32_t ring_layer = p.w.layers[t.layer].kv_ring_index;
+    if (ring_layer < 0 || p.kv_ring == nullptr || s.ring_len <= 0) return;
+    const int sb = log2_pow2(s.kv_block_size);
+    const int32_t* rt = buf<const int32_t>(p, b.ring_tables) + static_cast<int64_t>(it.seq) * s.ring_len;
+    ptx::prefetch_l1(buf<const int32_t>(p, b.seq_len) + it.seq);
+    ptx::prefetch_l1(rt + (it.pos_begin >> sb) % s.ring_len);
+    if (!(p.flags & kMkKvPrefetch) || it.pos_end - it.pos_begin > s.sliding_window) return;
+    const uint32_t block_bytes = static_cast<uint32_t>(s.kv_block_size * s.head_dim * 2);
+    const uint16_t* kc = p.kv_ring + static_cast<int64_t>(ring_layer) * p.kv_ring_layer_stride;
+    for (int blk = it.pos_begin >> sb; blk <= (it.pos_end - 1) >> sb; ++blk) {
+      const int32_t phys = rt[blk % s.ring_len];
+      if (phys < 0) return;  // a table shorter than the item (the consumers report it)
+      const int64_t at = (static_cast<int64_t>(phys) * s.n_kv_heads + it.group) * s.kv_block_size * s.head_dim;
+      ptx::bulk_prefetch_l2(kc + at, block_bytes);
+      ptx::bulk_prefetch_l2(kc + p.kv_ring_v_offset + at, block_bytes);
     }
   }
 

@@ -94,16 +94,19 @@ void check_megakernel_tasks(std::span<const Task> tasks) {
     const Op op = static_cast<Op>(t.op);
     MD_REQUIRE(megakernel_runs(op), "megakernel: task ", i, " is ", op_name(op), " (layer ", t.layer,
                "), an op the megakernel does not run yet");
-    // ATTN items may skip RoPE (kAttnNoRope); sliding-window items need the ring, not here yet.
-    const uint8_t runs = op == Op::kAttn ? kAttnNoRope : 0;
+    // ATTN items may skip RoPE (kAttnNoRope) and read a sliding layer's ring (kAttnSliding).
+    const uint8_t runs = op == Op::kAttn ? kAttnNoRope | kAttnSliding : 0;
     MD_REQUIRE((t.flags & ~runs) == 0, "megakernel: task ", i, " (", op_name(op), ", layer ", t.layer, ") has flags ",
-               static_cast<int>(t.flags), ((t.flags & kAttnSliding) ? " (sliding window)" : ""),
-               ": the megakernel does not implement them yet");
+               static_cast<int>(t.flags), ": the megakernel does not implement them");
   }
 }
 
 void launch_megakernel(const MkParams& params, cudaStream_t stream) {
   check_megakernel_shape(params.plan.shape);
+  // Sliding-window items read and append through the ring pool: a plan with rings needs one.
+  MD_REQUIRE(params.plan.shape.ring_len == 0 || (params.kv_ring != nullptr && params.kv_ring_layer_stride > 0),
+             "megakernel: the plan has sliding-window layers (rings of ", params.plan.shape.ring_len,
+             " blocks) but the launch has no KV ring pool");
   switch (token_groups(params.plan.shape.batch)) {
     case 1: return launch<1>(params, stream);
     case 2: return launch<2>(params, stream);

@@ -27,7 +27,7 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
     bool ok;
     switch (static_cast<Op>(t.op)) {
       case Op::kAttn:
-        if ((t.flags & ~kAttnNoRope) != 0) {  // sliding-window items (the ring) are not implemented here yet
+        if ((t.flags & ~(kAttnNoRope | kAttnSliding)) != 0) {  // a flag this kernel does not know
           if (tid == 0) set_error(p, kMkBadShape, -1, t.op, t.flags, i, kMkDetailUnknownOp);
           ok = false;
           break;

@@ -27,6 +27,8 @@ struct MkLayerWeights {
   const uint16_t* dense_down;    // packed [H rows, dense_inter]
   int64_t expert_up_elems;       // packed elements of one expert's up matrix (stride between experts)
   int64_t expert_down_elems;
+  int32_t kv_ring_index;         // a sliding-window layer: its index among the ring pool's layers; -1 otherwise
+  int32_t pad;
 };
 
 struct MkModelWeights {
@@ -40,7 +42,7 @@ struct MkModelWeights {
   int32_t norm_topk;
   int32_t rope_positions;  // positions the RoPE table covers (the model's max_position_embeddings)
   int32_t router_sigmoid;  // 1: sigmoid routing (RouterKind::kSigmoidTopK), 0: softmax
-  int32_t pad;
+  int32_t rope_interleaved;  // 1: RoPE rotates adjacent pairs (RopeStyle::kInterleaved), 0: NeoX halves
 };
 
 // The first failure of a step (first writer wins); all zero when the step succeeded.
@@ -110,6 +112,11 @@ struct MkParams {
   uint16_t* kv;                   // [n_layers][2][n_blocks][G][block_size][D] bf16
   int64_t kv_layer_stride;        // elements per layer (both K and V)
   int64_t kv_v_offset;            // elements from K to V of one layer
+  // The ring pool of the sliding-window layers (ATTN kAttnSliding; nullptr for a model without):
+  // [n_ring_layers][2][n_ring_blocks][G][block_size][D] bf16, layer L at its kv_ring_index.
+  uint16_t* kv_ring;
+  int64_t kv_ring_layer_stride;   // elements per ring layer (both K and V)
+  int64_t kv_ring_v_offset;       // elements from K to V of one ring layer
   MkModelWeights w;
   // Page and window geometry of every GEMM kind (plan/gemm_geometry.h), for this batch and kernel instantiation:
   // filled by launch_megakernel, whatever the caller put here.
