@@ -1,5 +1,6 @@
 // Host tests of the tensor-core attention item's index math and formulas (cuda/megakernel/attention_geo.h),
 // run on the CPU in CI: the per-chunk copy map against plain loops over random split geometries,
+// a sliding layer's ring mapping against the reference's KV store (ref::KvStore::locate_ring),
 // the MMA/ldmatrix fragment maps against the PTX layouts, and a lane-level emulation of the whole
 // item (attention_item.cuh: cp.async groups with poisoned not-yet-landed bytes, ldmatrix, m16n8k16,
 // quad shuffles, warp and split merges) against attention computed in double.
@@ -14,8 +15,10 @@
 #include "attention_tc_emu.h"
 #include "core/rng.h"
 #include "cuda/megakernel/attention_geo.h"
+#include "kv/kv_cache.h"
 #include "plan/planner.h"
 #include "plan/policy.h"
+#include "ref/kv_store.h"
 
 namespace megadecode::cuda::mk {
 namespace {
@@ -124,6 +127,63 @@ TEST(AttnTcGeo, ChunkCopiesCoverEachKeyOnceAndNothingElse) {
     }
     EXPECT_EQ(covered_end, s.n) << "splits do not cover the context";
     EXPECT_EQ(n_patch, 1) << "the new token must be patched exactly once, trial " << trial;
+  }
+}
+
+// A sliding layer's item (ring_len > 0) finds position pos where the reference's KV store keeps it:
+// ring block ring_table[(pos / B) % R], slot pos % B, over contexts that wrap the ring many times;
+// and the window's positions never share a row (no key is overwritten while the window reads it).
+TEST(AttnTcGeo, RingRowsAreTheKvStoresRingSlots) {
+  SplitMix64 rng(31);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int bss[] = {1, 2, 16, 32};
+    const int bs = bss[rng.below(4)];
+    const int W = 1 + static_cast<int>(rng.below(bs * 4 + 40));
+    const int G = 1 + static_cast<int>(rng.below(4)), group = static_cast<int>(rng.below(G));
+    const int D = 16 << rng.below(4);
+    ModelConfig c;
+    c.model_type = "cohere2_moe";
+    c.n_layers = 2;
+    c.n_heads = G;
+    c.n_kv_heads = G;
+    c.head_dim = D;
+    c.layers = {LayerSpec{W, true, FfnKind::kMoe}, LayerSpec{0, false, FfnKind::kMoe}};
+    const int R = kv_ring_length(W, bs);
+    const int n_ring_blocks = R + static_cast<int>(rng.below(3 * R));
+    const ref::KvStore kv(c, bs, 1, n_ring_blocks);
+    ASSERT_EQ(kv.ring_length(), R);
+    ASSERT_TRUE(kv.in_ring(0));
+    std::vector<int32_t> pool(n_ring_blocks);
+    for (int i = 0; i < n_ring_blocks; ++i) pool[i] = i;
+    for (int i = n_ring_blocks - 1; i > 0; --i) std::swap(pool[i], pool[rng.below(i + 1)]);
+    const std::vector<int32_t> ring(pool.begin(), pool.begin() + R);
+    const int n = 1 + static_cast<int>(rng.below(8 * R * bs + 8));  // the context after this step
+    const int pos_begin = std::max(0, n - W);
+    const AttnGeo g{ring.data(), G, group, bs, D, pos_begin, n, n - 1, R};
+    std::vector<int64_t> rows;
+    for (int pos = pos_begin; pos < n; ++pos) {
+      // The table a sequence at this context holds: min(R, blocks covering it) entries.
+      const size_t held = std::min<size_t>(R, static_cast<size_t>(n + bs - 1) / bs);
+      const ref::KvStore::Slot sl = kv.locate_ring({ring.data(), held}, pos);
+      const int64_t want = ((static_cast<int64_t>(sl.block) * G + group) * bs + sl.slot) * D;
+      ASSERT_EQ(g.at(pos), want) << "pos " << pos << " W " << W << " bs " << bs << " R " << R;
+      ASSERT_LT(g.table_index(pos), static_cast<int>(held));
+      rows.push_back(want);
+    }
+    std::sort(rows.begin(), rows.end());
+    EXPECT_TRUE(std::adjacent_find(rows.begin(), rows.end()) == rows.end()) << "W " << W << " bs " << bs;
+  }
+}
+
+// ring_len 0 is the block table itself (qwen3_moe's items): the same rows as before rings.
+TEST(AttnTcGeo, NoRingIsTheBlockTable) {
+  SplitMix64 rng(32);
+  for (int trial = 0; trial < 50; ++trial) {
+    const SeqGeo s = random_geo(rng, 4000);
+    const AttnGeo g = item_geo(s, 0);
+    ASSERT_EQ(g.ring_len, 0);
+    for (int pos = 0; pos < s.n; ++pos)
+      ASSERT_EQ(g.at(pos), ((static_cast<int64_t>(s.bt[pos / s.bs]) * s.G + s.group) * s.bs + pos % s.bs) * s.D);
   }
 }
 
