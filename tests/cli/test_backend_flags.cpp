@@ -84,8 +84,9 @@ TEST(BackendFactory, HandsTheOptionsToTheBackendUnchanged) {
 }
 
 // A cohere2_moe model runs on cpu-ref and cpu-mk (the decode plan's parallel blocks, with its ring
-// pool); the CUDA backends refuse it by name before they read a weight, and cpu-mk refuses what the
-// plan does not implement (shared experts here) by name.
+// pool) and on the megakernel backends with --prefill-chunk 0; the CUDA backends that use the
+// batched step or the prefill kernels refuse it by name before they read a weight (or look for a
+// GPU), and cpu-mk refuses what the plan does not implement (shared experts here) by name.
 TEST(BackendFactory, Cohere2MoeRunsOnCpuRefAndCpuMkAndTheCudaBackendsSaySo) {
   ModelConfig c = test::cohere_config();
   test::TestWeights w = test::random_weights(c, Dtype::kBF16, 5);
@@ -97,6 +98,15 @@ TEST(BackendFactory, Cohere2MoeRunsOnCpuRefAndCpuMkAndTheCudaBackendsSaySo) {
   std::vector<std::string> refusing;
 #if defined(MEGADECODE_HAVE_CUDA)
   refusing.push_back("cuda");
+  refusing.push_back("cuda-batched");
+  for (const std::string name : {"cuda-mk", "cuda-ops"}) {  // the prefill kernels: --prefill-chunk 0 only
+    try {
+      make_backend(c, w.weights, w.store, BackendOptions{.backend = name, .n_kv_blocks = 4, .prefill_chunk = 256});
+      ADD_FAILURE() << name << " accepted cohere2_moe with the prefill kernels";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--prefill-chunk 0"), std::string::npos) << name << ": " << e.what();
+    }
+  }
 #endif
   c.shared_intermediate_size = 32;
   test::TestWeights shared = test::random_weights(c, Dtype::kBF16, 6);

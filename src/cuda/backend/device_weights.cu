@@ -54,6 +54,8 @@ std::string lname(int l, const std::string& rest) { return "model.layers." + std
 
 }  // namespace
 
+static void check_parallel_path(const BackendOptions& o);
+
 void check_supported(const ModelConfig& c) {
   if (c.block == BlockKind::kParallel) {
     // cohere2_moe: the megakernel runs the decode plan's parallel blocks (sliding ring and NoPE
@@ -84,8 +86,11 @@ void check_supported(const ModelConfig& c) {
 }
 
 void check_supported(const ModelConfig& c, const BackendOptions& o) {
+  if (c.block == BlockKind::kParallel) check_parallel_path(o);  // first: the path is the coarser refusal
   check_supported(c);
-  if (c.block != BlockKind::kParallel) return;
+}
+
+static void check_parallel_path(const BackendOptions& o) {
   // The batched step and the prefill kernels have neither parallel blocks nor dense layers, sigmoid
   // routing, logit_scale or the sliding ring: cohere2_moe runs on the megakernel alone, its prompts
   // through the decode path one token at a time.
