@@ -1,0 +1,286 @@
+// GPU tests of cohere2_moe (North Mini Code) on the decode megakernel (cuda-mk, and cuda-ops where
+// it costs one more run): north-tiny with random bf16 weights (the seed printed; MEGADECODE_SEED
+// reproduces), its parallel blocks, the dense first layer, sigmoid routing, logit_scale, NoPE full
+// layers and the sliding layers' 24-key window read and appended through the KV ring pool, with
+// prompts that wrap the ring several times (prompts go through the megakernel one token at a time:
+// --prefill-chunk 0, the path cohere2_moe has on the GPU).
+// Routing-exact against cpu-ref (routing_exact.h): the device's routing is captured, a choice that
+// differs from the reference's own where the reference's k-th / (k+1)-th gap is not a near-tie
+// fails, and the reference rerun on the device's routing (with the device's rounding points) must
+// meet the tolerance on every row. Then bitwise repeatability, cuda-ops == cuda-mk, and batch
+// invariance (each sequence alone gives its rows of the batch). Modelled on
+// tests/emu/test_emulator_north.cpp (cpu-mk against cpu-ref) and test_megakernel.cu.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../ref/ref_test_util.h"
+#include "core/check.h"
+#include "cuda/backend/cuda_backend.h"
+#include "gpu_test_util.h"
+#include "kv/kv_cache.h"
+#include "model/presets.h"
+#include "model/routing.h"
+#include "ref/ref_backend.h"
+#include "routing_exact.h"
+
+namespace megadecode::test {
+namespace {
+
+constexpr int kBlock = 16;     // the megakernel's KV block (a power of two)
+constexpr double kTol = 1e-2;  // max |dev - ref| / max |ref| per row, as the qwen3_moe megakernel tests
+
+ModelConfig with_window(ModelConfig c, int window) {
+  for (LayerSpec& l : c.layers)
+    if (l.sliding_window > 0) l.sliding_window = window;
+  return c;
+}
+
+// max |got - want| / max |want| over one row; NaN when got has a non-finite value.
+double rel_err(std::span<const float> got, std::span<const float> want) {
+  double err = 0, m = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return NAN;
+    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
+    m = std::max(m, static_cast<double>(std::fabs(want[i])));
+  }
+  return err / std::max(m, 1e-30);
+}
+
+int moe_layers(const ModelConfig& c) {
+  int n = 0;
+  for (int l = 0; l < c.n_layers; ++l) n += c.is_moe_layer(l);
+  return n;
+}
+
+// Sequences with prompts, then decode steps of the whole batch, over one KvCache (both pools) that
+// every backend's tables come from. Rows: each prompt's last position, then each step's rows
+// (sequence order).
+struct Scenario {
+  ModelConfig config;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> steps;  // [step][seq] the input token
+  int n_full = 0, n_ring = 0, ring_len = 0;
+};
+
+Scenario make_scenario(const ModelConfig& c, SplitMix64& rng, int n_seqs, int min_prompt, int max_prompt, int n_steps) {
+  Scenario sc;
+  sc.config = c;
+  sc.ring_len = kv_ring_length(c.max_sliding_window(), kBlock);
+  int total = 0;
+  for (int s = 0; s < n_seqs; ++s) {
+    const int n = min_prompt + static_cast<int>(rng.below(max_prompt - min_prompt + 1));
+    sc.prompts.push_back(random_tokens(rng, n, c.vocab_size));
+    total += (n + n_steps + kBlock - 1) / kBlock;
+  }
+  for (int t = 0; t < n_steps; ++t) sc.steps.push_back(random_tokens(rng, n_seqs, c.vocab_size));
+  sc.n_full = total + 3;
+  sc.n_ring = n_seqs * sc.ring_len + 1;
+  return sc;
+}
+
+struct RunResult {
+  std::vector<std::vector<float>> rows;
+  RoutingLog log;
+};
+
+// Runs the scenario on `be` (a fresh backend); sequence ids 10, 11, ...
+void run_scenario(const Scenario& sc, Backend& be, RunResult& out) {
+  const ModelConfig& c = sc.config;
+  const size_t V = c.vocab_size;
+  KvCache cache(sc.n_full, kBlock, false, sc.n_ring, sc.ring_len);
+  const int n = static_cast<int>(sc.prompts.size());
+  std::vector<int> ctx(n);
+  for (int s = 0; s < n; ++s) {
+    const int64_t id = 10 + s;
+    cache.admit(id, cache.plan_admission(sc.prompts[s], 0, 1));
+    ASSERT_TRUE(cache.ensure(id, static_cast<int>(sc.prompts[s].size())));
+    std::vector<float> logits(V, NAN);
+    be.prefill(SeqChunk{id, sc.prompts[s], 0, cache.table(id), cache.ring_table(id)}, logits);
+    out.rows.push_back(logits);
+    ctx[s] = static_cast<int>(sc.prompts[s].size());
+  }
+  for (const std::vector<int32_t>& step : sc.steps) {
+    std::vector<DecodeSeq> batch(n);
+    for (int s = 0; s < n; ++s) {
+      const int64_t id = 10 + s;
+      ASSERT_TRUE(cache.ensure(id, ctx[s] + 1));
+      batch[s].chunk = SeqChunk{id, std::span<const int32_t>(&step[s], 1), ctx[s], cache.table(id), cache.ring_table(id)};
+      batch[s].sampling.temperature = 0;
+    }
+    DecodeResult r;
+    be.decode(batch, true, r);
+    ASSERT_EQ(r.logits.size(), n * V);
+    for (int s = 0; s < n; ++s) out.rows.emplace_back(r.logits.begin() + s * V, r.logits.begin() + (s + 1) * V);
+    for (int& x : ctx) ++x;
+  }
+}
+
+BackendOptions options(const Scenario& sc, const std::string& backend) {
+  BackendOptions o{.backend = backend, .kv_block_size = kBlock, .n_kv_blocks = sc.n_full};
+  o.n_ring_blocks = sc.n_ring;
+  o.prefill_chunk = 0;  // cohere2_moe's prompts go through the megakernel (the prefill kernels refuse it)
+  return o;
+}
+
+// The scenario on a fresh CUDA backend (cuda-mk or cuda-ops), its routing captured; NaN-poisoned
+// activations, and the planned counter totals checked after the last step.
+RunResult run_dev(const Scenario& sc, const std::shared_ptr<cuda::DeviceWeights>& dev, const std::string& backend) {
+  cuda::CudaBackend be(dev, options(sc, backend));
+  EXPECT_EQ(be.n_ring_blocks(), sc.n_ring);
+  be.set_poison_activations(true);
+  RunResult r;
+  r.log = RoutingLog(sc.config.n_layers, sc.config.n_experts_per_tok);
+  be.set_routing_capture(&r.log);
+  run_scenario(sc, be, r);
+  be.set_routing_capture(nullptr);
+  EXPECT_EQ(be.check_counter_totals(), "") << backend;
+  return r;
+}
+
+// cpu-ref with the device's rounding points; with `forced`, the device's routing forced on it and
+// audited into `audit`.
+RunResult run_ref(const Scenario& sc, const TestWeights& w, const RoutingLog* forced, RoutingAudit* audit) {
+  BackendOptions o = options(sc, "cpu-ref");
+  o.n_threads = 4;
+  ref::RefBackend ref(sc.config, w.weights, w.store, o);
+  ref.kv_store().fill(NAN);
+  ref.set_device_rounding(true);
+  RunResult r;
+  r.log = RoutingLog(sc.config.n_layers, sc.config.n_experts_per_tok);
+  ref.set_routing_record(&r.log);
+  if (forced) ref.set_forced_routing(forced, audit);
+  run_scenario(sc, ref, r);
+  return r;
+}
+
+// The routing-exact comparison of one scenario: the device's routing against cpu-ref's own (near
+// ties only), then cpu-ref forced with it, every row within kTol of the reference's max |logit|.
+void expect_north_routing_exact(const Scenario& sc, const TestWeights& w, const RunResult& dev, const std::string& what) {
+  int64_t tokens = 0;
+  for (const auto& p : sc.prompts) tokens += static_cast<int64_t>(p.size());
+  tokens += static_cast<int64_t>(sc.steps.size() * sc.prompts.size());
+  ASSERT_EQ(static_cast<int64_t>(dev.log.size()), tokens) << what << ": the device's routing of every token";
+  RoutingAudit audit;
+  const RunResult forced = run_ref(sc, w, &dev.log, &audit);
+  expect_routing_exact(audit, tokens * moe_layers(sc.config), kRouteNearTie, what);
+  ASSERT_EQ(forced.rows.size(), dev.rows.size());
+  double worst = 0;
+  for (size_t i = 0; i < dev.rows.size(); ++i) {
+    const double e = rel_err(dev.rows[i], forced.rows[i]);
+    worst = std::isnan(e) ? e : std::max(worst, e);
+    EXPECT_LE(e, kTol) << what << ": row " << i << " of " << dev.rows.size();  // NaN fails too
+  }
+  std::printf("%s: %zu rows, max |err| / max |ref| = %.3g\n", what.c_str(), dev.rows.size(), worst);
+}
+
+// A seeded case (the seed printed): a north preset, its sliding window set to `window` (0: its
+// own), random bf16 weights on the host and the same weights uploaded to the device.
+struct NorthCase {
+  uint64_t seed = test_seed();
+  SplitMix64 rng{(std::printf("seed %llu (MEGADECODE_SEED reproduces)\n", static_cast<unsigned long long>(seed)), seed)};
+  ModelConfig c;
+  TestWeights w;
+  std::shared_ptr<cuda::DeviceWeights> dev;
+  NorthCase(const std::string& preset, int window)
+      : c(window ? with_window(preset_config(preset), window) : preset_config(preset)),
+        w(random_weights(c, Dtype::kBF16, rng.next())),
+        dev(cuda::DeviceWeights::upload(c, w.weights)) {}
+};
+
+// north-tiny: 5 layers (dense + full RoPE, 3 sliding, full NoPE), window 24: a ring of
+// kv_ring_length(24, 16) = 3 blocks (48 slots). Prompts of 2.5 to 4 rings and 6 decode steps.
+TEST(NorthMegakernel, RoutingExactAgainstCpuRefAtBatchOneAndThreeWrappingTheRing) {
+  MD_REQUIRE_GPU();
+  NorthCase k("north-tiny", 0);
+  ASSERT_EQ(k.c.block, BlockKind::kParallel);
+  ASSERT_EQ(k.c.router, RouterKind::kSigmoidTopK);
+  ASSERT_EQ(k.c.rope_style, RopeStyle::kInterleaved);
+  ASSERT_NE(k.c.logit_scale, 1.0f);
+  ASSERT_EQ(k.c.layers[0].ffn, FfnKind::kDense);
+  const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
+  for (int batch : {1, 3}) {
+    const Scenario sc = make_scenario(k.c, k.rng, batch, 5 * r * kBlock / 2, gpu_quick() ? 3 * r * kBlock : 4 * r * kBlock, 6);
+    for (const auto& p : sc.prompts) ASSERT_GE(static_cast<int>(p.size()), 2 * r * kBlock);
+    const RunResult dev = run_dev(sc, k.dev, "cuda-mk");
+    expect_north_routing_exact(sc, k.w, dev, "cuda-mk batch " + std::to_string(batch));
+  }
+}
+
+// Bitwise: the same scenario twice gives the same rows and routing; cuda-ops (a launch per wave)
+// the same bits as cuda-mk; each sequence alone its rows of the batch.
+TEST(NorthMegakernel, BitwiseRepeatableCudaOpsEqualAndBatchInvariant) {
+  MD_REQUIRE_GPU();
+  NorthCase k("north-tiny", 0);
+  const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
+  const Scenario sc = make_scenario(k.c, k.rng, 3, r * kBlock, 3 * r * kBlock, 4);
+  const size_t V = k.c.vocab_size;
+  const RunResult a = run_dev(sc, k.dev, "cuda-mk");
+  const RunResult b = run_dev(sc, k.dev, "cuda-mk");
+  const RunResult ops = run_dev(sc, k.dev, "cuda-ops");
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  ASSERT_EQ(a.rows.size(), ops.rows.size());
+  for (size_t i = 0; i < a.rows.size(); ++i) {
+    EXPECT_EQ(std::memcmp(a.rows[i].data(), b.rows[i].data(), V * 4), 0) << "row " << i << " (repeat)";
+    EXPECT_EQ(std::memcmp(a.rows[i].data(), ops.rows[i].data(), V * 4), 0) << "row " << i << " (cuda-ops)";
+  }
+  EXPECT_EQ(a.log.tokens().size(), b.log.tokens().size());
+  for (const auto& [key, tr] : a.log.tokens()) {
+    const TokenRouting* o = b.log.find(key.first, key.second);
+    ASSERT_NE(o, nullptr);
+    EXPECT_EQ(tr.experts, o->experts);
+    EXPECT_EQ(tr.weights, o->weights);
+  }
+  const int n = static_cast<int>(sc.prompts.size());
+  for (int s = 0; s < n; ++s) {
+    Scenario one = sc;
+    one.prompts = {sc.prompts[s]};
+    one.steps.clear();
+    for (const auto& step : sc.steps) one.steps.push_back({step[s]});
+    const RunResult alone = run_dev(one, k.dev, "cuda-mk");
+    ASSERT_EQ(alone.rows.size(), 1 + sc.steps.size());
+    EXPECT_EQ(std::memcmp(alone.rows[0].data(), a.rows[s].data(), V * 4), 0) << "sequence " << s << " prompt";
+    for (size_t t = 0; t < sc.steps.size(); ++t)
+      EXPECT_EQ(std::memcmp(alone.rows[1 + t].data(), a.rows[n + t * n + s].data(), V * 4), 0)
+          << "sequence " << s << " step " << t << " alone differs from the batch of " << n;
+  }
+}
+
+// north-small (the real widths: hidden 2048, 128 experts top-8, head dim 128, 5 layers), its window
+// cut to 40 keys so short prompts wrap the ring (kv_ring_length(40, 16) = 4 blocks); batch 2.
+// The reference at full width is the slow part: skipped under MEGADECODE_GPU_QUICK.
+TEST(NorthMegakernel, NorthSmallRoutingExactAgainstCpuRef) {
+  MD_REQUIRE_GPU();
+  if (gpu_quick()) GTEST_SKIP() << "full-width reference (MEGADECODE_GPU_QUICK)";
+  NorthCase k("north-small", 40);
+  const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
+  const Scenario sc = make_scenario(k.c, k.rng, 2, r * kBlock + 10, 2 * r * kBlock, 3);
+  const RunResult dev = run_dev(sc, k.dev, "cuda-mk");
+  expect_north_routing_exact(sc, k.w, dev, "north-small cuda-mk batch 2");
+}
+
+// The backends that use the batched step or the prefill kernels refuse the model by name.
+TEST(NorthMegakernel, BatchedAndPrefillPathsRefuseByName) {
+  MD_REQUIRE_GPU();
+  NorthCase k("north-tiny", 0);
+  for (const std::string name : {"cuda", "cuda-batched"}) {
+    try {
+      cuda::CudaBackend be(k.dev, BackendOptions{.backend = name, .kv_block_size = kBlock, .n_kv_blocks = 64});
+      ADD_FAILURE() << name << " accepted cohere2_moe";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cohere2_moe"), std::string::npos) << name << ": " << e.what();
+    }
+  }
+  try {
+    cuda::CudaBackend be(k.dev, BackendOptions{.backend = "cuda-mk", .kv_block_size = kBlock, .n_kv_blocks = 64});
+    ADD_FAILURE() << "cuda-mk accepted cohere2_moe with the prefill kernels";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--prefill-chunk 0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace megadecode::test
