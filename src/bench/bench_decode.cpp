@@ -13,6 +13,7 @@
 #include "bench/decode_report.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "kv/kv_cache.h"
 #include "model/presets.h"
 #include "plan/policy.h"
 
@@ -49,6 +50,22 @@ int64_t DecodeBenchOptions::ablation_blocks() const {
   int64_t n = 0;
   for (int b : ablation_batches) n = std::max(n, blocks_for(b, points.front().first, backend.kv_block_size));
   return n;
+}
+
+int64_t DecodeBenchOptions::ring_blocks() const {
+  const int window = config.max_sliding_window();
+  if (window == 0) return 0;
+  int max_batch = trace_batch;
+  for (const auto& [ctx, b] : points) max_batch = std::max(max_batch, b);
+  if (ablations)
+    for (int b : ablation_batches) max_batch = std::max(max_batch, b);
+  return static_cast<int64_t>(max_batch) * kv_ring_length(window, backend.kv_block_size);
+}
+
+int64_t DecodeBenchOptions::ring_block_bytes() const {
+  int n_sliding = 0;
+  for (int l = 0; l < config.n_layers; ++l) n_sliding += config.is_sliding_layer(l) ? 1 : 0;
+  return kv_bytes_per_token(config) / config.n_layers * n_sliding * backend.kv_block_size;
 }
 
 DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
@@ -91,7 +108,9 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   o.ceiling_mib = args.get_int("ceiling-mib", o.ceiling_mib);
   MD_REQUIRE(o.ceiling_mib >= 64 && o.ceiling_mib <= 65536, "--ceiling-mib must be in 64..65536, got ", o.ceiling_mib);
   o.backends.clear();
-  const std::string list = args.get("backends", "mk,ops,batched,cuda");
+  // Parallel blocks (cohere2_moe) run on the megakernel alone (the batched step lacks them).
+  const bool megakernel_model = o.config.block == BlockKind::kParallel;
+  const std::string list = args.get("backends", megakernel_model ? "mk,ops" : "mk,ops,batched,cuda");
   for (size_t pos = 0; pos <= list.size();) {
     size_t end = list.find(',', pos);
     if (end == std::string::npos) end = list.size();
@@ -99,6 +118,9 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
     const std::string full = b == "mk" ? "cuda-mk" : b == "ops" ? "cuda-ops" : b == "batched" ? "cuda-batched" : b;
     MD_REQUIRE(full == "cuda-mk" || full == "cuda-ops" || full == "cuda-batched" || full == "cuda",
                "--backends: unknown backend \"", b, "\" (known: mk, ops, batched, cuda)");
+    MD_REQUIRE(!megakernel_model || full == "cuda-mk" || full == "cuda-ops", "--backends ", b, ": ", o.config.model_type,
+               " (preset ", o.preset, ") runs on the megakernel only (mk, ops); the batched step (batched, cuda) lacks "
+               "parallel blocks, dense layers, sigmoid routing and sliding-window attention");
     if (std::find(o.backends.begin(), o.backends.end(), full) == o.backends.end()) o.backends.push_back(full);
     pos = end + 1;
   }
@@ -120,7 +142,8 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
 
 std::string decode_memory_problem(const DecodeBenchOptions& o, int64_t free_bytes) {
   const int64_t weights = model_weight_bytes(o.config);
-  const int64_t kv_max = std::max(o.main_blocks(), o.ablations ? o.ablation_blocks() : 0) * o.block_bytes();
+  const int64_t kv_max = std::max(o.main_blocks(), o.ablations ? o.ablation_blocks() : 0) * o.block_bytes() +
+                         o.ring_blocks() * o.ring_block_bytes();
   if (weights + kv_max + kDecodeBenchReserveBytes <= free_bytes) return "";
   std::string worst;
   for (const auto& [ctx, b] : o.points) {

@@ -73,6 +73,10 @@ void DecodeGpu::open(const BackendOptions& options) {
   const size_t n = be.kv_cache_elements();
   fill_normal_bf16<<<4096, 256>>>(be.kv_cache(), n, impl_->seed ^ 0x6b76ull, 0.01f);
   CUDA_CHECK_LAST();
+  if (be.kv_ring() != nullptr) {  // the sliding layers' ring pool, alike
+    fill_normal_bf16<<<4096, 256>>>(be.kv_ring(), be.kv_ring_elements(), impl_->seed ^ 0x7269ull, 0.01f);
+    CUDA_CHECK_LAST();
+  }
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -86,6 +90,12 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
              " context ", context, " (max position ", c.max_position_embeddings, ")");
   MD_REQUIRE(per_seq * batch <= be.n_kv_blocks(), "bench decode: batch ", batch, " x context ", context, " needs ",
              per_seq * batch, " KV blocks, the cache has ", be.n_kv_blocks());
+  // Sliding-window layers: sequence i owns ring blocks [i * R, i * R + min(R, per_seq)).
+  const int ring_len = be.ring_length();
+  const int64_t ring_per_seq = std::min<int64_t>(ring_len, per_seq);
+  MD_REQUIRE(ring_per_seq * batch <= be.n_ring_blocks(), "bench decode: batch ", batch, " x context ", context,
+             " needs ", ring_per_seq * batch, " KV ring blocks, the ring pool has ", be.n_ring_blocks());
+  std::vector<std::vector<int32_t>> rings(batch);
   // Sequence i owns blocks [i * per_seq, (i + 1) * per_seq); random distinct-ish tokens.
   std::vector<std::vector<int32_t>> tables(batch);
   std::vector<int32_t> tokens(batch);
@@ -100,6 +110,8 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
     seqs[i].chunk.tokens = std::span<const int32_t>(&tokens[i], 1);
     seqs[i].chunk.start_pos = context - 1;
     seqs[i].chunk.block_table = tables[i];
+    for (int64_t j = 0; j < ring_per_seq; ++j) rings[i].push_back(static_cast<int32_t>(i * ring_per_seq + j));
+    seqs[i].chunk.ring_table = rings[i];
     seqs[i].sampling.temperature = 0.0f;
     out.context_lens.push_back(context);
   }

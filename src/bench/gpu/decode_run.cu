@@ -57,10 +57,16 @@ std::vector<Variant> ablation_variants(const BackendOptions& base) {
   return v;
 }
 
-// The options with a KV cache of `blocks` (the caller checked that it fits in memory).
-BackendOptions with_blocks(BackendOptions o, int64_t blocks) {
+// The options with a KV cache of `blocks` and, for a model with sliding-window layers, a ring pool
+// of `ring_blocks` (the caller checked that both fit in memory). Such a model (cohere2_moe) runs on
+// the megakernel alone, its prompts through it: no prefill kernels (the bench never prefills).
+BackendOptions with_blocks(BackendOptions o, int64_t blocks, const DecodeBenchOptions& bench) {
   MD_REQUIRE(blocks >= 1 && blocks < (int64_t{1} << 31), "KV cache of ", blocks, " blocks");
   o.n_kv_blocks = static_cast<int>(blocks);
+  const int64_t ring = bench.ring_blocks();
+  MD_REQUIRE(ring < (int64_t{1} << 31), "KV ring pool of ", ring, " blocks");
+  o.n_ring_blocks = static_cast<int>(ring);
+  if (bench.config.block == BlockKind::kParallel) o.prefill_chunk = 0;
   return o;
 }
 
@@ -119,7 +125,7 @@ int bench_decode(int argc, char** argv) {
   }
   for (const Variant& v : mains) {
     const bool megakernel_only = v.options.backend == "cuda-mk" || v.options.backend == "cuda-ops";
-    dev.open(with_blocks(v.options, o.main_blocks()));
+    dev.open(with_blocks(v.options, o.main_blocks(), o));
     for (const auto& [ctx, b] : o.points) {
       if (megakernel_only && b > kDecodeBenchMegakernelMaxBatch) continue;
       nlohmann::json r = decode_record(measure(v, ctx, b, 0, nullptr));
@@ -159,7 +165,7 @@ int bench_decode(int argc, char** argv) {
   if (o.ablations) {
     const int ctx = o.points.front().first;
     for (const Variant& v : ablation_variants(o.backend)) {
-      dev.open(with_blocks(v.options, o.ablation_blocks()));
+      dev.open(with_blocks(v.options, o.ablation_blocks(), o));
       for (int b : o.ablation_batches) {
         DecodePoint p = measure(v, ctx, b, 0, nullptr);
         p.ablation = v.name;

@@ -162,6 +162,11 @@ size_t CudaBackend::kv_cache_elements() const {
   return static_cast<size_t>(c.n_layers) * 2 * n_kv_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
 }
 
+size_t CudaBackend::kv_ring_elements() const {
+  const ModelConfig& c = config();
+  return static_cast<size_t>(n_ring_layers_) * 2 * n_ring_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
+}
+
 void CudaBackend::check_ring_table(const SeqChunk& chunk) const {
   if (ring_len_ == 0) require_no_ring_table(chunk, name());
 }

@@ -66,6 +66,8 @@ class CudaBackend : public Backend {
   // The ring pool of the sliding-window layers (nullptr without):
   // [n_ring_layers][2 (K, V)][n_ring_blocks][n_kv_heads][block_size][head_dim] bf16.
   uint16_t* kv_ring() const { return kv_ring_; }
+  size_t kv_ring_elements() const;
+  int ring_length() const { return ring_len_; }  // R: ring blocks a sequence holds at most; 0 without
   // The plan of the last megakernel step and its counters after the step.
   const Plan& last_plan() const { return plan_; }
   std::vector<int32_t> read_counters() const;
