@@ -45,7 +45,7 @@ SimParams v3_h200_params() {
   op(Op::kExpertDown) = 4.2; // fit with job_us (phase: 14.1 us for 186 KB in 8 jobs at batch 1):
                              // 4.2 + 8 x 0.3, the 6.6 us of batch 1
   op(Op::kSample) = 22.0;    // v1 fit: the sampler is unchanged (one CTA per token)
-  // cohere2_moe's dense FFN shares (no kernel yet): assumed as the expert shares without routing,
+  // cohere2_moe's dense FFN shares (in the kernel, not measured yet): assumed as the expert shares without routing,
   // the up share's x norm fill (as the QKV tile's) and the down share's fixed cost.
   op(Op::kDenseUp) = 3.1;    // assumed: the x norm fill of a QKV tile
   op(Op::kDenseDown) = 4.2;  // assumed: as the expert down share

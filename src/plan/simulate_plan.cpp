@@ -177,9 +177,15 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
         case SimClass::kGemm:
           st.bytes = row(op).amount(s, t);
           st.cost_us = us + p.row_us[static_cast<int>(op)] * (rows - 1);
-          // Dense FFN shares: modelled as one window (the kernel's kGemmDenseUp/Down geometry is not counted yet).
-          if (op != Op::kDenseUp && op != Op::kDenseDown)
+          // A tile's row blocks are arg[0..1); a dense FFN share's are its moe_share of the MLP's up
+          // units or down row blocks. The kernel walks both as one job over the range (ops.cuh
+          // JobWalk) in its kGemmDenseUp / kGemmDenseDown geometry, refilling per window alike.
+          if (op == Op::kDenseUp || op == Op::kDenseDown) {
+            const MoeShare u = moe_share(op == Op::kDenseUp ? s.dense_units : s.down_rbs, t.arg[0], t.arg[1]);
+            st.cost_us += p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(u.begin, u.end)));
+          } else {
             st.cost_us += p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(t.arg[0], t.arg[1])));
+          }
           break;
         case SimClass::kTiny: st.cost_us = us * static_cast<double>(row(op).amount(s, t)); break;
         case SimClass::kRouted: {
