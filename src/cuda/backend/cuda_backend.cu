@@ -330,6 +330,17 @@ void CudaBackend::decode_megakernel(std::span<const DecodeSeq> seqs, bool want_l
     std::vector<float> w(B * per);
     CUDA_CHECK(cudaMemcpy(ids.data(), route_ids_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(w.data(), route_w_, w.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    // A dense layer routes nothing: the capture holds whatever an earlier step left there. Recorded
+    // as cpu-mk records it (expert -1, weight 0), so logs of repeated runs compare equal.
+    for (int L = 0; L < c.n_layers; ++L) {
+      if (c.is_moe_layer(L)) continue;
+      for (int i = 0; i < B; ++i)
+        for (int k = 0; k < c.n_experts_per_tok; ++k) {
+          const size_t at = i * per + static_cast<size_t>(L) * c.n_experts_per_tok + k;
+          ids[at] = -1;
+          w[at] = 0.0f;
+        }
+    }
     for (int i = 0; i < B; ++i)
       record_routing(seqs[i].chunk.seq_id, seqs[i].chunk.start_pos, 1, ids.data() + i * per, w.data() + i * per);
   }
