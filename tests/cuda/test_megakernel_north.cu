@@ -108,7 +108,8 @@ void run_scenario(const Scenario& sc, Backend& be, RunResult& out) {
     for (int s = 0; s < n; ++s) {
       const int64_t id = 10 + s;
       ASSERT_TRUE(cache.ensure(id, ctx[s] + 1));
-      batch[s].chunk = SeqChunk{id, std::span<const int32_t>(&step[s], 1), ctx[s], cache.table(id), cache.ring_table(id)};
+      batch[s].chunk =
+          SeqChunk{id, std::span<const int32_t>(&step[s], 1), ctx[s], cache.table(id), cache.ring_table(id)};
       batch[s].sampling.temperature = 0;
     }
     DecodeResult r;
@@ -159,7 +160,8 @@ RunResult run_ref(const Scenario& sc, const TestWeights& w, const RoutingLog* fo
 
 // The routing-exact comparison of one scenario: the device's routing against cpu-ref's own (near
 // ties only), then cpu-ref forced with it, every row within kTol of the reference's max |logit|.
-void expect_north_routing_exact(const Scenario& sc, const TestWeights& w, const RunResult& dev, const std::string& what) {
+void expect_north_routing_exact(const Scenario& sc, const TestWeights& w, const RunResult& dev,
+                                const std::string& what) {
   int64_t tokens = 0;
   for (const auto& p : sc.prompts) tokens += static_cast<int64_t>(p.size());
   tokens += static_cast<int64_t>(sc.steps.size() * sc.prompts.size());
@@ -203,7 +205,8 @@ TEST(NorthMegakernel, RoutingExactAgainstCpuRefAtBatchOneAndThreeWrappingTheRing
   ASSERT_EQ(k.c.layers[0].ffn, FfnKind::kDense);
   const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
   for (int batch : {1, 3}) {
-    const Scenario sc = make_scenario(k.c, k.rng, batch, 5 * r * kBlock / 2, gpu_quick() ? 3 * r * kBlock : 4 * r * kBlock, 6);
+    const int longest = gpu_quick() ? 3 * r * kBlock : 4 * r * kBlock;
+    const Scenario sc = make_scenario(k.c, k.rng, batch, 5 * r * kBlock / 2, longest, 6);
     for (const auto& p : sc.prompts) ASSERT_GE(static_cast<int>(p.size()), 2 * r * kBlock);
     const RunResult dev = run_dev(sc, k.dev, "cuda-mk");
     expect_north_routing_exact(sc, k.w, dev, "cuda-mk batch " + std::to_string(batch));

@@ -484,7 +484,8 @@ void CudaBackend::launch(cudaStream_t stream) {
   p.kv_v_offset = p.kv_layer_stride / 2;
   if (kv_ring_ != nullptr) {
     p.kv_ring = kv_ring_;
-    p.kv_ring_layer_stride = static_cast<int64_t>(2) * n_ring_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
+    p.kv_ring_layer_stride =
+        static_cast<int64_t>(2) * n_ring_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
     p.kv_ring_v_offset = p.kv_ring_layer_stride / 2;
   }
   p.w = weights_->view();

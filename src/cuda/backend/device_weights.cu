@@ -62,8 +62,8 @@ void check_supported(const ModelConfig& c) {
     // attention, dense layers, sigmoid routing, logit_scale); what the plan does not implement
     // (LayerNorm, shared experts) is refused by name there. The backends that also use the batched
     // step or the prefill kernels refuse the model in check_supported(config, options).
-    MD_REQUIRE(c.model_type == "cohere2_moe", "the CUDA backends run parallel blocks as cohere2_moe has them; model_type ",
-               c.model_type, " is not supported there: use backend cpu-ref");
+    MD_REQUIRE(c.model_type == "cohere2_moe", "the CUDA backends run parallel blocks as cohere2_moe has them; ",
+               "model_type ", c.model_type, " is not supported there: use backend cpu-ref");
     check_model_plannable(c);
   } else {
     MD_REQUIRE(c.model_type == "qwen3_moe" && c.router == RouterKind::kSoftmaxTopK && c.norm == NormKind::kRms &&

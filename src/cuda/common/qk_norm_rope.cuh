@@ -1,9 +1,9 @@
-// Per-head q/k RMSNorm and RoPE (NeoX halves, or interleaved pairs for models that say so), the arithmetic the decode megakernel's attention
-// items (megakernel/attention.cuh) and the prefill kernel (prefill/prefill_rope.cu) share, so the
-// K/V both write to the cache are bitwise the same: normed = (x * rsqrt(mean(x^2) + eps)) * w in
-// fp32 (a warp per head, lane + 32 j element order, butterfly sum), then rotation by the model's
-// RoPE table (cos, sin of float(pos) * inv_freq[i], computed on the host as the reference does:
-// backend/device_weights.h).
+// Per-head q/k RMSNorm and RoPE (NeoX halves, or interleaved pairs for models that say so), the
+// arithmetic the decode megakernel's attention items (megakernel/attention.cuh) and the prefill
+// kernel (prefill/prefill_rope.cu) share, so the K/V both write to the cache are bitwise the same:
+// normed = (x * rsqrt(mean(x^2) + eps)) * w in fp32 (a warp per head, lane + 32 j element order,
+// butterfly sum), then rotation by the model's RoPE table (cos, sin of float(pos) * inv_freq[i],
+// computed on the host as the reference does: backend/device_weights.h).
 #pragma once
 
 #include "cuda/common/rms_norm.cuh"

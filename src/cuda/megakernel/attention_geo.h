@@ -1,9 +1,10 @@
 // Index math and merge formulas of the megakernel's tensor-core attention item (attention.cuh),
 // host-and-device so tests/cuda/test_attention_tc.cpp checks them on the CPU against plain loops:
-// where a position lives (the block table, or a sliding layer's ring), which KV row each lane copies for chunk c of split [pos_begin, pos_end), which rows are
-// zero-filled (past the split, the new token), where the appended row is patched, the MMA
-// fragment coordinates (PTX m16n8k16 / ldmatrix layouts) and the bf16 term split. The online
-// softmax and the merges are cuda/common/attention_state.cuh's. Plain C++; no CUDA types.
+// where a position lives (the block table, or a sliding layer's ring), which KV row each lane
+// copies for chunk c of split [pos_begin, pos_end), which rows are zero-filled (past the split,
+// the new token), where the appended row is patched, the MMA fragment coordinates (PTX m16n8k16 /
+// ldmatrix layouts) and the bf16 term split. The online softmax and the merges are
+// cuda/common/attention_state.cuh's. Plain C++; no CUDA types.
 #pragma once
 
 #include <cmath>
