@@ -202,6 +202,26 @@ TEST(DecodeOptions, DefaultsAndMemoryPlan) {
   EXPECT_NE(huge.find("batch 64 x context 131072"), std::string::npos) << huge;
 }
 
+// North presets (parallel blocks) run on the megakernel alone: mk and ops by default, batched and
+// cuda refused by name; a ring per sequence of the largest batch, counted in the memory plan.
+TEST(DecodeOptions, NorthPresetsAreMegakernelOnlyWithARingPool) {
+  const DecodeBenchOptions n = parse({"--preset", "north-mini-code", "--context", "8192,32768", "--batch", "1,8"});
+  EXPECT_EQ(n.backends, (std::vector<std::string>{"cuda-mk", "cuda-ops"}));
+  EXPECT_EQ(n.ring_blocks(), 8 * 257);  // kv_ring_length(4096, 16) = 257 blocks a sequence
+  EXPECT_EQ(n.ring_block_bytes(), 36 * 2 * 4 * 128 * 2 * 16);  // the 36 sliding layers
+  EXPECT_EQ(n.block_bytes(), 49 * 2 * 4 * 128 * 2 * 16);       // the full pool keeps every layer
+  EXPECT_EQ(decode_memory_problem(n, int64_t{140} << 30), "");
+  for (const char* b : {"batched", "mk,cuda"}) {
+    try {
+      parse({"--preset", "north-mini-code", "--backends", b});
+      ADD_FAILURE() << b << " accepted for north-mini-code";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("megakernel only"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse({}).ring_blocks(), 0);  // qwen3-30b-a3b: no sliding layers
+}
+
 TEST(DecodeOptions, BadFlagsAreErrors) {
   const std::vector<std::vector<std::string>> bad = {
       {"--batch", "0"}, {"--batch", "1025"}, {"--context", "0"}, {"--context", "2000000"}, {"--steps", "0"},
