@@ -83,16 +83,22 @@ int64_t kv_bytes_read(const ModelConfig& c, int context) {
   return keys * per_layer;
 }
 
-std::vector<int> distinct_experts(const RoutingLog& routing, int n_layers, int n_experts) {
+std::vector<int> distinct_experts(const RoutingLog& routing, const ModelConfig& c) {
+  const int n_layers = c.n_layers, n_experts = c.n_experts;
   MD_REQUIRE(routing.n_layers() == n_layers && routing.size() > 0, "distinct_experts: a routing of ",
              routing.n_layers(), " layers and ", routing.size(), " tokens for ", n_layers, " layers");
   std::vector<int> out(n_layers);
   const int K = routing.top_k();
   for (int l = 0; l < n_layers; ++l) {
+    const bool moe = c.is_moe_layer(l);
     std::vector<char> seen(n_experts, 0);
     for (const auto& [key, t] : routing.tokens())
       for (int k = 0; k < K; ++k) {
         const int32_t e = t.experts[l * K + k];
+        if (!moe) {
+          MD_REQUIRE(e == -1, "distinct_experts: dense layer ", l, " records expert ", e, " (expected -1)");
+          continue;
+        }
         MD_REQUIRE(e >= 0 && e < n_experts, "distinct_experts: layer ", l, " routes to expert ", e, " of ", n_experts);
         seen[e] = 1;
       }

@@ -41,7 +41,9 @@ int64_t model_weight_bytes(const ModelConfig& c);
 StepBytes decode_step_bytes(const ModelConfig& c, std::span<const int> context_lens,
                             std::span<const int> distinct_experts);
 
-// Distinct experts per layer of a step's routing (the CUDA backends' routing capture).
-std::vector<int> distinct_experts(const RoutingLog& routing, int n_layers, int n_experts);
+// Distinct experts per layer of a step's routing (the CUDA backends' routing capture). A dense
+// layer (not c.is_moe_layer) has none: its captured entries must all be expert -1 (how the backends
+// record it), and its count is 0.
+std::vector<int> distinct_experts(const RoutingLog& routing, const ModelConfig& c);
 
 }  // namespace megadecode

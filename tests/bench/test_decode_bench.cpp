@@ -113,19 +113,37 @@ TEST(DecodeBytes, DistinctExpertsFromTheRouting) {
   log.record(0, 10, std::vector<int32_t>{1, 2, 4, 5, 0, 9}, w);
   log.record(1, 3, std::vector<int32_t>{2, 1, 5, 4, 3, 6}, w);
   log.record(2, 0, std::vector<int32_t>{1, 7, 4, 5, 8, 2}, w);
-  EXPECT_EQ(distinct_experts(log, 3, 10), (std::vector<int>{3, 2, 6}));
+  ModelConfig shape = preset_config("small");  // 3 MoE layers of 10 experts
+  shape.n_layers = 3;
+  shape.n_experts = 10;
+  shape.layers.assign(3, LayerSpec{});
+  EXPECT_EQ(distinct_experts(log, shape), (std::vector<int>{3, 2, 6}));
   log.record(1, 3, std::vector<int32_t>{3, 1, 5, 4, 3, 6}, w);  // a token recorded again replaces its routing
-  EXPECT_EQ(distinct_experts(log, 3, 10), (std::vector<int>{4, 2, 6}));
-  EXPECT_THROW(distinct_experts(log, 4, 10), Error);  // another layer count
-  EXPECT_THROW(distinct_experts(log, 3, 9), Error);   // expert 9 outside 9 experts
-  EXPECT_THROW(distinct_experts(RoutingLog(3, 2), 3, 10), Error);  // nothing captured
+  EXPECT_EQ(distinct_experts(log, shape), (std::vector<int>{4, 2, 6}));
+  ModelConfig other = shape;
+  other.n_layers = 4;
+  other.layers.assign(4, LayerSpec{});
+  EXPECT_THROW(distinct_experts(log, other), Error);  // another layer count
+  other = shape;
+  other.n_experts = 9;
+  EXPECT_THROW(distinct_experts(log, other), Error);   // expert 9 outside 9 experts
+  EXPECT_THROW(distinct_experts(RoutingLog(3, 2), shape), Error);  // nothing captured
+  // A dense layer records expert -1 for every token and counts none; anything else there is an error.
+  other = shape;
+  other.layers[1].ffn = FfnKind::kDense;
+  EXPECT_THROW(distinct_experts(log, other), Error);  // layer 1 holds experts 4, 5, 3, ...
+  RoutingLog dense(3, 2);
+  dense.record(0, 10, std::vector<int32_t>{1, 2, -1, -1, 0, 9}, w);
+  dense.record(1, 3, std::vector<int32_t>{2, 1, -1, -1, 3, 6}, w);
+  EXPECT_EQ(distinct_experts(dense, other), (std::vector<int>{2, 0, 4}));
+  EXPECT_THROW(distinct_experts(dense, shape), Error);  // -1 in a MoE layer
   // The counts feed decode_step_bytes.
   const ModelConfig c = preset_config("small");
   RoutingLog one(c.n_layers, c.n_experts_per_tok);
   std::vector<int32_t> experts(static_cast<size_t>(c.n_layers) * c.n_experts_per_tok);
   std::iota(experts.begin(), experts.end(), 0);
   one.record(0, 0, experts, std::vector<float>(experts.size(), 0.125f));
-  const std::vector<int> d = distinct_experts(one, c.n_layers, c.n_experts);
+  const std::vector<int> d = distinct_experts(one, c);
   EXPECT_EQ(d, std::vector<int>(c.n_layers, c.n_experts_per_tok));
   std::vector<int> ctx = {100};
   EXPECT_EQ(decode_step_bytes(c, ctx, d).experts, int64_t{c.n_layers} * c.n_experts_per_tok * expert_bytes(c));

@@ -125,7 +125,7 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
   out.n_sms = be.n_sms();
   out.path = decode_path_name(be.last_path());
   out.kernel_ms = be.profile_last_step();
-  out.distinct_experts = distinct_experts(routing, c.n_layers, c.n_experts);
+  out.distinct_experts = distinct_experts(routing, c);
   if (trace_capacity > 0) {
     MD_REQUIRE(be.last_path() == DecodePath::kMegakernel, "bench decode: the trace is the megakernel's");
     be.enable_trace(trace_capacity);
