@@ -71,9 +71,9 @@ __device__ inline void norm_sums(const NormSource& src, int n_rows, float* part)
 
 // scale[r] = 1 / sqrt(mean(v^2) + eps) for rows [0, n_rows) (norm_sums' order). `part`: n_rows
 // floats of scratch. All consumer threads call it; the caller meets after.
+template <bool kEmbed>
 __device__ inline void norm_scales(const NormSource& src, int n_rows, float* part, float* scale) {
-  if (src.x != nullptr) norm_sums<false>(src, n_rows, part);
-  else norm_sums<true>(src, n_rows, part);
+  norm_sums<kEmbed>(src, n_rows, part);
   consumer_sync();
   for (int r = threadIdx.x; r < n_rows; r += kConsumerThreads)
     scale[r] = 1.0f / sqrtf(part[r] / static_cast<float>(src.H) + src.eps);
@@ -105,13 +105,6 @@ __device__ inline void fill_normed_rows(const NormSource& src, const float* scal
   }
 }
 
-// Rows [0, n_rows), columns [k0, k0 + kw) of the normed activation into dst (row r at dst + r * pitch).
-// kw a multiple of 8. All consumer threads; the caller meets before and after.
-__device__ inline void fill_normed(const NormSource& src, const float* scale, int n_rows, int k0, int kw, uint16_t* dst,
-                                   int pitch) {
-  if (src.x != nullptr) fill_normed_rows<false>(src, scale, n_rows, k0, kw, dst, pitch);
-  else fill_normed_rows<true>(src, scale, n_rows, k0, kw, dst, pitch);
-}
 
 // Rows [row0, row0 + n_rows) of a bf16 matrix (stride elements per row), columns [k0, k0 + kw),
 // into dst rows 0.. . kw a multiple of 8. All consumer threads; the caller meets before and after.
@@ -146,6 +139,25 @@ struct Fill {
   int64_t stride;
 };
 
+// Columns [k0, k0 + kw) of rows [0, n_rows) of an RMSNorm fill (f = *fp), their scales first when
+// *fp has none yet. All consumer threads; the caller meets before and after.
+template <bool kEmbed>
+__device__ __forceinline__ void fill_normed_window(const Fill& f, Fill* fp, int n_rows, int k0, int kw) {
+  if (!f.scales_ready) {
+    norm_scales<kEmbed>(f.ns, n_rows, f.part, f.scale);
+    consumer_sync();
+    if (threadIdx.x == 0) fp->scales_ready = 1;
+  }
+  fill_normed_rows<kEmbed>(f.ns, f.scale, n_rows, k0, kw, f.dst, f.pitch);
+}
+
+// Layer 0's RMSNorm fill, from the tokens' embedding rows: out of line (one layer of the step), so
+// that fill_window's own code, which every GEMM task runs, holds only the fp32-residual path.
+__device__ __noinline__ void fill_window_embed(Fill* fp, int n_rows, int k0, int kw) {
+  const Fill f = *fp;
+  fill_normed_window<true>(f, fp, n_rows, k0, kw);
+}
+
 // Window w of the fill described by *fp (shared memory, written by consumer thread 0 before a
 // consumer barrier): activation rows [row0, row0 + n_rows) of the source (kNormed: row0 = 0) into
 // rows 0.. of the area. All consumer threads; the caller meets before and after, and has read
@@ -157,13 +169,10 @@ __device__ __noinline__ void fill_window(Fill* fp, int w, int row0, int n_rows) 
   const int k0 = w * f.window_kb * 16, kw = min(f.n_kb - w * f.window_kb, f.window_kb) * 16;
   if (f.kind == FillKind::kRows) {
     fill_rows(f.src, f.stride, row0, n_rows, k0, kw, f.dst, f.pitch);
+  } else if (f.ns.x == nullptr) {
+    fill_window_embed(fp, n_rows, k0, kw);
   } else {
-    if (!f.scales_ready) {
-      norm_scales(f.ns, n_rows, f.part, f.scale);
-      consumer_sync();
-      if (threadIdx.x == 0) fp->scales_ready = 1;
-    }
-    fill_normed(f.ns, f.scale, n_rows, k0, kw, f.dst, f.pitch);
+    fill_normed_window<false>(f, fp, n_rows, k0, kw);
   }
   if (threadIdx.x == 0) fp->filled = w;
 }
