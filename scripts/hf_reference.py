@@ -14,14 +14,23 @@ Each --tokens sequence runs as one full forward pass (no KV cache, no padding, b
 prints one forward's argmax (it shows `make-model` output loads in transformers as is).
 
 --forced-routing runs the sequences of ROUTING.json (instead of --tokens) with the top-k of every
-sparse MoE block's gate replaced by the given experts (their weights: the gate's own softmax
-probabilities at those experts, renormalised when norm_topk_prob), and audits every (token, layer)
-where transformers' own top-k set would have differed (the tie gap of megadecode's model/routing.h):
+sparse MoE block's gate replaced by the given experts, weighted as the model weighs its own choice,
+and audits every (token, layer) where transformers' own top-k set would have differed (the tie gap
+of megadecode's model/routing.h). Per model_type:
+  qwen3_moe:   every layer sparse; weights: the gate's softmax probabilities at the given experts,
+               renormalised when norm_topk_prob; ranked and tie gap on the softmax probabilities.
+  cohere2_moe: expert_selection_fn "sigmoid": weights sigmoid(logit) at the given experts,
+               renormalised only when norm_topk_prob; transformers ranks by the raw logit (sigmoid
+               keeps that order), the tie gap is taken on the sigmoid probabilities (as cpu-ref's
+               audit). "softmax": the softmax over the given experts' logits (always normalised).
+               Dense layers (mlp_layer_types "dense", no gate) are not routed: the file gives
+               [-1] * K for them (what megadecode's routing capture records) and they run as they are.
   ROUTING.json: {"format": "megadecode-routing-v1", "n_layers": L, "top_k": K,
                  "sequences": [{"tokens": [int, ...],                     # n tokens
                                 "experts": [[[int] * K] * L] * n}]}       # [token][layer][k]
+  Sparse layers: K distinct experts in [0, num_experts); dense layers: exactly [-1] * K.
 Every sequence's logits are stored at the last position, and PREFIX.json's sequences gain
-  "routing_audit": {"n_forced": int,                        # (token, layer) decisions forced
+  "routing_audit": {"n_forced": int,                        # (token, sparse layer) decisions forced
                     "diffs": [[pos, layer, gap], ...]}      # where transformers' own set differs
 
 Output, PREFIX.json (metadata):
@@ -95,21 +104,83 @@ def float32_bytes(tensor):
         return bytes(tensor.view(torch.uint8).flatten().tolist())
 
 
+# The model types whose routing --forced-routing knows (anything else stops with an error).
+ROUTED_MODEL_TYPES = ("qwen3_moe", "cohere2_moe")
+
+
 def moe_gates(model):
-    """The gate (router) module of each layer's sparse MoE block, in layer order."""
+    """The gate (router) module of each layer's sparse MoE block, in layer order; None for a dense
+    layer (cohere2_moe's mlp_layer_types "dense": an MLP without a gate)."""
+    model_type = model.config.model_type
+    if model_type not in ROUTED_MODEL_TYPES:
+        raise SystemExit(f"--forced-routing: model_type {model_type!r} is not supported "
+                         f"({', '.join(ROUTED_MODEL_TYPES)})")
+    if model_type == "qwen3_moe":
+        gates = []
+        for i, layer in enumerate(model.model.layers):
+            gate = getattr(getattr(layer, "mlp", None), "gate", None)
+            if gate is None or not hasattr(gate, "weight"):
+                raise SystemExit(f"--forced-routing: layer {i} has no MoE gate with a weight (is this a qwen3_moe model?)")
+            gates.append(gate)
+        return gates
+    # cohere2_moe: Cohere2MoeDecoderLayer.mlp is a Cohere2MoeMLP (dense) or a Cohere2MoeSparseMoeBlock
+    # whose .gate is a Cohere2MoeTopKRouter (weight [num_experts, hidden], expert_selection_fn,
+    # norm_topk_prob; forward(hidden [n, hidden]) -> (router_logits, scores, selected_experts)).
+    kinds = list(getattr(model.config, "mlp_layer_types", None) or [])
+    if len(kinds) != len(model.model.layers):
+        raise SystemExit(f"--forced-routing: config.mlp_layer_types has {len(kinds)} entries for "
+                         f"{len(model.model.layers)} layers")
     gates = []
     for i, layer in enumerate(model.model.layers):
         gate = getattr(getattr(layer, "mlp", None), "gate", None)
+        if kinds[i] == "dense":
+            if gate is not None:
+                raise SystemExit(f"--forced-routing: dense layer {i} has a gate; update scripts/hf_reference.py")
+            gates.append(None)
+            continue
+        if kinds[i] != "sparse":
+            raise SystemExit(f"--forced-routing: mlp_layer_types[{i}] is {kinds[i]!r} (dense or sparse)")
         if gate is None or not hasattr(gate, "weight"):
-            raise SystemExit(f"--forced-routing: layer {i} has no MoE gate with a weight (is this a qwen3_moe model?)")
+            raise SystemExit(f"--forced-routing: sparse layer {i} has no MoE gate with a weight")
+        if getattr(gate, "expert_selection_fn", None) not in ("sigmoid", "softmax"):
+            raise SystemExit(f"--forced-routing: layer {i}'s gate has expert_selection_fn "
+                             f"{getattr(gate, 'expert_selection_fn', None)!r} (sigmoid or softmax)")
+        # The router this script mirrors has no score correction bias, no score scaling and no
+        # grouped selection; a transformers that adds one needs this script updated.
+        for extra in ("e_score_correction_bias", "routed_scaling_factor", "n_group", "topk_group", "bias"):
+            if getattr(gate, extra, None) is not None:
+                raise SystemExit(f"--forced-routing: layer {i}'s gate has {extra!r}, which this script does "
+                                 "not model; update scripts/hf_reference.py")
         gates.append(gate)
     return gates
 
 
-def tie_gap(probs, forced, k):
+def check_routing_file(forced, gates, k, n_experts, path):
+    """Every (token, layer) of the routing file: K distinct experts in [0, n_experts) for a sparse
+    layer, exactly [-1] * K for a dense one (gate None)."""
+    for s, seq in enumerate(forced["sequences"]):
+        for t, layers in enumerate(seq["experts"]):
+            if len(layers) != len(gates):
+                raise SystemExit(f"{path}: sequence {s} token {t} has {len(layers)} layers, the model {len(gates)}")
+            for layer, experts in enumerate(layers):
+                if not isinstance(experts, list) or len(experts) != k or any(type(e) is not int for e in experts):
+                    raise SystemExit(f"{path}: sequence {s} token {t} layer {layer}: {experts!r} is not {k} integers")
+                if gates[layer] is None:
+                    if experts != [-1] * k:
+                        raise SystemExit(f"{path}: sequence {s} token {t} layer {layer} is a dense layer (no "
+                                         f"gate); expected {[-1] * k}, got {experts}")
+                elif len(set(experts)) != k or any(e < 0 or e >= n_experts for e in experts):
+                    raise SystemExit(f"{path}: sequence {s} token {t} layer {layer}: {experts} are not {k} distinct "
+                                     f"experts in [0, {n_experts})")
+
+
+def tie_gap(probs, forced, k, rank=None):
     """megadecode's RouteDiff gap for one token: (largest own-but-not-forced probability minus the
-    smallest forced-but-not-own one) / the own K-th probability; None when the sets agree."""
-    order = sorted(range(len(probs)), key=lambda e: (-probs[e], e))
+    smallest forced-but-not-own one) / the own K-th probability; None when the sets agree. The own
+    top-k is by `rank` when given (the values the model ranks by; ties to the lower expert id), else
+    by `probs`."""
+    key = probs if rank is None else rank
+    order = sorted(range(len(probs)), key=lambda e: (-key[e], e))
     own = set(order[:k])
     forced_set = set(forced)
     dropped = [probs[e] for e in own - forced_set]
@@ -120,16 +191,23 @@ def tie_gap(probs, forced, k):
 
 
 class ForcedRouting:
-    """Replaces every gate's forward: softmax over the gate's logits (fp32), the given experts as the
-    top-k, their probabilities as weights. The original forward runs too, so the returned values
-    keep transformers' own types and the first output (router logits) is transformers' own."""
+    """Replaces every sparse layer's gate forward: the gate's scores (fp32) recomputed from its weight,
+    the given experts as the top-k, weighted as the model weighs its own choice (see the module
+    docstring). The original forward runs too, so the returned values keep transformers' own types
+    and the first output (router logits) is transformers' own. Dense layers (gate None) are left alone."""
 
     def __init__(self, model):
+        self.model_type = model.config.model_type
         self.gates = moe_gates(model)
         self.experts = None  # [token][layer][k] of the sequence being run
         self.audit = None
         for layer, gate in enumerate(self.gates):
-            gate.forward = self._forward(layer, gate, gate.forward)
+            if gate is None:
+                continue
+            if self.model_type == "qwen3_moe":
+                gate.forward = self._forward(layer, gate, gate.forward)
+            else:
+                gate.forward = self._forward_cohere2(layer, gate, gate.forward)
 
     def _forward(self, layer, gate, original):
         import torch
@@ -156,6 +234,49 @@ class ForcedRouting:
             for t in range(n):
                 self.audit["n_forced"] += 1
                 gap = tie_gap(host[t], self.experts[t][layer], k)
+                if gap is not None:
+                    self.audit["diffs"].append([t, layer, gap])
+            return out[0], w.to(out[1].dtype), idx.to(out[2].dtype)
+
+        return forward
+
+    def _forward_cohere2(self, layer, gate, original):
+        """Cohere2MoeTopKRouter: logits = hidden @ weight.T, top-k by raw logit; "sigmoid": weights
+        sigmoid(logit) at the chosen experts, divided by their sum when norm_topk_prob; "softmax":
+        softmax over the chosen experts' logits."""
+        import torch
+        import torch.nn.functional as F
+
+        def forward(hidden_states):
+            out = original(hidden_states)
+            if not (isinstance(out, tuple) and len(out) == 3):
+                raise SystemExit("--forced-routing: this transformers' Cohere2Moe router does not return "
+                                 "(router_logits, scores, selected_experts); update scripts/hf_reference.py")
+            h = hidden_states.reshape(-1, gate.weight.shape[1])
+            logits = F.linear(h.float(), gate.weight.float())
+            n, k = out[2].shape
+            if k != gate.top_k or out[1].shape != (n, k):
+                raise SystemExit(f"--forced-routing: layer {layer}'s router returned scores {tuple(out[1].shape)} "
+                                 f"and experts {tuple(out[2].shape)} for a top-{gate.top_k} router")
+            if self.experts is None or len(self.experts) != n:
+                raise SystemExit(f"--forced-routing: the gate of layer {layer} saw {n} tokens, the routing "
+                                 f"file has {0 if self.experts is None else len(self.experts)}")
+            idx = torch.tensor([self.experts[t][layer] for t in range(n)], dtype=torch.long, device=logits.device)
+            if idx.shape != (n, k):
+                raise SystemExit(f"--forced-routing: {tuple(idx.shape)} experts for a top-{k} gate")
+            if gate.expert_selection_fn == "sigmoid":
+                probs = torch.sigmoid(logits)
+                w = probs.gather(1, idx)
+                if gate.norm_topk_prob:
+                    w = w / w.sum(dim=-1, keepdim=True)
+            else:
+                probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+                w = F.softmax(logits.gather(1, idx), dim=-1, dtype=torch.float32)
+            host_probs = probs.cpu().tolist()
+            host_logits = logits.cpu().tolist()
+            for t in range(n):
+                self.audit["n_forced"] += 1
+                gap = tie_gap(host_probs[t], self.experts[t][layer], k, rank=host_logits[t])
                 if gap is not None:
                     self.audit["diffs"].append([t, layer, gap])
             return out[0], w.to(out[1].dtype), idx.to(out[2].dtype)
@@ -218,6 +339,8 @@ def dump(args, device):
     if forced and (forced["n_layers"] != len(router.gates) or forced["top_k"] != model.config.num_experts_per_tok):
         raise SystemExit(f"routing file of {forced['n_layers']} layers x top-{forced['top_k']} for a model of "
                          f"{len(router.gates)} x top-{model.config.num_experts_per_tok}")
+    if forced and router.model_type != "qwen3_moe":
+        check_routing_file(forced, router.gates, forced["top_k"], model.config.num_experts, args.forced_routing)
     vocab = model.config.vocab_size
     sequences = []
     offset = 0
