@@ -55,11 +55,16 @@ int64_t DecodeBenchOptions::ablation_blocks() const {
 int64_t DecodeBenchOptions::ring_blocks() const {
   const int window = config.max_sliding_window();
   if (window == 0) return 0;
-  int max_batch = trace_batch;
-  for (const auto& [ctx, b] : points) max_batch = std::max(max_batch, b);
+  // A point's sequences hold min(R, their blocks) ring blocks each (bench/gpu/decode_gpu.cu): the
+  // largest point's need, the traced and the ablation points (first context) included.
+  const int bs = backend.kv_block_size;
+  const int64_t R = kv_ring_length(window, bs);
+  auto need = [&](int batch, int ctx) { return int64_t{batch} * std::min<int64_t>(R, (ctx + bs - 1) / bs); };
+  int64_t n = need(trace_batch, points.front().first);
+  for (const auto& [ctx, b] : points) n = std::max(n, need(b, ctx));
   if (ablations)
-    for (int b : ablation_batches) max_batch = std::max(max_batch, b);
-  return static_cast<int64_t>(max_batch) * kv_ring_length(window, backend.kv_block_size);
+    for (int b : ablation_batches) n = std::max(n, need(b, points.front().first));
+  return n;
 }
 
 int64_t DecodeBenchOptions::ring_block_bytes() const {

@@ -41,8 +41,9 @@ struct DecodeBenchOptions {
   int64_t main_blocks() const;
   int64_t ablation_blocks() const;
   int64_t block_bytes() const;  // one KV block over all layers
-  // Models with sliding-window layers: the ring pool's blocks (one ring for each sequence of the
-  // largest batch measured) and the bytes of one ring block over the sliding layers; 0 without.
+  // Models with sliding-window layers: the ring pool's blocks (the largest point's need, a
+  // sequence holding min(R, its blocks) of them) and the bytes of one ring block over the sliding
+  // layers; 0 without.
   int64_t ring_blocks() const;
   int64_t ring_block_bytes() const;
 };

@@ -221,7 +221,7 @@ TEST(DecodeOptions, DefaultsAndMemoryPlan) {
 }
 
 // North presets (parallel blocks) run on the megakernel alone: mk and ops by default, batched and
-// cuda refused by name; a ring per sequence of the largest batch, counted in the memory plan.
+// cuda refused by name; the rings of the largest point's sequences, counted in the memory plan.
 TEST(DecodeOptions, NorthPresetsAreMegakernelOnlyWithARingPool) {
   const DecodeBenchOptions n = parse({"--preset", "north-mini-code", "--context", "8192,32768", "--batch", "1,8"});
   EXPECT_EQ(n.backends, (std::vector<std::string>{"cuda-mk", "cuda-ops"}));
@@ -229,6 +229,11 @@ TEST(DecodeOptions, NorthPresetsAreMegakernelOnlyWithARingPool) {
   EXPECT_EQ(n.ring_block_bytes(), 36 * 2 * 4 * 128 * 2 * 16);  // the 36 sliding layers
   EXPECT_EQ(n.block_bytes(), 49 * 2 * 4 * 128 * 2 * 16);       // the full pool keeps every layer
   EXPECT_EQ(decode_memory_problem(n, int64_t{140} << 30), "");
+  // A point holds min(R, its blocks) ring blocks a sequence: 1K at batch 256 needs 64 a sequence.
+  const DecodeBenchOptions wide = parse({"--preset", "north-mini-code", "--context", "8192", "--batch", "1",
+                                         "--points", "8192:64,1024:256"});
+  EXPECT_EQ(wide.ring_blocks(), std::max<int64_t>(64 * 257, 256 * 64));
+  EXPECT_EQ(parse({"--preset", "north-mini-code", "--context", "1024", "--batch", "8"}).ring_blocks(), 8 * 64);
   for (const char* b : {"batched", "mk,cuda"}) {
     try {
       parse({"--preset", "north-mini-code", "--backends", b});

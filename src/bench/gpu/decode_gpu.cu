@@ -90,7 +90,7 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
              " context ", context, " (max position ", c.max_position_embeddings, ")");
   MD_REQUIRE(per_seq * batch <= be.n_kv_blocks(), "bench decode: batch ", batch, " x context ", context, " needs ",
              per_seq * batch, " KV blocks, the cache has ", be.n_kv_blocks());
-  // Sliding-window layers: sequence i owns ring blocks [i * R, i * R + min(R, per_seq)).
+  // Sliding-window layers: sequence i owns ring blocks [i * r, (i + 1) * r), r = min(R, per_seq).
   const int ring_len = be.ring_length();
   const int64_t ring_per_seq = std::min<int64_t>(ring_len, per_seq);
   MD_REQUIRE(ring_per_seq * batch <= be.n_ring_blocks(), "bench decode: batch ", batch, " x context ", context,
