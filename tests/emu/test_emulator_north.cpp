@@ -16,6 +16,7 @@
 #include <memory>
 #include <numeric>
 
+#include "../ref/north_scenario.h"
 #include "../ref/ref_test_util.h"
 #include "../engine/fakes.h"
 #include "cli/backend_factory.h"
@@ -35,91 +36,23 @@ namespace {
 
 constexpr int kBlock = 4;
 
-ModelConfig with_window(ModelConfig c, int window) {
-  for (LayerSpec& l : c.layers)
-    if (l.sliding_window > 0) l.sliding_window = window;
-  return c;
-}
-
 float max_abs(std::span<const float> x) {
   float m = 0;
   for (float v : x) m = std::max(m, std::fabs(v));
   return m;
 }
 
-// max |got - want| / max |want| over one row; NaN when got has a NaN.
-double rel_err(std::span<const float> got, std::span<const float> want) {
-  double err = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(got[i])) return NAN;
-    err = std::max(err, static_cast<double>(std::fabs(got[i] - want[i])));
-  }
-  return err / max_abs(want);
-}
-
-// A scenario: sequences with prompts, then decode steps of the whole batch, over one KvCache (both
-// pools) that both backends' tables come from. Logits rows: each prompt's last position, then each
-// step's rows (sequence order).
-struct Scenario {
-  ModelConfig config;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<int32_t>> steps;  // [step][seq] the input token
-  int n_full = 0, n_ring = 0, ring_len = 0;
-};
+using test::moe_layers;
+using test::rel_err;
+using test::with_window;
+using Scenario = test::NorthScenario;
+using RunResult = test::NorthRun;
 
 Scenario make_scenario(const ModelConfig& c, SplitMix64& rng, int n_seqs, int min_prompt, int max_prompt, int n_steps) {
-  Scenario sc;
-  sc.config = c;
-  sc.ring_len = kv_ring_length(c.max_sliding_window(), kBlock);
-  int total = 0;
-  for (int s = 0; s < n_seqs; ++s) {
-    const int n = min_prompt + static_cast<int>(rng.below(max_prompt - min_prompt + 1));
-    sc.prompts.push_back(test::random_tokens(rng, n, c.vocab_size));
-    total += (n + n_steps + kBlock - 1) / kBlock;
-  }
-  for (int t = 0; t < n_steps; ++t) sc.steps.push_back(test::random_tokens(rng, n_seqs, c.vocab_size));
-  sc.n_full = total + 3;
-  sc.n_ring = n_seqs * sc.ring_len + 1;
-  return sc;
+  return test::make_north_scenario(c, kBlock, rng, n_seqs, min_prompt, max_prompt, n_steps);
 }
 
-struct RunResult {
-  std::vector<std::vector<float>> rows;
-  RoutingLog log;
-};
-
-// Runs the scenario on `be` (a fresh backend); sequence ids 10, 11, ...
-void run_scenario(const Scenario& sc, Backend& be, RunResult& out) {
-  const ModelConfig& c = sc.config;
-  const size_t V = c.vocab_size;
-  KvCache cache(sc.n_full, kBlock, false, sc.n_ring, sc.ring_len);
-  const int n = static_cast<int>(sc.prompts.size());
-  std::vector<int> ctx(n);
-  for (int s = 0; s < n; ++s) {
-    const int64_t id = 10 + s;
-    cache.admit(id, cache.plan_admission(sc.prompts[s], 0, 1));
-    ASSERT_TRUE(cache.ensure(id, static_cast<int>(sc.prompts[s].size())));
-    std::vector<float> logits(V, NAN);
-    be.prefill(SeqChunk{id, sc.prompts[s], 0, cache.table(id), cache.ring_table(id)}, logits);
-    out.rows.push_back(logits);
-    ctx[s] = static_cast<int>(sc.prompts[s].size());
-  }
-  for (const std::vector<int32_t>& step : sc.steps) {
-    std::vector<DecodeSeq> batch(n);
-    for (int s = 0; s < n; ++s) {
-      const int64_t id = 10 + s;
-      ASSERT_TRUE(cache.ensure(id, ctx[s] + 1));
-      batch[s].chunk = SeqChunk{id, std::span<const int32_t>(&step[s], 1), ctx[s], cache.table(id), cache.ring_table(id)};
-      batch[s].sampling.temperature = 0;
-    }
-    DecodeResult r;
-    be.decode(batch, true, r);
-    ASSERT_EQ(r.logits.size(), n * V);
-    for (int s = 0; s < n; ++s) out.rows.emplace_back(r.logits.begin() + s * V, r.logits.begin() + (s + 1) * V);
-    for (int& x : ctx) ++x;
-  }
-  for (int s = 0; s < n; ++s) EXPECT_LE(static_cast<int>(cache.ring_table(10 + s).size()), sc.ring_len);
-}
+void run_scenario(const Scenario& sc, Backend& be, RunResult& out) { test::run_north_scenario(sc, be, out); }
 
 BackendOptions options(const Scenario& sc, const std::string& backend, int threads) {
   BackendOptions o{.backend = backend, .kv_block_size = kBlock, .n_kv_blocks = sc.n_full, .n_threads = threads};
@@ -154,12 +87,6 @@ RunResult run_ref(const Scenario& sc, const test::TestWeights& w, const RoutingL
   if (forced) ref.set_forced_routing(forced, audit);
   run_scenario(sc, ref, r);
   return r;
-}
-
-int moe_layers(const ModelConfig& c) {
-  int n = 0;
-  for (int l = 0; l < c.n_layers; ++l) n += c.is_moe_layer(l);
-  return n;
 }
 
 // The routing-exact comparison of one scenario: cpu-mk's routing against cpu-ref's own, then cpu-ref
