@@ -34,7 +34,10 @@ namespace {
 constexpr int kBlock = 16;     // the megakernel's KV block (a power of two)
 constexpr double kTol = 1e-2;  // max |dev - ref| / max |ref| per row, as the qwen3_moe megakernel tests
 
+using test::expect_alone_rows_equal;
+using test::expect_same_routing;
 using test::moe_layers;
+using test::north_alone;
 using test::rel_err;
 using test::with_window;
 using Scenario = test::NorthScenario;
@@ -156,26 +159,9 @@ TEST(NorthMegakernel, BitwiseRepeatableCudaOpsEqualAndBatchInvariant) {
     EXPECT_EQ(std::memcmp(a.rows[i].data(), b.rows[i].data(), V * 4), 0) << "row " << i << " (repeat)";
     EXPECT_EQ(std::memcmp(a.rows[i].data(), ops.rows[i].data(), V * 4), 0) << "row " << i << " (cuda-ops)";
   }
-  EXPECT_EQ(a.log.tokens().size(), b.log.tokens().size());
-  for (const auto& [key, tr] : a.log.tokens()) {
-    const TokenRouting* o = b.log.find(key.first, key.second);
-    ASSERT_NE(o, nullptr);
-    EXPECT_EQ(tr.experts, o->experts);
-    EXPECT_EQ(tr.weights, o->weights);
-  }
+  expect_same_routing(a.log, b.log);
   const int n = static_cast<int>(sc.prompts.size());
-  for (int s = 0; s < n; ++s) {
-    Scenario one = sc;
-    one.prompts = {sc.prompts[s]};
-    one.steps.clear();
-    for (const auto& step : sc.steps) one.steps.push_back({step[s]});
-    const RunResult alone = run_dev(one, k.dev, "cuda-mk");
-    ASSERT_EQ(alone.rows.size(), 1 + sc.steps.size());
-    EXPECT_EQ(std::memcmp(alone.rows[0].data(), a.rows[s].data(), V * 4), 0) << "sequence " << s << " prompt";
-    for (size_t t = 0; t < sc.steps.size(); ++t)
-      EXPECT_EQ(std::memcmp(alone.rows[1 + t].data(), a.rows[n + t * n + s].data(), V * 4), 0)
-          << "sequence " << s << " step " << t << " alone differs from the batch of " << n;
-  }
+  for (int s = 0; s < n; ++s) expect_alone_rows_equal(run_dev(north_alone(sc, s), k.dev, "cuda-mk"), a, sc, s);
 }
 
 // north-small (the real widths: hidden 2048, 128 experts top-8, head dim 128, 5 layers), its window

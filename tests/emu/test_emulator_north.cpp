@@ -42,7 +42,10 @@ float max_abs(std::span<const float> x) {
   return m;
 }
 
+using test::expect_alone_rows_equal;
+using test::expect_same_routing;
 using test::moe_layers;
+using test::north_alone;
 using test::rel_err;
 using test::with_window;
 using Scenario = test::NorthScenario;
@@ -181,27 +184,10 @@ TEST(NorthCpuMk, BitwiseRepeatableAndBatchInvariant) {
     EXPECT_EQ(std::memcmp(a.rows[i].data(), b.rows[i].data(), V * 4), 0) << "row " << i << " (threads, delays)";
     EXPECT_EQ(std::memcmp(a.rows[i].data(), q.rows[i].data(), V * 4), 0) << "row " << i << " (sequential)";
   }
-  EXPECT_EQ(a.log.tokens().size(), b.log.tokens().size());
-  for (const auto& [key, tr] : a.log.tokens()) {
-    const TokenRouting* o = b.log.find(key.first, key.second);
-    ASSERT_NE(o, nullptr);
-    EXPECT_EQ(tr.experts, o->experts);
-    EXPECT_EQ(tr.weights, o->weights);
-  }
+  expect_same_routing(a.log, b.log);
   // Each sequence alone: its prompt row, then its decode rows, bitwise those of the batch.
   const int n = static_cast<int>(sc.prompts.size());
-  for (int s = 0; s < n; ++s) {
-    Scenario one = sc;
-    one.prompts = {sc.prompts[s]};
-    one.steps.clear();
-    for (const auto& step : sc.steps) one.steps.push_back({step[s]});
-    const RunResult alone = run_mk(one, w, 3, 0, false, 8);
-    ASSERT_EQ(alone.rows.size(), 1 + sc.steps.size());
-    EXPECT_EQ(std::memcmp(alone.rows[0].data(), a.rows[s].data(), V * 4), 0) << "sequence " << s << " prompt";
-    for (size_t t = 0; t < sc.steps.size(); ++t)
-      EXPECT_EQ(std::memcmp(alone.rows[1 + t].data(), a.rows[n + t * n + s].data(), V * 4), 0)
-          << "sequence " << s << " step " << t << " alone differs from the batch of " << n;
-  }
+  for (int s = 0; s < n; ++s) expect_alone_rows_equal(run_mk(north_alone(sc, s), w, 3, 0, false, 8), a, sc, s);
 }
 
 // At position 0 attention is exact on both sides (one key: the value itself), so every other step

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -110,6 +111,36 @@ inline void run_north_scenario(const NorthScenario& sc, Backend& be, NorthRun& o
     for (int& x : ctx) ++x;
   }
   for (int s = 0; s < n; ++s) EXPECT_LE(static_cast<int>(cache.ring_table(10 + s).size()), sc.ring_len);
+}
+
+// Sequence s of the scenario alone: its prompt and its token of every step.
+inline NorthScenario north_alone(const NorthScenario& sc, int s) {
+  NorthScenario one = sc;
+  one.prompts = {sc.prompts[s]};
+  one.steps.clear();
+  for (const auto& step : sc.steps) one.steps.push_back({step[s]});
+  return one;
+}
+
+// Sequence s run alone (north_alone) gave bitwise its rows of the batch of n sequences.
+inline void expect_alone_rows_equal(const NorthRun& alone, const NorthRun& batch, const NorthScenario& sc, int s) {
+  const size_t V = sc.config.vocab_size, n = sc.prompts.size();
+  ASSERT_EQ(alone.rows.size(), 1 + sc.steps.size());
+  EXPECT_EQ(std::memcmp(alone.rows[0].data(), batch.rows[s].data(), V * 4), 0) << "sequence " << s << " prompt";
+  for (size_t t = 0; t < sc.steps.size(); ++t)
+    EXPECT_EQ(std::memcmp(alone.rows[1 + t].data(), batch.rows[n + t * n + s].data(), V * 4), 0)
+        << "sequence " << s << " step " << t << " alone differs from the batch of " << n;
+}
+
+// Two runs' routing logs: the same tokens, the same experts and weights (bitwise).
+inline void expect_same_routing(const RoutingLog& a, const RoutingLog& b) {
+  EXPECT_EQ(a.tokens().size(), b.tokens().size());
+  for (const auto& [key, tr] : a.tokens()) {
+    const TokenRouting* o = b.find(key.first, key.second);
+    ASSERT_NE(o, nullptr);
+    EXPECT_EQ(tr.experts, o->experts);
+    EXPECT_EQ(tr.weights, o->weights);
+  }
 }
 
 }  // namespace megadecode::test
