@@ -209,6 +209,18 @@ class ForcedRouting:
             else:
                 gate.forward = self._forward_cohere2(layer, gate, gate.forward)
 
+    def _forced_ids(self, layer, n, k, device):
+        """The routing file's experts of `layer` for the n tokens a top-k gate saw: [n, k] long."""
+        import torch
+
+        if self.experts is None or len(self.experts) != n:
+            raise SystemExit(f"--forced-routing: the gate of layer {layer} saw {n} tokens, the routing "
+                             f"file has {0 if self.experts is None else len(self.experts)}")
+        idx = torch.tensor([self.experts[t][layer] for t in range(n)], dtype=torch.long, device=device)
+        if idx.shape != (n, k):
+            raise SystemExit(f"--forced-routing: {tuple(idx.shape)} experts for a top-{k} gate")
+        return idx
+
     def _forward(self, layer, gate, original):
         import torch
         import torch.nn.functional as F
@@ -221,12 +233,7 @@ class ForcedRouting:
             h = hidden_states.reshape(-1, gate.weight.shape[1])
             probs = F.softmax(F.linear(h.float(), gate.weight.float()), dim=-1, dtype=torch.float32)
             n, k = out[2].shape
-            if self.experts is None or len(self.experts) != n:
-                raise SystemExit(f"--forced-routing: the gate of layer {layer} saw {n} tokens, the routing "
-                                 f"file has {0 if self.experts is None else len(self.experts)}")
-            idx = torch.tensor([self.experts[t][layer] for t in range(n)], dtype=torch.long, device=probs.device)
-            if idx.shape != (n, k):
-                raise SystemExit(f"--forced-routing: {tuple(idx.shape)} experts for a top-{k} gate")
+            idx = self._forced_ids(layer, n, k, probs.device)
             w = probs.gather(1, idx)
             if getattr(gate, "norm_topk_prob", True):
                 w = w / w.sum(dim=-1, keepdim=True)
@@ -258,12 +265,7 @@ class ForcedRouting:
             if k != gate.top_k or out[1].shape != (n, k):
                 raise SystemExit(f"--forced-routing: layer {layer}'s router returned scores {tuple(out[1].shape)} "
                                  f"and experts {tuple(out[2].shape)} for a top-{gate.top_k} router")
-            if self.experts is None or len(self.experts) != n:
-                raise SystemExit(f"--forced-routing: the gate of layer {layer} saw {n} tokens, the routing "
-                                 f"file has {0 if self.experts is None else len(self.experts)}")
-            idx = torch.tensor([self.experts[t][layer] for t in range(n)], dtype=torch.long, device=logits.device)
-            if idx.shape != (n, k):
-                raise SystemExit(f"--forced-routing: {tuple(idx.shape)} experts for a top-{k} gate")
+            idx = self._forced_ids(layer, n, k, logits.device)
             if gate.expert_selection_fn == "sigmoid":
                 probs = torch.sigmoid(logits)
                 w = probs.gather(1, idx)

@@ -34,12 +34,6 @@ namespace {
 constexpr int kBlock = 16;     // the megakernel's KV block (a power of two)
 constexpr double kTol = 1e-2;  // max |dev - ref| / max |ref| per row, as the qwen3_moe megakernel tests
 
-using test::expect_alone_rows_equal;
-using test::expect_same_routing;
-using test::moe_layers;
-using test::north_alone;
-using test::rel_err;
-using test::with_window;
 using Scenario = test::NorthScenario;
 using RunResult = test::NorthRun;
 
