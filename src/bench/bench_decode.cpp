@@ -113,9 +113,7 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   o.ceiling_mib = args.get_int("ceiling-mib", o.ceiling_mib);
   MD_REQUIRE(o.ceiling_mib >= 64 && o.ceiling_mib <= 65536, "--ceiling-mib must be in 64..65536, got ", o.ceiling_mib);
   o.backends.clear();
-  // Parallel blocks (cohere2_moe) run on the megakernel alone (the batched step lacks them).
-  const bool megakernel_model = o.config.block == BlockKind::kParallel;
-  const std::string list = args.get("backends", megakernel_model ? "mk,ops" : "mk,ops,batched,cuda");
+  const std::string list = args.get("backends", "mk,ops,batched,cuda");
   for (size_t pos = 0; pos <= list.size();) {
     size_t end = list.find(',', pos);
     if (end == std::string::npos) end = list.size();
@@ -123,9 +121,6 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
     const std::string full = b == "mk" ? "cuda-mk" : b == "ops" ? "cuda-ops" : b == "batched" ? "cuda-batched" : b;
     MD_REQUIRE(full == "cuda-mk" || full == "cuda-ops" || full == "cuda-batched" || full == "cuda",
                "--backends: unknown backend \"", b, "\" (known: mk, ops, batched, cuda)");
-    MD_REQUIRE(!megakernel_model || full == "cuda-mk" || full == "cuda-ops", "--backends ", b, ": ", o.config.model_type,
-               " (preset ", o.preset, ") runs on the megakernel only (mk, ops); the batched step (batched, cuda) lacks "
-               "parallel blocks, dense layers, sigmoid routing and sliding-window attention");
     if (std::find(o.backends.begin(), o.backends.end(), full) == o.backends.end()) o.backends.push_back(full);
     pos = end + 1;
   }

@@ -1,14 +1,17 @@
 // CPU tests of the batched decode step's index math (src/cuda/batched/batched_plan.h), which its
 // kernels and its host side share: the attention splits of a context, the row of a split, the row
-// buckets of the step graphs and the block-table stride.
+// buckets of the step graphs, the block-table stride, and a sliding layer's window and ring entries.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
 #include "cuda/batched/batched_plan.h"
+#include "kv/kv_cache.h"
 
 namespace megadecode::cuda::batched {
 namespace {
@@ -70,6 +73,43 @@ TEST(BatchedPlan, BucketsAndStrides) {
   EXPECT_EQ(table_stride(1), 16);
   EXPECT_EQ(table_stride(512), 512);
   EXPECT_EQ(table_stride(513), 1024);
+}
+
+// A sliding layer's row reads keys [ctx - W, ctx) (cpu-ref: first = pos - W + 1 for the query at
+// pos = ctx - 1), all of them below W; a full layer (W = 0) every key.
+TEST(BatchedPlan, RowKeysAreTheWindowsLastKeys) {
+  for (int window : {0, 1, 24, 4096})
+    for (int ctx = 0; ctx <= 9000; ctx += ctx < 50 ? 1 : 97) {
+      const RowKeys k = decode_row_keys(ctx, window);
+      const int pos = ctx - 1;
+      const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
+      ASSERT_EQ(k.first, ctx == 0 ? 0 : first) << ctx << " " << window;
+      ASSERT_EQ(k.first + k.n, ctx) << ctx << " " << window;
+      if (window > 0) {
+        ASSERT_LE(k.n, window);
+      }
+    }
+}
+
+// Through a ring of R = kv_ring_length(W, bs) entries, the window's positions (and the new one's)
+// land in distinct slots, so appending position ctx never overwrites a key the row still reads;
+// without a ring, entry pos / bs.
+TEST(BatchedPlan, RingEntriesHoldTheWholeWindow) {
+  for (int bs : {1, 5, 16})
+    for (int window : {1, 24, 100}) {
+      const int R = kv_ring_length(window, bs);
+      for (int ctx = 1; ctx <= 4 * R * bs; ++ctx) {
+        const RowKeys k = decode_row_keys(ctx, window);
+        std::set<std::pair<int, int>> slots;
+        for (int p = k.first; p <= ctx; ++p) {  // the window's keys and the appended one
+          const int e = table_entry(p, bs, R);
+          ASSERT_GE(e, 0);
+          ASSERT_LT(e, R);
+          ASSERT_TRUE(slots.insert({e, p % bs}).second) << "bs " << bs << " W " << window << " pos " << p;
+        }
+      }
+      EXPECT_EQ(table_entry(37, bs, 0), 37 / bs);
+    }
 }
 
 }  // namespace

@@ -255,7 +255,8 @@ void CudaBackend::decode_batched(std::span<const SeqChunk> prompts, std::span<co
   for (int i = 0; i < B; ++i) {
     const DecodeSeq& s = seqs[i];
     MD_REQUIRE(s.chunk.tokens.size() == 1, "decode: sequence ", i, " has ", s.chunk.tokens.size(), " tokens, expected 1");
-    rows[i] = batched::StepRow{s.chunk.tokens[0], s.chunk.start_pos, s.chunk.block_table, s.sampling};
+    rows[i] = batched::StepRow{s.chunk.tokens[0], s.chunk.start_pos, s.chunk.block_table, s.sampling,
+                               s.chunk.ring_table};
   }
   result.tokens.assign(B, 0);
   if (want_logits) {
@@ -263,7 +264,7 @@ void CudaBackend::decode_batched(std::span<const SeqChunk> prompts, std::span<co
   } else {
     result.logits.clear();
   }
-  const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size};
+  const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size, kv_ring_, n_ring_blocks_, ring_len_};
   batched_->run(rows, pieces, kv, result.tokens, result.logits, stream_);
   if (routing_log_) {
     std::vector<int32_t> ids;

@@ -59,9 +59,9 @@ static void check_parallel_path(const BackendOptions& o);
 void check_supported(const ModelConfig& c) {
   if (c.block == BlockKind::kParallel) {
     // cohere2_moe: the megakernel runs the decode plan's parallel blocks (sliding ring and NoPE
-    // attention, dense layers, sigmoid routing, logit_scale); what the plan does not implement
-    // (LayerNorm, shared experts) is refused by name there. The backends that also use the batched
-    // step or the prefill kernels refuse the model in check_supported(config, options).
+    // attention, dense layers, sigmoid routing, logit_scale), and so does the batched step; what the
+    // plan does not implement (LayerNorm, shared experts) is refused by name there. The prefill
+    // kernels do not run the model: check_supported(config, options) asks for --prefill-chunk 0.
     MD_REQUIRE(c.model_type == "cohere2_moe", "the CUDA backends run parallel blocks as cohere2_moe has them; ",
                "model_type ", c.model_type, " is not supported there: use backend cpu-ref");
     check_model_plannable(c);
@@ -91,14 +91,11 @@ void check_supported(const ModelConfig& c, const BackendOptions& o) {
 }
 
 static void check_parallel_path(const BackendOptions& o) {
-  // The batched step and the prefill kernels have neither parallel blocks nor dense layers, sigmoid
-  // routing, logit_scale or the sliding ring: cohere2_moe runs on the megakernel alone, its prompts
-  // through the decode path one token at a time.
-  MD_REQUIRE(o.backend == "cuda-mk" || o.backend == "cuda-ops", "cohere2_moe runs on the megakernel backends "
-             "(cuda-mk, cuda-ops) only: backend ", o.backend, " uses the batched step, which lacks parallel blocks, "
-             "dense layers, sigmoid routing, logit_scale and sliding-window attention. Use cuda-mk, cpu-ref or cpu-mk");
+  // The prefill kernels have neither parallel blocks nor dense layers, sigmoid routing, logit_scale
+  // or the sliding ring: cohere2_moe's prompts go through the decode paths (the megakernel and the
+  // batched step) one token at a time, and no mixed step carries a prompt piece.
   MD_REQUIRE(o.prefill_chunk == 0, "cohere2_moe on ", o.backend, " needs --prefill-chunk 0 (prompts through the "
-             "megakernel one token at a time): the prefill kernels lack parallel blocks, dense layers, sigmoid "
+             "decode paths one token at a time): the prefill kernels lack parallel blocks, dense layers, sigmoid "
              "routing and sliding-window attention; got --prefill-chunk ", o.prefill_chunk);
 }
 

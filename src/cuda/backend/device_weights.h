@@ -62,7 +62,7 @@ class DeviceWeights {
 
 void check_supported(const ModelConfig& config);  // Error for what the device path cannot run
 // And for what backend options.backend (with its options) cannot run of the model: cohere2_moe
-// runs on the megakernel backends alone, with --prefill-chunk 0.
+// runs with --prefill-chunk 0 (its prompts through the decode paths).
 void check_supported(const ModelConfig& config, const BackendOptions& options);
 
 }  // namespace megadecode::cuda

@@ -34,6 +34,25 @@ MD_HOST_DEVICE constexpr SplitShape decode_splits(int ctx) {
   return {(ctx + len - 1) / len, len};  // rounding len up can leave the last split empty: drop it
 }
 
+// The keys a decode row reads at one layer: a full layer all ctx of them, a sliding layer of
+// window W (> 0) the last min(ctx, W) (keys [ctx - W, ctx): the cpu-ref's first = pos - W + 1).
+// A sliding layer's splits cut those keys alone (decode_splits(n)), so the split list of the
+// sliding layers is its own prefix (BatchedStep's ring_split_begin).
+struct RowKeys {
+  int first;  // the first key read
+  int n;      // keys read
+};
+MD_HOST_DEVICE constexpr RowKeys decode_row_keys(int ctx, int window) {
+  const int n = window > 0 && ctx > window ? window : ctx;
+  return {ctx - n, n};
+}
+
+// The table entry that holds position pos: entry pos / block_size of a block table, or, for a
+// sliding layer's ring of ring_len blocks (kv/kv_cache.h), entry (pos / block_size) % ring_len.
+MD_HOST_DEVICE constexpr int table_entry(int pos, int block_size, int ring_len) {
+  return ring_len > 0 ? (pos / block_size) % ring_len : pos / block_size;
+}
+
 // Item i of a step (i < split_begin[n_rows] * n_groups) is split p = i / n_groups of KV group
 // i % n_groups; split p belongs to the row r with split_begin[r] <= p < split_begin[r + 1]
 // (split_begin: the exclusive prefix of each row's decode_splits(ctx).n; padding rows have none).

@@ -16,17 +16,21 @@
 #include "cuda/common/moe.cuh"
 #include "cuda/gemm/gemm.h"
 #include "cuda/prefill/prefill_kernels.h"
+#include "kv/kv_cache.h"
 
 namespace megadecode::cuda::batched {
 
 // Byte offsets of one step's inputs (host staging and device copy alike).
 struct BatchedStep::Inputs {
   size_t tokens = 0, positions = 0, table_offsets = 0, seq_lens = 0, split_begin = 0, sample_pos = 0, sampling = 0,
-         tables = 0, n_work = 0, work = 0, merge = 0, prompt_tables = 0, bytes = 0;
+         tables = 0, ring_offsets = 0, ring_split_begin = 0, ring_tables = 0, n_work = 0, work = 0, merge = 0,
+         prompt_tables = 0, bytes = 0;
   int work_capacity = 0;
-  // rows: every row (tokens, positions, table offsets); decode rows: the decode fields and tables;
+  // rows: every row (tokens, positions, table offsets); decode rows: the decode fields and tables,
+  // and with sliding layers (ring_len > 0) the ring tables, their offsets and the windowed splits;
   // the rest: the prompt attention's work list (work_capacity items) and merge rows.
-  Inputs(int rows, int decode_rows, int stride, int work_items, int prompt_table_entries) : work_capacity(work_items) {
+  Inputs(int rows, int decode_rows, int stride, int ring_len, int work_items, int prompt_table_entries)
+      : work_capacity(work_items) {
     size_t off = 0;
     auto take = [&](size_t n) {
       const size_t at = off;
@@ -41,6 +45,9 @@ struct BatchedStep::Inputs {
     sample_pos = take(decode_rows * sizeof(int64_t));
     sampling = take(decode_rows * sizeof(SamplingParams));
     tables = take(static_cast<size_t>(decode_rows) * stride * sizeof(int32_t));
+    ring_offsets = take(ring_len > 0 ? rows * sizeof(int32_t) : 0);
+    ring_split_begin = take(ring_len > 0 ? (decode_rows + 1) * sizeof(int32_t) : 0);
+    ring_tables = take(static_cast<size_t>(decode_rows) * ring_len * sizeof(int32_t));
     n_work = take(sizeof(int32_t));
     work = take(static_cast<size_t>(work_items) * sizeof(prefill::AttnWork));
     merge = take(static_cast<size_t>(rows - decode_rows) * sizeof(prefill::AttnMergeRow));
@@ -54,17 +61,31 @@ BatchedStep::Inputs BatchedStep::inputs(const Shape& shape, int prompt_table_ent
   const int work = prompt_rows == 0 ? 0
                                     : prefill::attn_work_capacity(prompt_rows, config_.group_size(),
                                                                   config_.n_kv_heads, piece_attn_ctas_);
-  return Inputs(shape.rows, shape.decode_rows, shape.stride, work, prompt_table_entries);
+  return Inputs(shape.rows, shape.decode_rows, shape.stride, shape.ring_len, work, prompt_table_entries);
 }
 
 namespace {
 
 struct Dims {
   int64_t R, H, qkv_rows, nq, E, K, I, V;
+  int64_t hidden_per_row;  // the FFN's SiLU(gate) * up elements a row: K experts', or a dense layer's
   Dims(const ModelConfig& c, int rows)
       : R(rows), H(c.hidden_size), qkv_rows(int64_t{c.n_kv_heads} * (c.group_size() + 2) * c.head_dim),
-        nq(c.q_size()), E(c.n_experts), K(c.n_experts_per_tok), I(c.moe_intermediate_size), V(c.vocab_size) {}
+        nq(c.q_size()), E(c.n_experts), K(c.n_experts_per_tok), I(c.moe_intermediate_size), V(c.vocab_size),
+        hidden_per_row(std::max<int64_t>(K * I, has_dense_layer(c) ? c.intermediate_size : 0)) {}
+  static bool has_dense_layer(const ModelConfig& c) {
+    for (int l = 0; l < c.n_layers; ++l)
+      if (!c.is_moe_layer(l)) return true;
+    return false;
+  }
 };
+
+// logits *= scale (cohere2_moe's logit_scale; the megakernel's LM-head epilogue multiplies the same
+// fp32 dot product).
+__global__ void scale_kernel(float* x, int64_t n, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= scale;
+}
 
 // Token groups of the step's expert tiles: about twice the mean rows per expert of the bucket.
 int expert_token_groups(const ModelConfig& c, int bucket) {
@@ -129,7 +150,7 @@ size_t BatchedStep::workspace_bytes(const ModelConfig& config, int max_rows, int
   c.take<int32_t>(s.E + 1);
   c.take<int32_t>(1);
   c.take<gemm::MoeTile>(expert_tile_capacity(config, R));
-  c.take<uint16_t>(s.R * s.K * s.I);
+  c.take<uint16_t>(s.R * s.hidden_per_row);
   c.take<float>(s.R * s.K * s.H);
   c.take<uint16_t>(R_dec * s.H);
   c.take<float>(R_dec * s.V);
@@ -158,6 +179,13 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   MD_REQUIRE(c.n_experts <= kRouterMaxExperts && c.n_experts_per_tok <= kRouterMaxTopK,
              "batched step: routing needs <= ", kRouterMaxExperts, " experts and top-k <= ", kRouterMaxTopK,
              "; the model has ", c.n_experts, " and ", c.n_experts_per_tok);
+  for (int l = 0; l < c.n_layers; ++l) n_ring_layers_ += c.is_sliding_layer(l) ? 1 : 0;
+  MD_REQUIRE(c.block == BlockKind::kSequential || max_prompt_rows == 0, "batched step: ", c.model_type,
+             " runs decode rows only (its prompt pieces would need the prefill kernels, which lack parallel blocks "
+             "and sliding-window attention); got ", max_prompt_rows, " prompt rows");
+  for (int l = 0; l < c.n_layers; ++l)
+    MD_REQUIRE(c.is_moe_layer(l) ? layers_[l].router != nullptr : layers_[l].dense_up != nullptr,
+               "batched step: layer ", l, " has no ", c.is_moe_layer(l) ? "router" : "dense FFN", " weights");
   max_rows_ = row_bucket(max_rows);
   max_prompt_rows_ = max_prompt_rows;
   max_all_rows_ = row_bucket(max_rows_ + max_prompt_rows);
@@ -189,7 +217,7 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   offsets_ = v.take<int32_t>(s.E + 1);
   n_tiles_ = v.take<int32_t>(1);
   tiles_ = v.take<gemm::MoeTile>(tile_capacity_);
-  hidden_ = v.take<uint16_t>(s.R * s.K * s.I);
+  hidden_ = v.take<uint16_t>(s.R * s.hidden_per_row);
   down_ = v.take<float>(s.R * s.K * s.H);
   xf_ = v.take<uint16_t>(R_dec * s.H);
   logits_ = v.take<float>(R_dec * s.V);
@@ -231,6 +259,11 @@ void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCac
   MD_REQUIRE(!rows.empty() && static_cast<int>(rows.size()) <= max_rows_, "batched step: ", rows.size(),
              " rows outside 1..", max_rows_);
   MD_REQUIRE(kv.data != nullptr && kv.block_size >= 1 && kv.n_blocks >= 1, "batched step: no KV cache");
+  const int ring_len = n_ring_layers_ > 0 ? kv_ring_length(c.max_sliding_window(), kv.block_size) : 0;
+  if (ring_len > 0)
+    MD_REQUIRE(kv.ring != nullptr && kv.ring_len == ring_len && kv.n_ring_blocks >= ring_len, "batched step: the ",
+               n_ring_layers_, " sliding-window layers need a ring pool of rings of ", ring_len,
+               " blocks; the cache has ", kv.n_ring_blocks, " ring blocks, rings of ", kv.ring_len);
   for (size_t r = 0; r < rows.size(); ++r) {
     const StepRow& row = rows[r];
     MD_REQUIRE(row.token >= 0 && row.token < c.vocab_size, "batched step: row ", r, ": token ", row.token,
@@ -243,6 +276,13 @@ void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCac
     for (size_t b = 0; b < need; ++b)
       MD_REQUIRE(row.block_table[b] >= 0 && row.block_table[b] < kv.n_blocks, "batched step: row ", r, ": block ",
                  row.block_table[b], " outside the cache's ", kv.n_blocks, " blocks");
+    const size_t ring_need = std::min<size_t>(need, ring_len);
+    MD_REQUIRE(row.ring_table.size() >= ring_need && row.ring_table.size() <= static_cast<size_t>(ring_len),
+               "batched step: row ", r, ": ring table of ", row.ring_table.size(), " blocks, position ", row.position,
+               ring_len > 0 ? cat(" needs ", ring_need, " to ", ring_len) : std::string(" (the model has no sliding layers)"));
+    for (size_t b = 0; b < ring_need; ++b)
+      MD_REQUIRE(row.ring_table[b] >= 0 && row.ring_table[b] < kv.n_ring_blocks, "batched step: row ", r,
+                 ": ring block ", row.ring_table[b], " outside the ring pool's ", kv.n_ring_blocks, " blocks");
     sampling::validate(row.sampling);
   }
 }
@@ -284,13 +324,18 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
   MD_REQUIRE(logits_out.empty() || logits_out.size() == static_cast<size_t>(n) * c.vocab_size,
              "batched step: logits_out has ", logits_out.size(), " floats, rows x vocab is ",
              static_cast<size_t>(n) * c.vocab_size);
-  int max_blocks = 1, total_splits = 0;
+  const int ring_len = n_ring_layers_ > 0 ? kv.ring_len : 0;
+  const int window = c.max_sliding_window();
+  int max_blocks = 1, full_splits = 0, ring_splits = 0;
   for (const StepRow& r : rows) {
     max_blocks = std::max(max_blocks, r.position / kv.block_size + 1);
-    total_splits += decode_splits(r.position + 1).n;
+    full_splits += decode_splits(r.position + 1).n;
+    ring_splits += decode_splits(decode_row_keys(r.position + 1, window).n).n;
   }
+  const int total_splits = ring_len > 0 ? std::max(full_splits, ring_splits) : full_splits;  // one layer's at a time
+  MD_REQUIRE(ring_len == 0 || prompts.empty(), "batched step: no prompt pieces with sliding-window layers");
   // row_bucket(n) decode rows (padding included), then the pieces' rows, padded to a bucket.
-  Shape shape{prompt_row0(n), prompt_row0(n), table_stride(max_blocks)};
+  Shape shape{prompt_row0(n), prompt_row0(n), table_stride(max_blocks), ring_len};
   std::vector<prefill::AttnPieceDesc> pieces;
   int prompt_rows = 0, prompt_table_entries = 0;
   for (const PromptPiece& p : prompts) {
@@ -341,6 +386,22 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
     splits += decode_splits(row.position + 1).n;
   }
   sb[shape.decode_rows] = splits;
+  if (ring_len > 0) {  // the sliding layers' ring tables (-1 past the blocks a row holds yet) and splits
+    auto* roff = reinterpret_cast<int32_t*>(staging_ + in.ring_offsets);
+    auto* rsb = reinterpret_cast<int32_t*>(staging_ + in.ring_split_begin);
+    auto* rt = reinterpret_cast<int32_t*>(staging_ + in.ring_tables);
+    std::fill(rt, rt + static_cast<size_t>(shape.decode_rows) * ring_len, -1);
+    int rs = 0;
+    for (int r = 0; r < shape.decode_rows; ++r) {
+      rsb[r] = rs;
+      roff[r] = r * ring_len;
+      if (r >= n) continue;
+      const size_t held = std::min<size_t>(rows[r].position / kv.block_size + 1, ring_len);  // as check_rows
+      std::copy_n(rows[r].ring_table.begin(), held, rt + static_cast<size_t>(r) * ring_len);
+      rs += decode_splits(decode_row_keys(rows[r].position + 1, window).n).n;
+    }
+    rsb[shape.decode_rows] = rs;
+  }
   for (size_t i = 0; i < pieces.size(); ++i) {
     prefill::AttnPieceDesc& piece = pieces[i];
     for (int t = 0; t < piece.n_tokens; ++t) {
@@ -415,11 +476,7 @@ void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& k
 
   // The last layer's MoE residual, the final norm, the LM head and the sampler.
   prefill::ResidualNormArgs fn;
-  fn.h = h_;
-  fn.down = down_;
-  fn.token_slot = token_slot_;
-  fn.topk_w = topk_w_;
-  fn.top_k = c.n_experts_per_tok;
+  set_layer_output(c.n_layers - 1, fn);
   fn.n_tokens = bucket;
   fn.hidden = c.hidden_size;
   fn.norm_w = view_.final_norm;
@@ -437,6 +494,12 @@ void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& k
   head.y = logits_;
   head.y_stride = c.vocab_size;
   gemm::gemm(head, gemm::Epilogue::kStore, stream);
+  if (c.logit_scale != 1.0f) {
+    const int64_t n = static_cast<int64_t>(bucket) * c.vocab_size;
+    scale_kernel<<<static_cast<int>(std::min<int64_t>((n + 255) / 256, 8 * sm_count())), 256, 0, stream>>>(
+        logits_, n, c.logit_scale);
+    CUDA_CHECK_LAST();
+  }
   if (marks_) marks_->mark("lm_head_gemm");
   sample_tokens(logits_, c.vocab_size, bucket, c.vocab_size,
                 reinterpret_cast<const SamplingParams*>(inputs_ + in.sampling),
@@ -456,9 +519,14 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   const auto* tables = reinterpret_cast<const int32_t*>(inputs_ + in.tables);
   const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, E = c.n_experts,
             K = c.n_experts_per_tok, I = c.moe_intermediate_size, nq = c.q_size(), qkv_rows = G * (gs + 2) * D;
-  const int64_t layer_elems = int64_t{2} * kv.n_blocks * G * kv.block_size * D;
-  uint16_t* k_cache = kv.data + l * layer_elems;
+  // A sliding layer's K/V: its slice of the ring pool, through the rows' ring tables; the others'
+  // their slice of the paged pool (which keeps one for every layer, as the megakernel's addresses).
+  const bool ring = shape.ring_len > 0 && lw.kv_ring_index >= 0;
+  const bool parallel = c.block == BlockKind::kParallel;
+  const int64_t layer_elems = int64_t{2} * (ring ? kv.n_ring_blocks : kv.n_blocks) * G * kv.block_size * D;
+  uint16_t* k_cache = (ring ? kv.ring + lw.kv_ring_index * layer_elems : kv.data + l * layer_elems);
   uint16_t* v_cache = k_cache + layer_elems / 2;
+  const int32_t* kv_tables = ring ? reinterpret_cast<const int32_t*>(inputs_ + in.ring_tables) : tables;
 
   // x = embedding (layer 0) or the previous layer's MoE residual; xn = input norm.
   prefill::ResidualNormArgs rn;
@@ -467,11 +535,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
     rn.embed = w.embed;
     rn.vocab = c.vocab_size;
   } else {
-    rn.h = h_;
-    rn.down = down_;
-    rn.token_slot = token_slot_;
-    rn.topk_w = topk_w_;
-    rn.top_k = K;
+    set_layer_output(l - 1, rn);
   }
   rn.n_tokens = bucket;
   rn.hidden = H;
@@ -502,13 +566,16 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
 
   prefill::QkRopeArgs qr;
   qr.qkv = qkv_;
-  qr.q_norm = lw.q_norm;
+  qr.q_norm = lw.q_norm;  // nullptr (cohere2_moe): none
   qr.k_norm = lw.k_norm;
   qr.rope = w.rope;
   qr.rope_positions = w.rope_positions;
-  qr.block_table = tables;
+  qr.use_rope = c.layers[l].use_rope;
+  qr.rope_interleaved = w.rope_interleaved != 0;
+  qr.block_table = kv_tables;
   qr.positions = positions;
-  qr.table_offsets = reinterpret_cast<const int32_t*>(inputs_ + in.table_offsets);
+  qr.table_offsets = reinterpret_cast<const int32_t*>(inputs_ + (ring ? in.ring_offsets : in.table_offsets));
+  qr.ring_len = ring ? shape.ring_len : 0;
   qr.n_tokens = bucket;  // decode and prompt rows (padding skipped)
   qr.n_kv_heads = G;
   qr.group_size = gs;
@@ -525,10 +592,12 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   at.q = q_;
   at.k_cache = k_cache;
   at.v_cache = v_cache;
-  at.block_tables = tables;
-  at.table_stride = stride;
+  at.block_tables = kv_tables;
+  at.table_stride = ring ? shape.ring_len : stride;
   at.seq_lens = reinterpret_cast<const int32_t*>(inputs_ + in.seq_lens);
-  at.split_begin = reinterpret_cast<const int32_t*>(inputs_ + in.split_begin);
+  at.split_begin = reinterpret_cast<const int32_t*>(inputs_ + (ring ? in.ring_split_begin : in.split_begin));
+  at.window = c.layers[l].sliding_window;
+  at.ring_len = ring ? shape.ring_len : 0;
   at.n_rows = shape.decode_rows;
   at.n_kv_heads = G;
   at.group_size = gs;
@@ -579,8 +648,15 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   gemm::gemm(o, gemm::Epilogue::kResidual, stream);
   if (marks_) marks_->mark("o_proj_gemm");
 
-  rms_norm(h_, H, lw.post_norm, xn_, H, bucket, H, w.rms_eps, stream);
-  if (marks_) marks_->mark("post_norm");
+  // The FFN's input: a parallel block's input norm (xn_ as QKV read it), else the post norm of h.
+  if (!parallel) {
+    rms_norm(h_, H, lw.post_norm, xn_, H, bucket, H, w.rms_eps, stream);
+    if (marks_) marks_->mark("post_norm");
+  }
+  if (!c.is_moe_layer(l)) {
+    enqueue_dense_ffn(l, shape, stream);
+    return;
+  }
 
   gemm::GemmArgs router = dense;
   router.w = lw.router;
@@ -656,6 +732,54 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   down.y_stride = H;
   gemm::gemm(down, gemm::Epilogue::kStore, stream);
   if (marks_) marks_->mark("expert_down_gemm");
+}
+
+void BatchedStep::set_layer_output(int l, prefill::ResidualNormArgs& rn) const {
+  rn.h = h_;
+  if (!config_.is_moe_layer(l)) {  // h + the dense FFN's output (add mode writes the sum to x)
+    rn.add = down_;
+    rn.x = x_;
+    return;
+  }
+  rn.down = down_;
+  rn.token_slot = token_slot_;
+  rn.topk_w = topk_w_;
+  rn.top_k = config_.n_experts_per_tok;
+}
+
+void BatchedStep::enqueue_dense_ffn(int l, const Shape& shape, cudaStream_t stream) {
+  const ModelConfig& c = config_;
+  const MkLayerWeights& lw = layers_[l];
+  const int H = c.hidden_size, Id = c.intermediate_size, K = c.n_experts_per_tok;
+  if (route_ids_) {  // a dense layer routes nothing: recorded as cpu-mk records it (expert -1, weight 0)
+    const size_t row = static_cast<size_t>(c.n_layers) * K;
+    CUDA_CHECK(cudaMemset2DAsync(route_ids_ + static_cast<size_t>(l) * K, row * sizeof(int32_t), 0xff,
+                                 K * sizeof(int32_t), shape.rows, stream));
+    CUDA_CHECK(cudaMemset2DAsync(route_w_ + static_cast<size_t>(l) * K, row * sizeof(float), 0, K * sizeof(float),
+                                 shape.rows, stream));
+  }
+  gemm::GemmArgs up;  // hidden = SiLU(gate) * up of every row (no split K: SwiGLU's epilogue needs the whole sum)
+  up.w = lw.dense_up;
+  up.n_rows = 2 * Id;
+  up.k = H;
+  up.x = xn_;
+  up.x_stride = H;
+  up.n_tokens = shape.rows;
+  up.y = hidden_;
+  up.y_stride = Id;
+  gemm::gemm(up, gemm::Epilogue::kSwiGlu, stream);
+  if (marks_) marks_->mark("dense_up_gemm");
+  gemm::GemmArgs down;  // down = W_down hidden, fp32 [R][H]: the next norm adds it to h
+  down.w = lw.dense_down;
+  down.n_rows = H;
+  down.k = Id;
+  down.x = hidden_;
+  down.x_stride = Id;
+  down.n_tokens = shape.rows;
+  down.y = down_;
+  down.y_stride = H;
+  gemm::gemm(down, gemm::Epilogue::kStore, stream);
+  if (marks_) marks_->mark("dense_down_gemm");
 }
 
 std::vector<std::pair<std::string, double>> BatchedStep::profile_last_step(cudaStream_t stream) {

@@ -5,6 +5,10 @@
 // decode attention -> O-proj GEMM + residual -> norm -> router GEMM -> top-k -> per-expert lists
 // built on the device -> grouped gate/up (SiLU * up) and down GEMMs, each active expert's weights
 // read once per tile column; then the final norm, the LM head and the device row sampler.
+// Parallel blocks (cohere2_moe): the FFN reads the input norm (no post norm), its output and the
+// O-proj's both add to x; a dense layer's FFN is two dense GEMMs; no q/k norms; RoPE interleaved
+// on the layers that use it (NoPE on the others); a sliding layer's K/V in the row's ring of the
+// ring pool, its attention over the last `window` keys; logits times logit_scale.
 // The GEMMs are the many-row engine's (cuda/gemm); the norms, RoPE and MoE lists the prefill
 // kernels' (cuda/prefill/prefill_kernels.h), so the arithmetic and rounding points are prefill's.
 // A step runs row_bucket(n) rows (the rest padding: position -1, no KV write, no routing, no
@@ -33,6 +37,7 @@
 #include "cuda/common/kernel_marks.h"
 #include "cuda/gemm/gemm_plan.h"
 #include "cuda/megakernel/types.h"
+#include "cuda/prefill/prefill_kernels.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "model/config.h"
 #include "sampling/params.h"
@@ -40,12 +45,14 @@
 namespace megadecode::cuda::batched {
 
 // One sequence's row of a step: its new token at `position`, its block table covering
-// position + 1 keys, how its next token is drawn.
+// position + 1 keys, how its next token is drawn; with sliding-window layers also its ring table
+// (min(ring_len, position / block_size + 1) blocks of the ring pool at least, ring_len at most).
 struct StepRow {
   int32_t token = 0;
   int position = 0;
   std::span<const int32_t> block_table;
   SamplingParams sampling;
+  std::span<const int32_t> ring_table;
 };
 
 // A piece of one prompt riding in a step (a mixed step): tokens at positions start_pos.., written
@@ -115,10 +122,10 @@ class BatchedStep {
   // A step's shape, the key of its graph: `rows` rows in all (GEMMs, norms, expert lists; a row
   // bucket), of which the first `decode_rows` (a bucket too) are decode rows (attention splits,
   // LM head, sampling); the rest are prompt pieces' rows, then padding. `stride`: block-table
-  // entries a decode row.
+  // entries a decode row; `ring_len`: ring-table entries a decode row (0: no sliding layers).
   struct Shape {
-    int rows = 0, decode_rows = 0, stride = 0;
-    std::tuple<int, int, int> key() const { return {rows, decode_rows, stride}; }
+    int rows = 0, decode_rows = 0, stride = 0, ring_len = 0;
+    std::tuple<int, int, int, int> key() const { return {rows, decode_rows, stride, ring_len}; }
   };
   // The inputs' layout of a shape (prompt tables last: their length may change under one graph).
   Inputs inputs(const Shape& shape, int prompt_table_entries = 0) const;
@@ -126,6 +133,12 @@ class BatchedStep {
   void ensure_capacity(const Shape& shape, int prompt_table_entries, int total_splits);
   void enqueue_step(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
   void enqueue_layer(int layer, const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
+  // The FFN of a parallel block's dense layer on the input norm xn_: two dense GEMMs into down_
+  // ([R][H], added to h_ by the next norm).
+  void enqueue_dense_ffn(int layer, const Shape& shape, cudaStream_t stream);
+  // The residual-norm kernel's input of layer `l`'s output: h_ + the MoE combine, or (a dense
+  // layer) h_ + down_.
+  void set_layer_output(int layer, prefill::ResidualNormArgs& rn) const;
   void drop_graphs();
   cudaGraphExec_t graph_for(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
 
@@ -136,6 +149,7 @@ class BatchedStep {
   int max_prompt_rows_ = 0;
   int max_all_rows_ = 0;  // row_bucket(max_rows_ + max_prompt_rows_): the row buffers' size
   int qkv_splits_ = 1, o_splits_ = 1, router_splits_ = 1;
+  int n_ring_layers_ = 0;  // sliding-window layers (their K/V in the ring pool)
   int tile_capacity_ = 0;
   bool poison_ = false;
 
@@ -184,8 +198,8 @@ class BatchedStep {
   int last_rows_ = 0;
   Shape last_shape_;
   prefill::KvCacheView last_kv_;
-  std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs_;
-  std::set<std::tuple<int, int, int>> seen_;
+  std::map<std::tuple<int, int, int, int>, cudaGraphExec_t> graphs_;
+  std::set<std::tuple<int, int, int, int>> seen_;
   KernelMarks* marks_ = nullptr;  // profile_last_step: an event after each launch
 };
 

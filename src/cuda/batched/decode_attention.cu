@@ -47,8 +47,9 @@ __device__ __forceinline__ Item decode_item(const DecodeAttnArgs& a, int i) {
   it.g = i % a.n_kv_heads;
   it.row = split_row(a.split_begin, a.n_rows, it.p);
   const int ctx = a.seq_lens[it.row];
-  const SplitShape sh = decode_splits(ctx);
-  it.k0 = (it.p - a.split_begin[it.row]) * sh.len;
+  const RowKeys keys = decode_row_keys(ctx, a.window);
+  const SplitShape sh = decode_splits(keys.n);
+  it.k0 = keys.first + (it.p - a.split_begin[it.row]) * sh.len;
   it.k1 = min(ctx, it.k0 + sh.len);
   return it;
 }
@@ -100,7 +101,7 @@ __device__ __forceinline__ void load_tile(const DecodeAttnArgs& a, const TileCur
       const bool ok = key < c.it.k1;
       int64_t off = 0;
       if (ok)
-        off = prefill::kv_offset(__ldg(bt + key / a.block_size), c.it.g, key % a.block_size, part * 8, a.n_kv_heads,
+        off = prefill::kv_offset(__ldg(bt + table_entry(key, a.block_size, a.ring_len)), c.it.g, key % a.block_size, part * 8, a.n_kv_heads,
                                  a.block_size, kD);
       ptx::cp_async_16(buf + kl * S::kPitch + part * 16, a.k_cache + off, ok ? 16 : 0);
       ptx::cp_async_16(buf + S::kTileBytes + kl * S::kPitch + part * 16, a.v_cache + off, ok ? 16 : 0);
@@ -285,6 +286,10 @@ void decode_attention(const DecodeAttnArgs& a, cudaStream_t stream) {
              "decode attention: ", a.group_size, " heads per group, ", a.n_kv_heads, " groups");
   MD_REQUIRE(a.block_size >= 1 && a.table_stride >= 1 && a.scale > 0.0f && a.n_rows >= 0 && a.n_rows <= 65535,
              "decode attention: bad block size, table stride, scale or row count");
+  MD_REQUIRE(a.window >= 0 && a.ring_len >= 0 && (a.ring_len == 0 || (a.window > 0 && a.table_stride >= a.ring_len &&
+                                                                        a.ring_len * a.block_size > a.window)),
+             "decode attention: a ring of ", a.ring_len, " blocks of ", a.block_size, " (table stride ", a.table_stride,
+             ") cannot hold a window of ", a.window, " keys");
   MD_REQUIRE(a.q && a.k_cache && a.v_cache && a.block_tables && a.seq_lens && a.split_begin && a.part_o && a.part_ml &&
                  a.out,
              "decode attention: null pointer");

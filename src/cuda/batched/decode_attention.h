@@ -1,5 +1,6 @@
 // Paged decode attention for many sequences (split-K): one query token per row attends to the
-// row's seq_lens[r] keys in the paged cache. Each row's keys are cut into splits (batched_plan.h
+// row's seq_lens[r] keys in the paged cache (a sliding-window layer: the last `window` of them, read
+// from the row's ring of blocks). Each row's keys are cut into splits (batched_plan.h
 // decode_splits: its own context only); an item is (split, KV group): the group's query heads are
 // the MMA rows, so every K/V tile is read once for them. Two launches: persistent CTAs walk the
 // items (each of 4 warps streams its own 16-key tiles of the item with cp.async, double-buffered
@@ -26,6 +27,11 @@ struct DecodeAttnArgs {
   const int32_t* split_begin = nullptr;  // [n_rows + 1] exclusive prefix of decode_splits(seq_lens[r]).n
   int n_rows = 0;
   int n_kv_heads = 0, group_size = 0, head_dim = 0, block_size = 0;
+  // A sliding-window layer: window > 0 keys at most a row (decode_row_keys; split_begin is then the
+  // prefix of the windowed splits), and, with ring_len > 0, block_tables are the rows' ring tables
+  // (table_stride = ring_len, key pos in entry (pos / block_size) % ring_len, batched_plan.h).
+  int window = 0;
+  int ring_len = 0;
   float scale = 0.0f;                  // 1/sqrt(head_dim)
   float* part_o = nullptr;             // [split_capacity][n_heads][head_dim] fp32 unnormalised outputs
   float* part_ml = nullptr;            // [split_capacity][n_heads][2] (max, sum) in the log2 domain

@@ -48,12 +48,19 @@ void residual_norm(const ResidualNormArgs& args, cudaStream_t stream);
 // `positions`, positions[t] with its own table at block_table + table_offsets[t] (the batched
 // step: decode rows and a mixed step's prompt rows; rows whose position is < 0 are padding and
 // are skipped).
+// A model without q/k norms (cohere2_moe) leaves q_norm and k_norm null: q and k go to RoPE as
+// projected. use_rope false (a NoPE layer): q and k are stored as they are, unrotated. A sliding
+// layer's rows (ring_len > 0) write their K/V into their ring: table entry (pos / block_size) %
+// ring_len (batched_plan.h table_entry).
 struct QkRopeArgs {
   const float* qkv = nullptr;        // [n_tokens][G * (gs + 2) * D] fp32, fused group-major (qkv_col)
-  const uint16_t* q_norm = nullptr;  // [D]
+  const uint16_t* q_norm = nullptr;  // [D] or nullptr (with k_norm): no q/k norms
   const uint16_t* k_norm = nullptr;  // [D]
   const float2* rope = nullptr;       // [rope_positions][D / 2] (cos, sin) of each position and frequency
   int rope_positions = 0;
+  bool use_rope = true;
+  bool rope_interleaved = false;     // pairs (2i, 2i + 1) with frequency i; false: NeoX halves (i, i + D/2)
+  int ring_len = 0;
   const int32_t* block_table = nullptr;  // [>= ceil((start_pos + n_tokens) / block_size)]
   int start_pos = 0, n_tokens = 0;
   const int32_t* positions = nullptr;    // [n_tokens] or nullptr (every position < rope_positions)

@@ -1,4 +1,5 @@
-// Prefill q/k per-head RMSNorm + RoPE + the paged KV write: one CTA per token, one warp per head
+// Prefill q/k per-head RMSNorm + RoPE + the paged KV write (or, for cohere2_moe, no norms, NoPE or
+// interleaved RoPE, and a sliding layer's ring): one CTA per token, one warp per head
 // of the fused QKV row (group-major, prefill_index.h qkv_col). The arithmetic is the decode
 // megakernel's (cuda/common/qk_norm_rope.cuh, as the attention items use it): normed = (x * rsqrt(mean x^2 + eps)) * w in
 // fp32 (lane + 32j element order, butterfly sum), RoPE (NeoX halves) from the host's table of cos and
@@ -37,17 +38,19 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
   for (int j = 0; j < kMaxRowVecs; ++j)
     if (threadIdx.x + j * kThreads < n4) v4[j] = src[threadIdx.x + j * kThreads];
   // Lane-owned constants: elements d = lane + 32 i of every head.
+  const bool normed = a.q_norm != nullptr;
   float qw[kN], kw[kN];
   float2 cs[kN];
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const int d = lane + 32 * i;
-    qw[i] = bf16_bits_to_float(a.q_norm[d]);
-    kw[i] = bf16_bits_to_float(a.k_norm[d]);
-    cs[i] = a.rope[static_cast<int64_t>(pos) * kHalf + d % kHalf];
+    qw[i] = normed ? bf16_bits_to_float(a.q_norm[d]) : 1.0f;
+    kw[i] = normed ? bf16_bits_to_float(a.k_norm[d]) : 1.0f;
+    cs[i] = a.use_rope ? a.rope[static_cast<int64_t>(pos) * kHalf + (a.rope_interleaved ? d >> 1 : d % kHalf)]
+                       : float2{1.0f, 0.0f};
   }
   const int32_t* table = a.positions != nullptr ? a.block_table + a.table_offsets[t] : a.block_table;
-  const int64_t block = table[pos / a.block_size];
+  const int64_t block = table[a.ring_len > 0 ? (pos / a.block_size) % a.ring_len : pos / a.block_size];
   const int slot = pos % a.block_size;
 #pragma unroll
   for (int j = 0; j < kMaxRowVecs; ++j)
@@ -70,17 +73,32 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
       for (int i = 0; i < kN; ++i) dst[lane + 32 * i] = float_to_bf16_bits(v[i]);
       continue;
     }
-    const float r = head_rms_scale(ss, D, a.eps);
     float nv[kN];
+    if (normed) {
+      const float r = head_rms_scale(ss, D, a.eps);
 #pragma unroll
-    for (int i = 0; i < kN; ++i) nv[i] = (v[i] * r) * (j < gs ? qw[i] : kw[i]);
+      for (int i = 0; i < kN; ++i) nv[i] = (v[i] * r) * (j < gs ? qw[i] : kw[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kN; ++i) nv[i] = v[i];
+    }
     uint16_t* dst = j < gs ? a.q + (static_cast<int64_t>(t) * G * gs + g * gs + j) * D
                            : a.k_cache + kv_offset(block, g, slot, 0, G, a.block_size, D);
+    if (!a.use_rope) {  // a NoPE layer (uniform per launch)
+#pragma unroll
+      for (int i = 0; i < kN; ++i) dst[lane + 32 * i] = float_to_bf16_bits(nv[i]);
+      continue;
+    }
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
       const int d = lane + 32 * i;
-      // Element d's partner d +- D/2: the same lane's element i +- kN/2, or (D = 32) lane d ^ 16.
       float partner;
+      if (a.rope_interleaved) {  // element d's partner d ^ 1: the neighbouring lane's element i
+        partner = __shfl_xor_sync(0xffffffffu, nv[i], 1);
+        dst[d] = float_to_bf16_bits(rope_neox_pair(nv[i], partner, (d & 1) == 0, cs[i]));
+        continue;
+      }
+      // Element d's partner d +- D/2: the same lane's element i +- kN/2, or (D = 32) lane d ^ 16.
       if constexpr (kN == 1) {
         partner = __shfl_xor_sync(0xffffffffu, nv[0], 16);
       } else {
@@ -103,8 +121,10 @@ void qk_norm_rope_store(const QkRopeArgs& a, cudaStream_t stream) {
                a.start_pos + a.n_tokens, " past the model's RoPE table of ", a.rope_positions);
   else
     MD_REQUIRE(a.table_offsets != nullptr, "prefill qk_norm_rope: per-row positions need per-row table offsets");
-  MD_REQUIRE(a.qkv && a.q_norm && a.k_norm && a.rope && a.block_table && a.q && a.k_cache && a.v_cache,
+  MD_REQUIRE(a.qkv && (a.q_norm != nullptr) == (a.k_norm != nullptr) && (a.rope || !a.use_rope) && a.block_table &&
+                 a.q && a.k_cache && a.v_cache,
              "prefill qk_norm_rope: null pointer");
+  MD_REQUIRE(a.ring_len >= 0, "prefill qk_norm_rope: ring of ", a.ring_len, " blocks");
   const int cols = a.n_kv_heads * (a.group_size + 2) * a.head_dim;
   MD_REQUIRE(cols <= kMaxRowFloats, "prefill qk_norm_rope: fused QKV rows of ", cols, " floats, at most ",
              kMaxRowFloats);

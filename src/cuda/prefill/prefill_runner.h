@@ -24,11 +24,17 @@
 
 namespace megadecode::cuda::prefill {
 
-// The caller's paged KV cache: [n_layers][2 (K, V)][n_blocks][n_kv_heads][block_size][head_dim] bf16.
+// The caller's paged KV cache: [n_layers][2 (K, V)][n_blocks][n_kv_heads][block_size][head_dim] bf16;
+// with sliding-window layers also their ring pool (kv/kv_cache.h): [n_ring_layers][2][n_ring_blocks]
+// [n_kv_heads][block_size][head_dim] bf16, layer l at its MkLayerWeights::kv_ring_index, a sequence
+// holding ring_len blocks of it at most.
 struct KvCacheView {
   uint16_t* data = nullptr;
   int n_blocks = 0;
   int block_size = 0;
+  uint16_t* ring = nullptr;
+  int n_ring_blocks = 0;
+  int ring_len = 0;
 };
 
 // Error unless tokens (any number >= 1) at positions start_pos.. can run on this model and cache:
