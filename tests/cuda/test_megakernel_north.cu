@@ -1,9 +1,9 @@
 // GPU tests of cohere2_moe (North Mini Code) on the decode megakernel (cuda-mk, and cuda-ops where
-// it costs one more run) and on the batched step (cuda-batched): north-tiny with random bf16 weights (the seed printed; MEGADECODE_SEED
-// reproduces), its parallel blocks, the dense first layer, sigmoid routing, logit_scale, NoPE full
-// layers and the sliding layers' 24-key window read and appended through the KV ring pool, with
-// prompts that wrap the ring several times (prompts go through the megakernel one token at a time:
-// --prefill-chunk 0, the path cohere2_moe has on the GPU).
+// it costs one more run), on the batched step (cuda-batched) and on the prefill kernels: north-tiny
+// with random bf16 weights (the seed printed; MEGADECODE_SEED reproduces), its parallel blocks, the
+// dense first layer, sigmoid routing, logit_scale, NoPE full layers and the sliding layers' 24-key
+// window read and appended through the KV ring pool, with prompts that wrap the ring several times
+// (through the decode paths one token at a time, --prefill-chunk 0, or in prefill pieces).
 // Routing-exact against cpu-ref (routing_exact.h): the device's routing is captured, a choice that
 // differs from the reference's own where the reference's k-th / (k+1)-th gap is not a near-tie
 // fails, and the reference rerun on the device's routing (with the device's rounding points) must
@@ -44,17 +44,20 @@ Scenario make_scenario(const ModelConfig& c, SplitMix64& rng, int n_seqs, int mi
 
 void run_scenario(const Scenario& sc, Backend& be, RunResult& out) { test::run_north_scenario(sc, be, out); }
 
-BackendOptions options(const Scenario& sc, const std::string& backend) {
+// prefill_chunk 0: prompts through the decode path one token at a time; > 0: the prefill kernels in
+// pieces of that many tokens (a sliding layer's piece in the scratch, its last positions back to the ring).
+BackendOptions options(const Scenario& sc, const std::string& backend, int prefill_chunk = 0) {
   BackendOptions o{.backend = backend, .kv_block_size = kBlock, .n_kv_blocks = sc.n_full};
   o.n_ring_blocks = sc.n_ring;
-  o.prefill_chunk = 0;  // cohere2_moe's prompts go through the megakernel (the prefill kernels refuse it)
+  o.prefill_chunk = prefill_chunk;
   return o;
 }
 
 // The scenario on a fresh CUDA backend (cuda-mk, cuda-ops or cuda-batched), its routing captured;
 // NaN-poisoned activations, and (the megakernel) the planned counter totals checked after the last step.
-RunResult run_dev(const Scenario& sc, const std::shared_ptr<cuda::DeviceWeights>& dev, const std::string& backend) {
-  BackendOptions o = options(sc, backend);
+RunResult run_dev(const Scenario& sc, const std::shared_ptr<cuda::DeviceWeights>& dev, const std::string& backend,
+                  int prefill_chunk = 0) {
+  BackendOptions o = options(sc, backend, prefill_chunk);
   o.max_batch = std::max<int>(o.max_batch, static_cast<int>(sc.prompts.size()));
   cuda::CudaBackend be(dev, o);
   EXPECT_EQ(be.n_ring_blocks(), sc.n_ring);
@@ -224,19 +227,51 @@ TEST(Sanitize, NorthBatchedTiny) {
   expect_north_routing_exact(sc, k.w, dev, "sanitize cuda-batched batch 3", kRouteNearTieMixed);
 }
 
-// Every CUDA backend with the prefill kernels (the default --prefill-chunk) refuses the model by
-// name: its prompts go through the decode paths.
-TEST(NorthMegakernel, PrefillKernelsRefuseByName) {
+// The prefill kernels on north-tiny (window 24, rings of 3 blocks of 16 = 48 slots): prompts of 2.5
+// to 4 rings in pieces of 7 (inside one block), 40 (over the window, under the ring) and 100 (over
+// the ring: only its last 3 blocks go back), each sliding layer's piece in the scratch with the
+// window's mask; then 6 decode steps read the rings the pieces left (the megakernel on cuda-mk, the
+// batched step on cuda-batched). Routing-exact against cpu-ref (kRouteNearTieMixed: the prefill
+// kernels round q and P to bf16), batch 3.
+TEST(NorthPrefill, PiecesRoutingExactAgainstCpuRefAcrossTheWindowAndTheRing) {
   MD_REQUIRE_GPU();
   NorthCase k("north-tiny", 0);
-  for (const std::string name : {"cuda", "cuda-batched", "cuda-mk", "cuda-ops"}) {
-    try {
-      cuda::CudaBackend be(k.dev, BackendOptions{.backend = name, .kv_block_size = kBlock, .n_kv_blocks = 64});
-      ADD_FAILURE() << name << " accepted cohere2_moe with the prefill kernels";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--prefill-chunk 0"), std::string::npos) << name << ": " << e.what();
-    }
+  const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
+  const int longest = gpu_quick() ? 3 * r * kBlock : 4 * r * kBlock;
+  const Scenario sc = make_scenario(k.c, k.rng, 3, 5 * r * kBlock / 2, longest, 6);
+  for (const int chunk : {7, 40, 100}) {
+    const RunResult dev = run_dev(sc, k.dev, "cuda-mk", chunk);
+    expect_north_routing_exact(sc, k.w, dev, "prefill pieces of " + std::to_string(chunk) + ", cuda-mk decode",
+                               kRouteNearTieMixed);
   }
+  const RunResult batched = run_dev(sc, k.dev, "cuda-batched", 40);
+  expect_north_routing_exact(sc, k.w, batched, "prefill pieces of 40, cuda-batched decode", kRouteNearTieMixed);
+}
+
+// north-small at full width, window cut to 40 (rings of 4 blocks = 64 slots), pieces of 64 and 150;
+// batch 2. Skipped under MEGADECODE_GPU_QUICK (the reference's cost).
+TEST(NorthPrefill, NorthSmallRoutingExactAgainstCpuRef) {
+  MD_REQUIRE_GPU();
+  if (gpu_quick()) GTEST_SKIP() << "full-width reference (MEGADECODE_GPU_QUICK)";
+  NorthCase k("north-small", 40);
+  const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
+  const Scenario sc = make_scenario(k.c, k.rng, 2, 2 * r * kBlock + 10, 4 * r * kBlock, 3);
+  for (const int chunk : {64, 150}) {
+    const RunResult dev = run_dev(sc, k.dev, "cuda-mk", chunk);
+    expect_north_routing_exact(sc, k.w, dev, "north-small prefill pieces of " + std::to_string(chunk),
+                               kRouteNearTieMixed);
+  }
+}
+
+// compute-sanitizer's case for the prefill kernels on North: batch 2, prompts of about 2 rings in
+// pieces of 40, two decode steps; routing-exact against cpu-ref.
+TEST(Sanitize, NorthPrefillTiny) {
+  MD_REQUIRE_GPU();
+  NorthCase k("north-tiny", 0);
+  const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
+  const Scenario sc = make_scenario(k.c, k.rng, 2, 2 * r * kBlock, 2 * r * kBlock + 20, 2);
+  const RunResult dev = run_dev(sc, k.dev, "cuda-mk", 40);
+  expect_north_routing_exact(sc, k.w, dev, "sanitize prefill pieces of 40", kRouteNearTieMixed);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // CPU tests of the GPU prefill path's index math (src/cuda/prefill/prefill_index.h): the fused
 // row orders DeviceWeights builds, the paged KV address, the attention tile rows and the cutting of
-// a chunk into pieces.
+// a chunk into pieces, and a sliding layer's window tiles and scratch.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +283,73 @@ TEST(PrefillIndex, PiecesCoverTheChunkInOrder) {
       }
       EXPECT_EQ(covered, n) << "chunk " << chunk << " n " << n;
     }
+}
+
+}  // namespace
+}  // namespace megadecode::cuda::prefill
+
+namespace megadecode::cuda::prefill {
+namespace {
+
+// A sliding layer's query tile starts at the key tile of its first token's window start: every key
+// of the tiles before it lies below every row's window, and the tile range still reaches each row's
+// own window start (the rows after the first start later, never earlier).
+TEST(PrefillIndex, WindowKeyTilesStartAtTheFirstRowsWindow) {
+  const uint64_t seed = 0x51d1e5eedull;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int gs = 1 << rng.below(4), window = 1 + static_cast<int>(rng.below(5000));
+    const int start = static_cast<int>(rng.below(20000)), n = 1 + static_cast<int>(rng.below(3000));
+    for (int qt = 0; qt < attn_q_tiles(n, gs); ++qt) {
+      const int b = attn_key_begin_tile(start, qt, gs, window);
+      const int first_q = start + qt * attn_tile_tokens(gs);
+      const int lo = std::max(0, first_q - window + 1);
+      ASSERT_LE(b * kAttnKeyTile, lo) << "the first tile starts at or before the first row's window";
+      ASSERT_GT((b + 1) * kAttnKeyTile, lo) << "and holds it: the tiles before are wholly masked";
+      ASSERT_LE(b * kAttnKeyTile, attn_key_end(start, n, qt, gs) - 1);
+    }
+    ASSERT_EQ(attn_key_begin_tile(start, 3, gs, 0), 0) << "no window: every tile from 0";
+  }
+}
+
+// Pieces of random sizes through a ring of R = ceil(W / B) + 1 blocks, each run as sliding_piece
+// says, the ring simulated slot by slot (each slot records the position it holds): before a piece,
+// every position it copies to the scratch ([base, start)) is in the ring at its entry; the scratch
+// fits sliding_scratch_blocks; the write-back touches distinct slots; and after it, every position
+// a later query reads (the last W) is in the ring, so decode steps and later pieces find them.
+TEST(PrefillIndex, SlidingPiecesKeepTheRingsWindow) {
+  const uint64_t seed = 0x0121e5eedull;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int B = 1 + static_cast<int>(rng.below(20)), W = 1 + static_cast<int>(rng.below(300));
+    const int R = (W + B - 1) / B + 1, max_piece = 1 + static_cast<int>(rng.below(700));
+    std::vector<int> ring(static_cast<size_t>(R) * B, -1);  // the position each slot holds
+    auto slot = [&](int p) { return static_cast<size_t>((p / B) % R) * B + p % B; };
+    int pos = 0;
+    for (int piece = 0; piece < 8; ++piece) {
+      const int n = 1 + static_cast<int>(rng.below(max_piece));
+      const SlidingPiece sp = sliding_piece(pos, n, W, B, R);
+      ASSERT_EQ(sp.base % B, 0);
+      ASSERT_LE(sp.base, std::max(0, pos - W + 1)) << "the first query's window is in the scratch";
+      ASSERT_GE(sp.base, 0);
+      ASSERT_EQ(sp.positions, pos + n - sp.base);
+      ASSERT_LE(sp.positions, sliding_scratch_blocks(W, B, max_piece) * B);
+      for (int p = sp.base; p < pos; ++p) ASSERT_EQ(ring[slot(p)], p) << "copied to the scratch but overwritten";
+      ASSERT_GE(sp.write_begin, pos);
+      std::set<size_t> written;
+      for (int p = sp.write_begin; p < pos + n; ++p) {
+        ASSERT_TRUE(written.insert(slot(p)).second) << "two positions of the write-back share a slot";
+        ring[slot(p)] = p;
+      }
+      pos += n;
+      for (int p = std::max(0, pos - W); p < pos; ++p) ASSERT_EQ(ring[slot(p)], p) << "the window after the piece";
+      if (rng.below(2)) {  // a few decode steps: one position each, written in place
+        for (int d = 0; d < 3; ++d, ++pos) ring[slot(pos)] = pos;
+      }
+    }
+  }
 }
 
 }  // namespace

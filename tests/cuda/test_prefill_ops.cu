@@ -3,7 +3,8 @@
 // kernel: the device-built MoE lists (with padding rows) and the grouped expert GEMMs of the GEMM
 // engine over them (its own tests: test_gemm.cu), causal paged attention
 // (GQA 1..8, head_dim 32/64/128, odd block sizes, start_pos > 0, NaN-poisoned cache past the
-// written positions), q/k norm + RoPE + KV write, and the residual norms. Small enough for
+// written positions, sliding windows), q/k norm + RoPE + KV write (and cohere2_moe's modes: no
+// norms, interleaved or no RoPE, a ring, a cache offset), and the residual norms. Small enough for
 // compute-sanitizer (memcheck / racecheck / synccheck).
 #include <algorithm>
 #include <cmath>
@@ -228,6 +229,7 @@ TEST(PrefillMoe, ListsAndGroupedGemmsMatchHost) {
 
 struct AttnCase {
   int G, gs, D, bs, start, T, splits = 1;  // key splits (attention only)
+  int window = 0;                          // a sliding layer's window (attention only; 0: none)
 };
 
 TEST(PrefillAttention, CausalPagedMatchesHost) {
@@ -239,9 +241,13 @@ TEST(PrefillAttention, CausalPagedMatchesHost) {
                            AttnCase{1, 8, 128, 16, 77, 130, 1}, AttnCase{3, 3, 64, 7, 100, 45, 1},
                            AttnCase{1, 1, 128, 16, 0, 200, 1}, AttnCase{4, 8, 128, 16, 190, 33, 1},
                            AttnCase{2, 4, 64, 32, 300, 150, 1}, AttnCase{1, 8, 128, 256, 500, 140, 1},
-                           AttnCase{2, 2, 128, 8, 0, 300, 1}, AttnCase{1, 8, 128, 16, 1000, 37, 3}}) {
+                           AttnCase{2, 2, 128, 8, 0, 300, 1}, AttnCase{1, 8, 128, 16, 1000, 37, 3},
+                           // sliding windows: inside one key tile, across tiles, 1 key, over the prefix, split
+                           AttnCase{2, 4, 64, 5, 0, 300, 1, 37}, AttnCase{1, 8, 128, 16, 300, 200, 1, 100},
+                           AttnCase{2, 2, 128, 8, 90, 130, 1, 1}, AttnCase{1, 1, 128, 16, 4000, 250, 1, 4096},
+                           AttnCase{4, 8, 128, 16, 700, 260, 1, 300}, AttnCase{1, 8, 128, 16, 1000, 37, 3, 600}}) {
     SCOPED_TRACE(::testing::Message() << "G " << c.G << " gs " << c.gs << " D " << c.D << " bs " << c.bs << " start "
-                                      << c.start << " T " << c.T << " splits " << c.splits);
+                                      << c.start << " T " << c.T << " splits " << c.splits << " window " << c.window);
     const int n_heads = c.G * c.gs, n_pos = c.start + c.T;
     const int used = (n_pos + c.bs - 1) / c.bs, n_blocks = used + 3;
     std::vector<int32_t> table(n_blocks);
@@ -277,6 +283,7 @@ TEST(PrefillAttention, CausalPagedMatchesHost) {
     a.block_size = c.bs;
     a.kv_blocks = n_blocks;
     a.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    a.window = c.window;
     a.out = out.get();
     const int q_tiles = attn_q_tiles(c.T, c.gs);
     DeviceBuffer<float> part_o(static_cast<size_t>(q_tiles) * c.G * c.splits * kAttnRows * c.D),
@@ -292,12 +299,13 @@ TEST(PrefillAttention, CausalPagedMatchesHost) {
     for (int t = 0; t < c.T; ++t)
       for (int h = 0; h < n_heads; ++h) {
         const int g = h / c.gs, pos = c.start + t;
+        const int lo = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;  // the row's first key
         const float* qh = q.values.data() + (static_cast<size_t>(t) * n_heads + h) * c.D;
         auto kv = [&](const std::vector<float>& x) {
-          return [&x, g, &c](int j, int d) { return x[(static_cast<size_t>(j) * c.G + g) * c.D + d]; };
+          return [&x, g, &c, lo](int j, int d) { return x[(static_cast<size_t>(lo + j) * c.G + g) * c.D + d]; };
         };
         const std::vector<double> head =
-            test::naive::attention<double>(pos + 1, c.D, a.scale, [&](int d) { return qh[d]; }, kv(kf), kv(vf));
+            test::naive::attention<double>(pos + 1 - lo, c.D, a.scale, [&](int d) { return qh[d]; }, kv(kf), kv(vf));
         std::copy(head.begin(), head.end(), want.begin() + (static_cast<size_t>(t) * n_heads + h) * c.D);
       }
     // P is rounded to bf16 for the MMA (and summed rounded): a convex combination with weights off by
@@ -319,8 +327,23 @@ TEST(PrefillAttention, CausalPagedMatchesHost) {
 TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
   MD_REQUIRE_GPU();
   SplitMix64 rng(test::seed_for("PrefillQkRope"));
+  // Modes: q/k norms + NeoX RoPE (qwen3_moe); no norms + interleaved RoPE + a cache offset (a
+  // sliding layer's prefill scratch); no norms + no RoPE (a NoPE layer) into a ring of blocks.
+  struct Mode {
+    bool normed, rope, interleaved, ring, offset;
+  };
+  for (const Mode m : {Mode{true, true, false, false, false}, Mode{false, true, true, false, true},
+                       Mode{false, false, false, true, false}})
   for (const AttnCase c : {AttnCase{2, 4, 32, 5, 13, 20}, AttnCase{4, 8, 128, 16, 1000, 9}, AttnCase{3, 1, 64, 3, 0, 7}}) {
-    SCOPED_TRACE(::testing::Message() << "G " << c.G << " gs " << c.gs << " D " << c.D);
+    SCOPED_TRACE(::testing::Message() << "G " << c.G << " gs " << c.gs << " D " << c.D << " normed " << m.normed
+                                      << " rope " << m.rope << " interleaved " << m.interleaved << " ring " << m.ring
+                                      << " offset " << m.offset);
+    const int ring_len = m.ring ? (c.T + c.bs - 1) / c.bs + 1 : 0;  // the piece's positions in distinct slots
+    const int offset = m.offset ? c.start / 2 : 0;
+    auto entry = [&](int pos) {
+      const int cp = pos - offset;
+      return m.ring ? (cp / c.bs) % ring_len : cp / c.bs;
+    };
     const int rows = c.G * (c.gs + 2) * c.D, n_heads = c.G * c.gs, half = c.D / 2;
     const int n_pos = c.start + c.T, n_blocks = (n_pos + c.bs - 1) / c.bs + 2;
     std::vector<int32_t> table(n_blocks);
@@ -347,8 +370,12 @@ TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
     vc.poison();
     QkRopeArgs a;
     a.qkv = dqkv.get();
-    a.q_norm = dqn.get();
-    a.k_norm = dkn.get();
+    a.q_norm = m.normed ? dqn.get() : nullptr;
+    a.k_norm = m.normed ? dkn.get() : nullptr;
+    a.use_rope = m.rope;
+    a.rope_interleaved = m.interleaved;
+    a.ring_len = ring_len;
+    a.cache_pos_offset = offset;
     a.rope = reinterpret_cast<const float2*>(dcs.get());
     a.rope_positions = n_pos;
     a.block_table = dt.get();
@@ -373,7 +400,7 @@ TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
       for (int g = 0; g < c.G; ++g)
         for (int j = 0; j < c.gs + 2; ++j) {
           const float* src = qkv.data() + static_cast<size_t>(t) * rows + qkv_col(g, j, 0, c.gs, c.D);
-          const int64_t kv_at = kv_offset(table[pos / c.bs], g, pos % c.bs, 0, c.G, c.bs, c.D);
+          const int64_t kv_at = kv_offset(table[entry(pos)], g, (pos - offset) % c.bs, 0, c.G, c.bs, c.D);
           if (j == c.gs + 1) {  // V: stored as projected
             for (int d = 0; d < c.D; ++d) {
               got.push_back(bf16_bits_to_float(gv[kv_at + d]));
@@ -384,14 +411,18 @@ TEST(PrefillQkRope, NormRopeAndKvWriteMatchHost) {
           }
           double ss = 0;
           for (int d = 0; d < c.D; ++d) ss += double(src[d]) * src[d];
-          const double r = 1.0 / std::sqrt(ss / c.D + 1e-6);
+          const double r = m.normed ? 1.0 / std::sqrt(ss / c.D + 1e-6) : 1.0;
           const std::vector<float>& w = j < c.gs ? qn.values : kn.values;
           std::vector<double> nrm(c.D);
-          for (int d = 0; d < c.D; ++d) nrm[d] = src[d] * r * w[d];
+          for (int d = 0; d < c.D; ++d) nrm[d] = src[d] * r * (m.normed ? w[d] : 1.0f);
           for (int d = 0; d < c.D; ++d) {
-            const double ang = double(static_cast<float>(pos) * inv[d % half]);
-            const double y = d < half ? nrm[d] * std::cos(ang) - nrm[d + half] * std::sin(ang)
-                                      : nrm[d] * std::cos(ang) + nrm[d - half] * std::sin(ang);
+            // NeoX: d pairs with d +- D/2 at frequency d % (D/2); interleaved: d with d ^ 1 at d / 2.
+            const int f = m.interleaved ? d / 2 : d % half, partner = m.interleaved ? d ^ 1 : (d < half ? d + half : d - half);
+            const bool low = m.interleaved ? d % 2 == 0 : d < half;
+            const double ang = double(static_cast<float>(pos) * inv[f]);
+            const double y = !m.rope ? nrm[d]
+                             : low   ? nrm[d] * std::cos(ang) - nrm[partner] * std::sin(ang)
+                                     : nrm[d] * std::cos(ang) + nrm[partner] * std::sin(ang);
             want.push_back(y);
             if (j < c.gs) {
               got.push_back(gq[(static_cast<size_t>(t) * n_heads + g * c.gs + j) * c.D + d]);

@@ -58,8 +58,8 @@ std::vector<Variant> ablation_variants(const BackendOptions& base) {
 }
 
 // The options with a KV cache of `blocks` and, for a model with sliding-window layers, a ring pool
-// of `ring_blocks` (the caller checked that both fit in memory). Such a model (cohere2_moe) takes
-// no prefill kernels (--prefill-chunk 0; the bench never prefills).
+// of `ring_blocks` (the caller checked that both fit in memory). The bench never prefills: no
+// prefill runner for such a model (cohere2_moe), whose memory its rings need.
 BackendOptions with_blocks(BackendOptions o, int64_t blocks, const DecodeBenchOptions& bench) {
   MD_REQUIRE(blocks >= 1 && blocks < (int64_t{1} << 31), "KV cache of ", blocks, " blocks");
   o.n_kv_blocks = static_cast<int>(blocks);

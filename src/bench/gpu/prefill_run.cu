@@ -20,13 +20,15 @@
 #include "core/stopwatch.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/common/cuda_check.h"
+#include "kv/kv_cache.h"
 
 namespace megadecode {
 namespace {
 
 // Prefills `tokens` piece by piece; returns each piece's milliseconds.
 std::vector<double> timed_prefill(cuda::CudaBackend& be, const std::vector<int32_t>& tokens,
-                                  const std::vector<int32_t>& table, int piece, std::vector<float>& logits) {
+                                  const std::vector<int32_t>& table, const std::vector<int32_t>& ring, int piece,
+                                  std::vector<float>& logits) {
   std::vector<double> ms;
   const int n = static_cast<int>(tokens.size());
   for (int b = 0; b < n; b += piece) {
@@ -35,6 +37,7 @@ std::vector<double> timed_prefill(cuda::CudaBackend& be, const std::vector<int32
     c.tokens = std::span<const int32_t>(tokens).subspan(b, len);
     c.start_pos = b;
     c.block_table = table;
+    c.ring_table = ring;
     const Stopwatch t0;
     be.prefill(c, b + len == n ? std::span<float>(logits) : std::span<float>());
     ms.push_back(t0.ms());
@@ -65,7 +68,12 @@ int bench_prefill(int argc, char** argv) {
               t_w.seconds());
   BackendOptions bo = o.backend;
   bo.n_kv_blocks = n_blocks;
+  // A model with sliding-window layers: one sequence's ring of the ring pool (kv/kv_cache.h).
+  const int ring_len = kv_ring_length(c.max_sliding_window(), bs);
+  bo.n_ring_blocks = ring_len;
   cuda::CudaBackend be(weights, bo);
+  std::vector<int32_t> ring(ring_len);
+  std::iota(ring.begin(), ring.end(), 0);
 
   SplitMix64 rng(o.seed ^ 0xbe7c4ull);
   std::vector<int32_t> table(n_blocks);
@@ -77,11 +85,11 @@ int bench_prefill(int argc, char** argv) {
   for (int n : o.lengths) {
     std::vector<int32_t> tokens(n);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(c.vocab_size));
-    for (int i = 0; i < o.warmup; ++i) timed_prefill(be, tokens, table, chunk, logits);
+    for (int i = 0; i < o.warmup; ++i) timed_prefill(be, tokens, table, ring, chunk, logits);
     std::vector<std::vector<double>> reps;
     std::vector<double> totals;
     for (int i = 0; i < o.reps; ++i) {
-      reps.push_back(timed_prefill(be, tokens, table, chunk, logits));
+      reps.push_back(timed_prefill(be, tokens, table, ring, chunk, logits));
       totals.push_back(std::accumulate(reps.back().begin(), reps.back().end(), 0.0));
     }
     const double total = median(totals);
@@ -96,6 +104,7 @@ int bench_prefill(int argc, char** argv) {
     SeqChunk whole;
     whole.tokens = tokens;
     whole.block_table = table;
+    whole.ring_table = ring;
     const std::vector<std::pair<std::string, double>> kernels = be.profile_prefill(whole);
     nlohmann::json kernel_ms = nlohmann::json::object();
     std::printf("    kernels (ms, the whole prompt):");
@@ -113,6 +122,7 @@ int bench_prefill(int argc, char** argv) {
       piece.tokens = std::span<const int32_t>(tokens).subspan(begin, std::min(chunk, n - begin));
       piece.start_pos = begin;
       piece.block_table = table;
+      piece.ring_table = ring;
       double ms = 0;
       for (const auto& [name, k_ms] : be.profile_prefill(piece))
         if (name == "attention") ms += k_ms;
@@ -136,7 +146,7 @@ int bench_prefill(int argc, char** argv) {
     const int n = o.lengths.front();
     std::vector<int32_t> tokens(n);
     for (int32_t& t : tokens) t = static_cast<int32_t>(rng.below(c.vocab_size));
-    const std::vector<double> ms = timed_prefill(slow, tokens, table, n, logits);
+    const std::vector<double> ms = timed_prefill(slow, tokens, table, ring, n, logits);
     std::printf("one-token path: %d tokens in %.1f ms (%.0f tokens/s)\n", n, ms.front(), n / (ms.front() / 1e3));
     records.push_back({{"backend", "one-token-decode-path"}, {"preset", o.preset}, {"tokens", n},
                        {"total_ms", ms.front()}, {"tokens_per_s", n / (ms.front() / 1e3)}});

@@ -47,7 +47,7 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   MD_REQUIRE(options_.backend == "cuda" || options_.backend == "cuda-mk" || per_op_ || options_.backend == "cuda-batched",
              "CudaBackend runs cuda, cuda-mk, cuda-ops or cuda-batched, not \"", options_.backend, "\"");
   check_backend_options(options_);
-  check_supported(weights_->config(), options_);  // what this backend's paths run of the model
+  check_supported(weights_->config());  // what the device paths run of the model
   last_path_ = has_megakernel_ ? DecodePath::kMegakernel : DecodePath::kBatched;
   // Before the KV cache is sized, so the prefill and batched workspaces count as used memory.
   if (options_.prefill_chunk > 0) {
@@ -55,9 +55,11 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
                                                         options_.prefill_chunk);
   }
   if (has_batched_) {
-    // Mixed steps carry prompt pieces beside the decode rows, up to the batched step's row limit.
+    // Mixed steps carry prompt pieces beside the decode rows, up to the batched step's row limit
+    // (not for cohere2_moe: the pieces' attention has no sliding window in the work-list mode a mixed
+    // step runs; its prompts go through prefill() before the decode step, Backend::decode_mixed).
     const int prompt_rows =
-        options_.prefill_chunk > 0
+        options_.prefill_chunk > 0 && weights_->config().block == BlockKind::kSequential
             ? std::max(0, std::min(options_.prefill_chunk,
                                    batched::BatchedStep::kMaxRows - batched::row_bucket(options_.max_batch)))
             : 0;
@@ -178,13 +180,13 @@ void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
              "prefill: last_logits has ", last_logits.size(), " floats, vocab is ", config().vocab_size);
   if (prefill_) {
     const int n = static_cast<int>(chunk.tokens.size()), piece = options_.prefill_chunk;
-    const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size};
+    const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size, kv_ring_, n_ring_blocks_, ring_len_};
     (void)prefill_->check(chunk.tokens, chunk.start_pos, chunk.block_table, kv);  // all of it before any piece runs
     for (int i = 0; i < prefill::prefill_n_pieces(n, piece); ++i) {
       const int b = prefill::prefill_piece_begin(i, piece), len = prefill::prefill_piece_length(i, n, piece);
       const bool last = b + len == n;
       prefill_->run(chunk.tokens.subspan(b, len), chunk.start_pos + b, chunk.block_table, kv,
-                    last ? last_logits : std::span<float>(), stream_);
+                    last ? last_logits : std::span<float>(), stream_, chunk.ring_table);
       if (routing_log_) {
         std::vector<int32_t> ids;
         std::vector<float> w;

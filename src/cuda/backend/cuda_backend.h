@@ -8,7 +8,8 @@
 //                 paged attention; batches of 1..max_batch).
 // Options: BackendOptions (engine/backend.h), as the factory got them.
 // Prefill: with prefill_chunk > 0, ordinary kernels over pieces of at most prefill_chunk tokens
-// (src/cuda/prefill); with 0, the decode path one token at a time (the comparison baseline).
+// (src/cuda/prefill; a sliding layer's piece in a scratch beside its ring); with 0, the decode path
+// one token at a time (the comparison baseline).
 // Sampling runs on the device (greedy, temperature, top-k, top-p, min-p; seeded by (seed,
 // position)); a sequence with presence/frequency/repetition penalties (they need its token
 // history) reads its logits row back and is sampled by the host sampler, the same Gumbel draw.
@@ -48,8 +49,9 @@ class CudaBackend : public Backend {
 
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
   void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;
-  // Mixed steps (cuda, cuda-batched with prefill_chunk > 0): the prompt pieces ride in the batched
-  // step beside the decode rows, up to the batched step's kMaxRows rows in all.
+  // Mixed steps (cuda, cuda-batched with prefill_chunk > 0; not for a model with parallel blocks,
+  // cohere2_moe, whose prompts run through prefill() before the step): the prompt pieces ride in
+  // the batched step beside the decode rows, up to the batched step's kMaxRows rows in all.
   void decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
                     DecodeResult& result) override;
   int max_mixed_prompt_rows() const override;

@@ -14,7 +14,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Mode
   const std::string& name = options.backend;
   MD_REQUIRE(name == "cuda" || name == "cuda-mk" || name == "cuda-ops" || name == "cuda-batched", "unknown CUDA backend \"",
              name, "\" (known: cuda, cuda-mk, cuda-ops, cuda-batched)");
-  cuda::check_supported(config, options);  // the model first: its error holds whether or not a GPU is here
+  cuda::check_supported(config);  // the model first: its error holds whether or not a GPU is here
   MD_REQUIRE(cuda::gpu_available(), name, " needs a CUDA GPU and none is usable");
   const Stopwatch t0;
   auto progress = [&](size_t done, size_t total) {

@@ -54,14 +54,12 @@ std::string lname(int l, const std::string& rest) { return "model.layers." + std
 
 }  // namespace
 
-static void check_parallel_path(const BackendOptions& o);
-
 void check_supported(const ModelConfig& c) {
   if (c.block == BlockKind::kParallel) {
     // cohere2_moe: the megakernel runs the decode plan's parallel blocks (sliding ring and NoPE
-    // attention, dense layers, sigmoid routing, logit_scale), and so does the batched step; what the
-    // plan does not implement (LayerNorm, shared experts) is refused by name there. The prefill
-    // kernels do not run the model: check_supported(config, options) asks for --prefill-chunk 0.
+    // attention, dense layers, sigmoid routing, logit_scale), and so do the batched step and the
+    // prefill kernels; what the plan does not implement (LayerNorm, shared experts) is refused by
+    // name there.
     MD_REQUIRE(c.model_type == "cohere2_moe", "the CUDA backends run parallel blocks as cohere2_moe has them; ",
                "model_type ", c.model_type, " is not supported there: use backend cpu-ref");
     check_model_plannable(c);
@@ -83,20 +81,6 @@ void check_supported(const ModelConfig& c) {
   MD_REQUIRE(c.n_experts <= 256 && c.n_experts_per_tok <= 32, "at most 256 experts and top-32");
   MD_REQUIRE(c.moe_intermediate_size % 16 == 0, "moe_intermediate_size ", c.moe_intermediate_size,
              " must be a multiple of 16");
-}
-
-void check_supported(const ModelConfig& c, const BackendOptions& o) {
-  if (c.block == BlockKind::kParallel) check_parallel_path(o);  // first: the path is the coarser refusal
-  check_supported(c);
-}
-
-static void check_parallel_path(const BackendOptions& o) {
-  // The prefill kernels have neither parallel blocks nor dense layers, sigmoid routing, logit_scale
-  // or the sliding ring: cohere2_moe's prompts go through the decode paths (the megakernel and the
-  // batched step) one token at a time, and no mixed step carries a prompt piece.
-  MD_REQUIRE(o.prefill_chunk == 0, "cohere2_moe on ", o.backend, " needs --prefill-chunk 0 (prompts through the "
-             "decode paths one token at a time): the prefill kernels lack parallel blocks, dense layers, sigmoid "
-             "routing and sliding-window attention; got --prefill-chunk ", o.prefill_chunk);
 }
 
 DeviceWeights::DeviceWeights(const ModelConfig& config) : config_(config) { check_supported(config); }

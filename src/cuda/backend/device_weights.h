@@ -60,9 +60,8 @@ class DeviceWeights {
   MkModelWeights view_{};
 };
 
-void check_supported(const ModelConfig& config);  // Error for what the device path cannot run
-// And for what backend options.backend (with its options) cannot run of the model: cohere2_moe
-// runs with --prefill-chunk 0 (its prompts through the decode paths).
-void check_supported(const ModelConfig& config, const BackendOptions& options);
+// Error for what the device paths cannot run of the model (every CUDA backend runs the same set:
+// qwen3_moe, and cohere2_moe without shared experts or LayerNorm).
+void check_supported(const ModelConfig& config);
 
 }  // namespace megadecode::cuda

@@ -80,12 +80,6 @@ struct Dims {
   }
 };
 
-// logits *= scale (cohere2_moe's logit_scale; the megakernel's LM-head epilogue multiplies the same
-// fp32 dot product).
-__global__ void scale_kernel(float* x, int64_t n, float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] *= scale;
-}
 
 // Token groups of the step's expert tiles: about twice the mean rows per expert of the bucket.
 int expert_token_groups(const ModelConfig& c, int bucket) {
@@ -476,7 +470,7 @@ void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& k
 
   // The last layer's MoE residual, the final norm, the LM head and the sampler.
   prefill::ResidualNormArgs fn;
-  set_layer_output(c.n_layers - 1, fn);
+  fn.layer_output(c.is_moe_layer(c.n_layers - 1), h_, down_, token_slot_, topk_w_, c.n_experts_per_tok, x_);
   fn.n_tokens = bucket;
   fn.hidden = c.hidden_size;
   fn.norm_w = view_.final_norm;
@@ -494,12 +488,7 @@ void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& k
   head.y = logits_;
   head.y_stride = c.vocab_size;
   gemm::gemm(head, gemm::Epilogue::kStore, stream);
-  if (c.logit_scale != 1.0f) {
-    const int64_t n = static_cast<int64_t>(bucket) * c.vocab_size;
-    scale_kernel<<<static_cast<int>(std::min<int64_t>((n + 255) / 256, 8 * sm_count())), 256, 0, stream>>>(
-        logits_, n, c.logit_scale);
-    CUDA_CHECK_LAST();
-  }
+  if (c.logit_scale != 1.0f) scale_floats(logits_, static_cast<int64_t>(bucket) * c.vocab_size, c.logit_scale, stream);
   if (marks_) marks_->mark("lm_head_gemm");
   sample_tokens(logits_, c.vocab_size, bucket, c.vocab_size,
                 reinterpret_cast<const SamplingParams*>(inputs_ + in.sampling),
@@ -535,7 +524,7 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
     rn.embed = w.embed;
     rn.vocab = c.vocab_size;
   } else {
-    set_layer_output(l - 1, rn);
+    rn.layer_output(c.is_moe_layer(l - 1), h_, down_, token_slot_, topk_w_, K, x_);
   }
   rn.n_tokens = bucket;
   rn.hidden = H;
@@ -734,52 +723,14 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   if (marks_) marks_->mark("expert_down_gemm");
 }
 
-void BatchedStep::set_layer_output(int l, prefill::ResidualNormArgs& rn) const {
-  rn.h = h_;
-  if (!config_.is_moe_layer(l)) {  // h + the dense FFN's output (add mode writes the sum to x)
-    rn.add = down_;
-    rn.x = x_;
-    return;
-  }
-  rn.down = down_;
-  rn.token_slot = token_slot_;
-  rn.topk_w = topk_w_;
-  rn.top_k = config_.n_experts_per_tok;
-}
-
 void BatchedStep::enqueue_dense_ffn(int l, const Shape& shape, cudaStream_t stream) {
   const ModelConfig& c = config_;
   const MkLayerWeights& lw = layers_[l];
   const int H = c.hidden_size, Id = c.intermediate_size, K = c.n_experts_per_tok;
-  if (route_ids_) {  // a dense layer routes nothing: recorded as cpu-mk records it (expert -1, weight 0)
-    const size_t row = static_cast<size_t>(c.n_layers) * K;
-    CUDA_CHECK(cudaMemset2DAsync(route_ids_ + static_cast<size_t>(l) * K, row * sizeof(int32_t), 0xff,
-                                 K * sizeof(int32_t), shape.rows, stream));
-    CUDA_CHECK(cudaMemset2DAsync(route_w_ + static_cast<size_t>(l) * K, row * sizeof(float), 0, K * sizeof(float),
-                                 shape.rows, stream));
-  }
-  gemm::GemmArgs up;  // hidden = SiLU(gate) * up of every row (no split K: SwiGLU's epilogue needs the whole sum)
-  up.w = lw.dense_up;
-  up.n_rows = 2 * Id;
-  up.k = H;
-  up.x = xn_;
-  up.x_stride = H;
-  up.n_tokens = shape.rows;
-  up.y = hidden_;
-  up.y_stride = Id;
-  gemm::gemm(up, gemm::Epilogue::kSwiGlu, stream);
-  if (marks_) marks_->mark("dense_up_gemm");
-  gemm::GemmArgs down;  // down = W_down hidden, fp32 [R][H]: the next norm adds it to h
-  down.w = lw.dense_down;
-  down.n_rows = H;
-  down.k = Id;
-  down.x = hidden_;
-  down.x_stride = Id;
-  down.n_tokens = shape.rows;
-  down.y = down_;
-  down.y_stride = H;
-  gemm::gemm(down, gemm::Epilogue::kStore, stream);
-  if (marks_) marks_->mark("dense_down_gemm");
+  if (route_ids_) capture_dense_routing(route_ids_, route_w_, l, c.n_layers, K, shape.rows, stream);
+  // hidden = SiLU(gate) * up of every row, then down = W_down hidden, fp32 [R][H]: the next norm adds it to h.
+  gemm::swiglu_mlp(lw.dense_up, lw.dense_down, H, Id, H, xn_, H, shape.rows, hidden_, down_, stream);
+  if (marks_) marks_->mark("dense_ffn_gemms");
 }
 
 std::vector<std::pair<std::string, double>> BatchedStep::profile_last_step(cudaStream_t stream) {

@@ -136,9 +136,6 @@ class BatchedStep {
   // The FFN of a parallel block's dense layer on the input norm xn_: two dense GEMMs into down_
   // ([R][H], added to h_ by the next norm).
   void enqueue_dense_ffn(int layer, const Shape& shape, cudaStream_t stream);
-  // The residual-norm kernel's input of layer `l`'s output: h_ + the MoE combine, or (a dense
-  // layer) h_ + down_.
-  void set_layer_output(int layer, prefill::ResidualNormArgs& rn) const;
   void drop_graphs();
   cudaGraphExec_t graph_for(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream);
 

@@ -34,6 +34,15 @@ void rms_norm(const float* x, int x_stride, const uint16_t* weight, uint16_t* ou
 void router_topk(const float* logits, int logits_stride, int n_tokens, int n_experts, int top_k, bool renormalize,
                  int32_t* expert_ids, float* expert_weights, cudaStream_t stream, bool sigmoid = false);
 
+// Routing capture of a dense layer (a parallel block's FFN without routing) for `rows` token rows:
+// ids[r][layer][*] = -1 and weights 0, as cpu-mk records it. ids / weights: [rows][n_layers][top_k].
+void capture_dense_routing(int32_t* ids, float* weights, int layer, int n_layers, int top_k, int rows,
+                           cudaStream_t stream);
+
+// x[0..n) *= scale (cohere2_moe's logit_scale on the LM head's fp32 logits; the megakernel's
+// epilogue multiplies the same fp32 dot product).
+void scale_floats(float* x, int64_t n, float scale, cudaStream_t stream);
+
 // ---- sampling (sampling.cuh) ----
 // tokens[r] = sample_row's token for logits[r][0..vocab) under params[r] (device memory; the
 // penalties are the host's, not read here) at positions[r] (the position the sampled token takes;

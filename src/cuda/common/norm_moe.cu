@@ -1,4 +1,6 @@
 // Standalone kernels for RMSNorm and the router (one launch each): the prefill path's norms and top-k.
+#include <algorithm>
+
 #include "core/check.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kernels.h"
@@ -68,6 +70,30 @@ void router_topk(const float* logits, int logits_stride, int n_tokens, int n_exp
   else
     router_kernel<false><<<grid, block, 0, stream>>>(logits, logits_stride, n_tokens, n_experts, top_k, renormalize,
                                                      expert_ids, expert_weights);
+  CUDA_CHECK_LAST();
+}
+
+void capture_dense_routing(int32_t* ids, float* weights, int layer, int n_layers, int top_k, int rows,
+                           cudaStream_t stream) {
+  MD_REQUIRE(ids && weights && layer >= 0 && layer < n_layers && top_k >= 1 && rows >= 0,
+             "capture_dense_routing: bad arguments");
+  if (rows == 0) return;
+  const size_t row = static_cast<size_t>(n_layers) * top_k;
+  CUDA_CHECK(cudaMemset2DAsync(ids + static_cast<size_t>(layer) * top_k, row * sizeof(int32_t), 0xff,
+                               top_k * sizeof(int32_t), rows, stream));
+  CUDA_CHECK(cudaMemset2DAsync(weights + static_cast<size_t>(layer) * top_k, row * sizeof(float), 0,
+                               top_k * sizeof(float), rows, stream));
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= scale;
+}
+
+void scale_floats(float* x, int64_t n, float scale, cudaStream_t stream) {
+  MD_REQUIRE(x != nullptr && n >= 0, "scale_floats: bad arguments");
+  if (n == 0) return;
+  scale_kernel<<<static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096)), 256, 0, stream>>>(x, n, scale);
   CUDA_CHECK_LAST();
 }
 

@@ -474,4 +474,23 @@ void gemm(const GemmArgs& in, Epilogue epilogue, cudaStream_t stream) {
   }
 }
 
+void swiglu_mlp(const uint16_t* w_up, const uint16_t* w_down, int k, int inter, int n_out, const uint16_t* x,
+                int x_stride, int n_tokens, uint16_t* mid, float* y, cudaStream_t stream) {
+  auto dense = [n_tokens](const uint16_t* w, int n_rows, int kk, const uint16_t* in, int in_stride, void* out,
+                          int out_stride) {
+    GemmArgs g;
+    g.w = w;
+    g.n_rows = n_rows;
+    g.k = kk;
+    g.x = in;
+    g.x_stride = in_stride;
+    g.n_tokens = n_tokens;
+    g.y = out;
+    g.y_stride = out_stride;
+    return g;
+  };
+  gemm(dense(w_up, 2 * inter, k, x, x_stride, mid, inter), Epilogue::kSwiGlu, stream);
+  gemm(dense(w_down, n_out, inter, mid, inter, y, n_out), Epilogue::kStore, stream);
+}
+
 }  // namespace megadecode::cuda::gemm

@@ -65,4 +65,10 @@ size_t semaphore_count(int n_tokens, int n_rows, int token_groups);
 // Error (naming the argument) for a bad shape, alignment or mode; then one launch on `stream`.
 void gemm(const GemmArgs& args, Epilogue epilogue, cudaStream_t stream);
 
+// A dense SwiGLU MLP over n_tokens rows (a parallel block's dense layer): mid = SiLU(gate) * up
+// (bf16 [n_tokens][inter], w_up the fused gate/up matrix as kSwiGlu takes it, packed [2 * inter][k])
+// then y = W_down mid (fp32 [n_tokens][n_out], w_down packed [n_out][inter]). Two launches, no split K.
+void swiglu_mlp(const uint16_t* w_up, const uint16_t* w_down, int k, int inter, int n_out, const uint16_t* x,
+                int x_stride, int n_tokens, uint16_t* mid, float* y, cudaStream_t stream);
+
 }  // namespace megadecode::cuda::gemm

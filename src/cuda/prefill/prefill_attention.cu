@@ -28,6 +28,7 @@
 // Rounding: q, K, V and P are bf16 MMA inputs, fp32 accumulation; the output is bf16 like the
 // decode path's.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <mutex>
 
@@ -100,10 +101,15 @@ __device__ __forceinline__ bool item(const AttnArgs& a, int idx, Item& it) {
   }
 }
 
-// The key tiles of an item, [begin, end), and its causal end.
-__device__ __forceinline__ AttnTileRange item_tiles(const Item& it, int group_size, int& key_end) {
+// The key tiles of an item, [begin, end), and its causal end: from the key tile of the first
+// token's window start (0 without a window), its split of them.
+__device__ __forceinline__ AttnTileRange item_tiles(const Item& it, int group_size, int window, int& key_end) {
   key_end = attn_key_end(it.start_pos, it.n_tokens, it.q_tile, group_size);
-  return attn_split_tiles(ceil_div(key_end, kAttnKeyTile), it.split, it.splits);
+  const int first = attn_key_begin_tile(it.start_pos, it.q_tile, group_size, window);
+  AttnTileRange r = attn_split_tiles(ceil_div(key_end, kAttnKeyTile) - first, it.split, it.splits);
+  r.begin += first;
+  r.end += first;
+  return r;
 }
 
 template <int kD, bool kWork>
@@ -118,7 +124,7 @@ __device__ __forceinline__ void produce(const AttnArgs& a, const CUtensorMap* k_
   Item it;
   for (int idx = 0; item<kWork>(a, idx, it); ++idx) {
     int key_end;
-    const AttnTileRange r = item_tiles(it, a.group_size, key_end);
+    const AttnTileRange r = item_tiles(it, a.group_size, a.window, key_end);
     for (int kt = r.begin; kt < r.end; ++kt, ++ctr) {
       const int st = ctr % kStages;
       const uint32_t use = ctr / kStages;
@@ -190,7 +196,7 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
 #pragma unroll 1
   for (int idx = 0; item<kWork>(a, idx, it); ++idx) {
     int key_end;
-    const AttnTileRange r = item_tiles(it, gs, key_end);
+    const AttnTileRange r = item_tiles(it, gs, a.window, key_end);
     const int tok0 = it.q_tile * tq;
     // This warpgroup's Q rows (zeros past the tile's rows, the piece's tokens and kD). Its previous
     // item's MMAs are done (each tile waits for them), but not every warp may have seen that yet.
@@ -214,6 +220,9 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
       qpos[h] = (row < tq * gs && tok0 + tl < it.n_tokens) ? it.start_pos + tok0 + tl : -1;
     }
     const int qmin = min(qpos[0], qpos[1]);
+    // A sliding layer: the first key every row of the lane reads (keys below a row's q - window + 1
+    // are masked; INT_MIN without a window).
+    const int wmin = a.window > 0 ? max(qpos[0], qpos[1]) - a.window + 1 : INT_MIN;
     float o[kNo][4];
 #pragma unroll
     for (int n = 0; n < kNo; ++n)
@@ -244,7 +253,8 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
         ptx::wgmma_bf16_rs_tb<kNo>(o, pf[kk], ptx::wgmma_desc_b_mn_sw128(v_base + kk * 2048, S::kKvRegion), 1);
       ptx::wgmma_commit();
     };
-    // Causal mask (only where a key may pass a row's position) and the online softmax of tile kt:
+    // Causal mask and a sliding layer's window (only where a key may fall outside a row's range) and
+    // the online softmax of tile kt:
     // sc becomes the weights 2^(s - m) (flushing below 2^-126 to zero); returns each row's rescale
     // of O and of l.
     auto softmax = [&](int kt, float (&alpha)[2]) {
@@ -255,14 +265,16 @@ __device__ __forceinline__ void consume(const AttnArgs& a, uint8_t* q_s, uint8_t
         // The max of the raw scores, scaled once (scale_log2 > 0: the same max as of the scaled
         // ones); each weight is then 2^(s * scale - m) in one fused multiply-add.
         float mx = -INFINITY;
-        if (key0 + kAttnKeyTile - 1 <= qmin) {
+        if (key0 + kAttnKeyTile - 1 <= qmin && key0 >= wmin) {
 #pragma unroll
           for (int i = 0; i < row.kScores; ++i) mx = fmaxf(mx, row(i));
         } else {
           const int kb = key0 + 2 * t4;  // score i is key kb + (i / 2) * 8 + i % 2
+          const int lo = a.window > 0 ? qpos[h] - a.window + 1 : INT_MIN;  // the row's window start
 #pragma unroll
           for (int i = 0; i < row.kScores; ++i) {
-            if (kb + (i >> 1) * 8 + (i & 1) > qpos[h]) row(i) = -INFINITY;
+            const int key = kb + (i >> 1) * 8 + (i & 1);
+            if (key > qpos[h] || key < lo) row(i) = -INFINITY;
             mx = fmaxf(mx, row(i));
           }
         }
@@ -503,6 +515,8 @@ void attention(const AttnArgs& a, cudaStream_t stream) {
   MD_REQUIRE(a.key_splits >= 1 && a.key_splits <= kAttnMaxKeySplits, "prefill attention: ", a.key_splits,
              " key splits outside 1..", kAttnMaxKeySplits);
   MD_REQUIRE(a.key_splits == 1 || (a.part_o && a.part_ml), "prefill attention: key splits need partial buffers");
+  MD_REQUIRE(a.window >= 0 && (a.window == 0 || a.work == nullptr),
+             "prefill attention: a window (", a.window, ") in grid mode only");
   if (a.work != nullptr) {
     MD_REQUIRE(a.n_work && a.part_o && a.part_ml && a.work_ctas >= 1 && a.merge_rows >= 0 && a.merge_row0 >= 0 &&
                    (a.merge_rows == 0 || a.merge),

@@ -1,7 +1,7 @@
 // Index math of the GPU prefill path (src/cuda/prefill), shared by the kernels and the host so the
 // CPU tests (tests/cuda/test_prefill_index.cpp) check what the device computes: the paged KV
 // address of a position, the fused QKV and gate/up row orders of DeviceWeights, the attention
-// tile's (token, head) rows and how a long chunk is cut. (The GEMM tiles and the per-expert tile
+// tile's (token, head) rows, a sliding layer's window and scratch, and how a long chunk is cut. (The GEMM tiles and the per-expert tile
 // list are the GEMM engine's: cuda/gemm/gemm_plan.h.) Plain C++ (MD_HOST_DEVICE), no CUDA types.
 #pragma once
 
@@ -100,6 +100,45 @@ MD_HOST_DEVICE constexpr AttnTileRange attn_split_tiles(int n_kt, int split, int
   const int b = split * per < n_kt ? split * per : n_kt;
   const int e = b + per < n_kt ? b + per : n_kt;
   return {b, e};
+}
+
+// ---- sliding-window layers ----
+// A query at position q of a sliding layer of window W reads keys [max(0, q - W + 1), q]; a query
+// tile's first key tile is the one holding the window start of its first token (start_pos + the
+// tile's first token): the tiles before it are masked for every row of the tile.
+MD_HOST_DEVICE constexpr int attn_key_begin_tile(int start_pos, int tile, int group_size, int window) {
+  if (window <= 0) return 0;
+  const int lo = start_pos + tile * attn_tile_tokens(group_size) - window + 1;
+  return lo > 0 ? lo / kAttnKeyTile : 0;
+}
+
+// A prompt piece (positions [start_pos, start_pos + n_tokens)) at a sliding layer whose K/V live in
+// a ring of ring_len blocks (kv/kv_cache.h: position p in ring entry (p / B) % ring_len): the ring
+// cannot take the piece in place (a piece over B tokens would overwrite keys its own earlier
+// queries read), so the layer runs it in a linear scratch of whole blocks: scratch position
+// j = p - base holds position p, base the block start at or before the first query's window start.
+// Positions [base, start_pos) are copied from the ring first (they are all still there: the ring
+// holds the last ring_len blocks), the piece's K/V are written to the scratch, attention runs on
+// it (positions shifted by base, the window's mask unchanged), and positions
+// [write_begin, start_pos + n_tokens), those of the last ring_len blocks (distinct ring entries),
+// go back to the ring.
+struct SlidingPiece {
+  int base;         // the scratch's first position (a multiple of block_size)
+  int write_begin;  // the first position written back to the ring
+  int positions;    // scratch positions used: start_pos + n_tokens - base
+};
+MD_HOST_DEVICE constexpr SlidingPiece sliding_piece(int start_pos, int n_tokens, int window, int block_size,
+                                                    int ring_len) {
+  const int lo = start_pos - window + 1;
+  const int base = lo > 0 ? lo / block_size * block_size : 0;
+  const int end = start_pos + n_tokens;
+  const int keep = ((end - 1) / block_size - ring_len + 1) * block_size;  // the first of the last ring_len blocks
+  return {base, keep > start_pos ? keep : start_pos, end - base};
+}
+// Scratch blocks a layer needs for pieces of up to max_tokens: the window's W - 1 earlier keys,
+// up to B - 1 more back to a block start, and the piece.
+MD_HOST_DEVICE constexpr int sliding_scratch_blocks(int window, int block_size, int max_tokens) {
+  return ceil_div(static_cast<int64_t>(window) - 1 + block_size - 1 + max_tokens, block_size);
 }
 
 // ---- chunking (CudaBackend::prefill) ----

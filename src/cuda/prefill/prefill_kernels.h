@@ -40,6 +40,22 @@ struct ResidualNormArgs {
   float* x = nullptr;               // [n_tokens][hidden] fp32 or nullptr
   uint16_t* out = nullptr;          // [n_tokens][hidden] bf16, row t at out + (t - token_begin) * hidden
   int32_t* error = nullptr;         // device word: set to 1 + token index on a token id outside the vocabulary
+
+  // A layer's output as the next norm's input: h + the MoE combine of the expert rows (moe), or h +
+  // ffn (a dense layer's FFN output [n_tokens][hidden]; add mode, the sum written to x_sum).
+  void layer_output(bool moe, const float* h_rows, const float* ffn, const int32_t* slots, const float* weights,
+                    int k, float* x_sum) {
+    h = h_rows;
+    if (!moe) {
+      add = ffn;
+      x = x_sum;
+      return;
+    }
+    down = ffn;
+    token_slot = slots;
+    topk_w = weights;
+    top_k = k;
+  }
 };
 void residual_norm(const ResidualNormArgs& args, cudaStream_t stream);
 
@@ -61,6 +77,9 @@ struct QkRopeArgs {
   bool use_rope = true;
   bool rope_interleaved = false;     // pairs (2i, 2i + 1) with frequency i; false: NeoX halves (i, i + D/2)
   int ring_len = 0;
+  // The cache slot of position pos is pos - cache_pos_offset (a sliding layer's prefill scratch,
+  // whose position 0 is SlidingPiece::base; RoPE still takes pos).
+  int cache_pos_offset = 0;
   const int32_t* block_table = nullptr;  // [>= ceil((start_pos + n_tokens) / block_size)]
   int start_pos = 0, n_tokens = 0;
   const int32_t* positions = nullptr;    // [n_tokens] or nullptr (every position < rope_positions)
@@ -73,9 +92,29 @@ struct QkRopeArgs {
 };
 void qk_norm_rope_store(const QkRopeArgs& args, cudaStream_t stream);
 
+// ---- a sliding layer's ring <-> its prefill scratch (prefill_ring.cu) ----
+// Copies the K and V rows of positions [begin, end) between the sequence's ring (position p at
+// ring entry (p / B) % ring_len, slot p % B) and the linear scratch (position p at scratch block
+// (p - base) / B, slot (p - base) % B): ring -> scratch before a piece, scratch -> ring after it
+// (prefill_index.h sliding_piece).
+struct RingCopyArgs {
+  uint16_t* ring_k = nullptr;       // this layer's ring K: [n_ring_blocks][G][B][D] bf16
+  uint16_t* ring_v = nullptr;
+  const int32_t* ring_table = nullptr;  // [ring_len] device
+  int ring_len = 0;
+  uint16_t* scratch_k = nullptr;    // [scratch_blocks][G][B][D] bf16
+  uint16_t* scratch_v = nullptr;
+  int base = 0;                     // the scratch's position 0
+  int begin = 0, end = 0;           // positions to copy, all >= base
+  bool to_ring = false;             // false: ring -> scratch
+  int n_kv_heads = 0, block_size = 0, head_dim = 0;
+};
+void ring_copy(const RingCopyArgs& args, cudaStream_t stream);
+
 // ---- causal attention over the paged cache (prefill_attention.cu) ----
-// Query token t (position start_pos + t), head h of group g attends keys [0, start_pos + t]:
-// earlier chunks' and this chunk's K/V, all read from the cache.
+// Query token t (position start_pos + t), head h of group g attends keys [0, start_pos + t] (a
+// sliding layer: the last `window` of them): earlier chunks' and this chunk's K/V, all read from the
+// cache (a sliding layer's: a linear scratch, prefill_index.h sliding_piece).
 struct AttnArgs {
   const uint16_t* q = nullptr;       // [n_tokens][n_heads][D] bf16
   const uint16_t* k_cache = nullptr; // [n_blocks][G][block_size][D] bf16
@@ -85,6 +124,9 @@ struct AttnArgs {
   int start_pos = 0, n_tokens = 0;
   int n_kv_heads = 0, group_size = 0, head_dim = 0, block_size = 0;
   float scale = 0.0f;                // 1/sqrt(D)
+  // A sliding-window layer (window > 0, grid mode): query position q reads keys [q - window + 1, q]
+  // only; each query tile starts at the key tile of its first token's window (attn_key_begin_tile).
+  int window = 0;
   uint16_t* out = nullptr;           // [n_tokens][n_heads * D] bf16
   // key_splits > 1 (prefill_index.h attn_key_splits): each query tile's keys in that many ranges,
   // partials in part_o [q_tiles * G * splits][kAttnRows][D] and part_ml [..][kAttnRows][2] (m, l),

@@ -50,8 +50,9 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kernel(const QkRopeArgs a) {
                        : float2{1.0f, 0.0f};
   }
   const int32_t* table = a.positions != nullptr ? a.block_table + a.table_offsets[t] : a.block_table;
-  const int64_t block = table[a.ring_len > 0 ? (pos / a.block_size) % a.ring_len : pos / a.block_size];
-  const int slot = pos % a.block_size;
+  const int cpos = pos - a.cache_pos_offset;
+  const int64_t block = table[a.ring_len > 0 ? (cpos / a.block_size) % a.ring_len : cpos / a.block_size];
+  const int slot = cpos % a.block_size;
 #pragma unroll
   for (int j = 0; j < kMaxRowVecs; ++j)
     if (threadIdx.x + j * kThreads < n4) row_vecs[threadIdx.x + j * kThreads] = v4[j];
@@ -125,6 +126,8 @@ void qk_norm_rope_store(const QkRopeArgs& a, cudaStream_t stream) {
                  a.q && a.k_cache && a.v_cache,
              "prefill qk_norm_rope: null pointer");
   MD_REQUIRE(a.ring_len >= 0, "prefill qk_norm_rope: ring of ", a.ring_len, " blocks");
+  MD_REQUIRE(a.cache_pos_offset >= 0 && (a.positions != nullptr || a.cache_pos_offset <= a.start_pos),
+             "prefill qk_norm_rope: cache offset ", a.cache_pos_offset, " past the first position ", a.start_pos);
   const int cols = a.n_kv_heads * (a.group_size + 2) * a.head_dim;
   MD_REQUIRE(cols <= kMaxRowFloats, "prefill qk_norm_rope: fused QKV rows of ", cols, " floats, at most ",
              kMaxRowFloats);

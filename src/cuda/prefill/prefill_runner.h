@@ -63,12 +63,15 @@ class PrefillRunner {
     return check_prompt_piece(config_, tokens, start_pos, block_table, kv);
   }
 
-  // Runs tokens (1..max_chunk) at positions start_pos.., writing their K/V through block_table,
-  // then, when last_logits is non-empty ([vocab]), the last token's logits. Synchronous: returns
-  // after the stream has finished. Error for bad tokens, positions or block tables (checked before
-  // anything runs) and for a failure the device reports.
+  // Runs tokens (1..max_chunk) at positions start_pos.., writing their K/V through block_table
+  // (and, a model with sliding-window layers, those layers' through ring_table: min(ring_len,
+  // blocks up to the last position) entries of the ring pool at least, ring_len at most), then,
+  // when last_logits is non-empty ([vocab]), the last token's logits. Synchronous: returns after
+  // the stream has finished. Error for bad tokens, positions or tables (checked before anything
+  // runs) and for a failure the device reports.
   void run(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
-           const KvCacheView& kv, std::span<float> last_logits, cudaStream_t stream);
+           const KvCacheView& kv, std::span<float> last_logits, cudaStream_t stream,
+           std::span<const int32_t> ring_table = {});
 
   // Routing capture (tests; off by default, nothing is copied when off): after run(), the
   // experts and weights the piece's tokens chose, [n_tokens][n_layers][top_k] each.
@@ -79,6 +82,12 @@ class PrefillRunner {
 
  private:
   void enqueue_layer(int layer, int n_tokens, int start_pos, const KvCacheView& kv, cudaStream_t stream);
+  // h = x + O-proj(attn), and a sequential block's post norm into xn_.
+  void enqueue_o_proj(int layer, int n_tokens, cudaStream_t stream);
+  // The MoE FFN of xn_ into down_ (router, top-k, lists, grouped GEMMs).
+  void enqueue_moe(int layer, int n_tokens, cudaStream_t stream);
+  // A sliding layer's scratch for pieces of up to max_chunk tokens at this block size (grown once).
+  void ensure_scratch(int block_size);
 
   ModelConfig config_;
   MkModelWeights view_;
@@ -92,6 +101,14 @@ class PrefillRunner {
   size_t staging_bytes_ = 0;
   int32_t* error_host_ = nullptr;   // pinned
   int tile_capacity_ = 0;
+  int n_ring_layers_ = 0;             // sliding-window layers (their K/V in the ring pool)
+  int32_t* ring_table_ = nullptr;     // device [ring_len] of the piece's sequence
+  int ring_table_capacity_ = 0;
+  // A sliding layer's piece runs in a linear scratch of whole blocks (prefill_index.h
+  // sliding_piece): K and V [scratch_blocks_][G][B][D] bf16, read through the identity table.
+  uint16_t* scratch_ = nullptr;
+  int scratch_blocks_ = 0, scratch_block_size_ = 0;
+  int32_t* scratch_table_ = nullptr;  // [scratch_blocks_]: 0, 1, 2, ...
 
   // Views into arena_ (shapes for C = max_chunk rows).
   int32_t* tokens_ = nullptr;       // [C]
@@ -111,7 +128,7 @@ class PrefillRunner {
   int32_t* offsets_ = nullptr;      // [E+1]
   int32_t* n_tiles_ = nullptr;      // [1]
   gemm::MoeTile* tiles_ = nullptr;  // [tile_capacity]
-  uint16_t* hidden_ = nullptr;      // [C*K][I] bf16 SiLU(gate)*up per slot
+  uint16_t* hidden_ = nullptr;      // [C*K][I] bf16 SiLU(gate)*up per slot (a dense layer: [C][dense I])
   float* down_ = nullptr;           // [C*K][H] fp32 expert outputs per slot
   uint16_t* xf_ = nullptr;          // [H] bf16 final-normed last token
   float* logits_ = nullptr;         // [V] fp32
