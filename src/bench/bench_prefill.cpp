@@ -55,17 +55,29 @@ PrefillBenchOptions parse_prefill_bench_args(int argc, char** argv) {
 }
 
 double prefill_attention_flops(const ModelConfig& c, int64_t start, int64_t n) {
-  // Keys attended by positions start..start+n-1: sum of (pos + 1).
-  const double keys = static_cast<double>(n) * (2.0 * start + n + 1) / 2.0;
-  return c.n_layers * 2.0 * 2.0 * c.n_heads * c.head_dim * keys;
+  // Keys attended by positions start..start+n-1: sum of (pos + 1), or, a sliding layer of window
+  // W, sum of min(pos + 1, W).
+  auto keys_below = [](int64_t end, int64_t window) {  // sum over pos in [0, end) of min(pos + 1, window)
+    if (window <= 0 || end <= window) return static_cast<double>(end) * (end + 1) / 2.0;
+    return static_cast<double>(window) * (window + 1) / 2.0 + static_cast<double>(end - window) * window;
+  };
+  double keys = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int64_t w = c.layers[l].sliding_window;
+    keys += keys_below(start + n, w) - keys_below(start, w);
+  }
+  return 2.0 * 2.0 * c.n_heads * c.head_dim * keys;
 }
 
 double prefill_flops(const ModelConfig& c, int64_t start, int64_t n) {
   const double H = c.hidden_size, nq = c.q_size(), nkv = c.kv_size();
-  const double per_token_layer = 2.0 * (H * (nq + 2 * nkv) + nq * H + H * c.n_experts +
-                                        c.n_experts_per_tok * 3.0 * H * c.moe_intermediate_size);
-  return c.n_layers * per_token_layer * static_cast<double>(n) + prefill_attention_flops(c, start, n) +
-         2.0 * H * c.vocab_size;
+  double per_token = 0;  // every layer's projections and FFN, a token
+  for (int l = 0; l < c.n_layers; ++l) {
+    per_token += 2.0 * (H * (nq + 2 * nkv) + nq * H);
+    per_token += c.is_moe_layer(l) ? 2.0 * (H * c.n_experts + c.n_experts_per_tok * 3.0 * H * c.moe_intermediate_size)
+                                   : 2.0 * 3.0 * H * c.intermediate_size;
+  }
+  return per_token * static_cast<double>(n) + prefill_attention_flops(c, start, n) + 2.0 * H * c.vocab_size;
 }
 
 #if !defined(MEGADECODE_HAVE_CUDA)

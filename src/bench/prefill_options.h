@@ -33,8 +33,9 @@ struct PrefillBenchOptions {
 PrefillBenchOptions parse_prefill_bench_args(int argc, char** argv);
 
 // Multiply-add flops (2 per MAC) of tokens at positions [start, start + n): the projections each
-// token runs (QKV, O, router, top-k experts' gate/up/down) and causal attention (QK^T and PV over
-// keys [0, pos]) in every layer; the LM head of the last token.
+// token runs (QKV, O, and the router and top-k experts' gate/up/down, or a dense layer's MLP) and
+// causal attention (QK^T and PV over keys [0, pos], a sliding layer's last W of them) in every
+// layer; the LM head of the last token.
 double prefill_flops(const ModelConfig& c, int64_t start, int64_t n);
 // Its causal attention term alone (QK^T and PV of every layer): what `bench prefill` divides each
 // piece's attention time by.

@@ -2,6 +2,8 @@
 // divides by (checked against a direct sum over tokens and layers).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 #include <vector>
 
@@ -42,21 +44,31 @@ TEST(PrefillBenchOptions, DefaultsAndFlags) {
     EXPECT_THROW(parse(bad), Error) << bad[0] << " " << bad[1];
 }
 
+// A direct sum over positions and layers, on qwen3's small preset and on North's (dense first
+// layer, sliding layers of window 24, positions past it).
 TEST(PrefillBenchOptions, FlopsMatchADirectSum) {
-  const ModelConfig c = preset_config("small");
-  for (auto [start, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {100, 33}}) {
-    double direct = 0, attention = 0;
-    for (int64_t p = start; p < start + n; ++p)
-      for (int l = 0; l < c.n_layers; ++l) {
-        direct += 2.0 * c.hidden_size * (c.q_size() + 2.0 * c.kv_size());  // QKV
-        direct += 2.0 * c.q_size() * c.hidden_size;                         // O
-        direct += 2.0 * c.hidden_size * c.n_experts;                        // router
-        direct += 2.0 * c.n_experts_per_tok * 3.0 * c.hidden_size * c.moe_intermediate_size;
-        attention += 2.0 * 2.0 * c.n_heads * c.head_dim * static_cast<double>(p + 1);  // QK^T and PV
-      }
-    direct += attention + 2.0 * c.hidden_size * c.vocab_size;  // LM head, last token
-    EXPECT_NEAR(prefill_flops(c, start, n), direct, 1e-9 * direct) << start << " " << n;
-    EXPECT_NEAR(prefill_attention_flops(c, start, n), attention, 1e-9 * attention) << start << " " << n;
+  for (const char* preset : {"small", "north-tiny"}) {
+    const ModelConfig c = preset_config(preset);
+    for (auto [start, n] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {100, 33}, {5, 60}}) {
+      double direct = 0, attention = 0;
+      for (int64_t p = start; p < start + n; ++p)
+        for (int l = 0; l < c.n_layers; ++l) {
+          direct += 2.0 * c.hidden_size * (c.q_size() + 2.0 * c.kv_size());  // QKV
+          direct += 2.0 * c.q_size() * c.hidden_size;                         // O
+          if (c.is_moe_layer(l)) {
+            direct += 2.0 * c.hidden_size * c.n_experts;  // router
+            direct += 2.0 * c.n_experts_per_tok * 3.0 * c.hidden_size * c.moe_intermediate_size;
+          } else {
+            direct += 2.0 * 3.0 * c.hidden_size * c.intermediate_size;  // dense gate/up/down
+          }
+          const int w = c.layers[l].sliding_window;
+          const double keys = w > 0 ? std::min<double>(p + 1, w) : static_cast<double>(p + 1);
+          attention += 2.0 * 2.0 * c.n_heads * c.head_dim * keys;  // QK^T and PV
+        }
+      direct += attention + 2.0 * c.hidden_size * c.vocab_size;  // LM head, last token
+      EXPECT_NEAR(prefill_flops(c, start, n), direct, 1e-9 * direct) << preset << " " << start << " " << n;
+      EXPECT_NEAR(prefill_attention_flops(c, start, n), attention, 1e-9 * attention) << preset << " " << start << " " << n;
+    }
   }
 }
 

@@ -80,7 +80,6 @@ struct Dims {
   }
 };
 
-
 // Token groups of the step's expert tiles: about twice the mean rows per expert of the bucket.
 int expert_token_groups(const ModelConfig& c, int bucket) {
   return gemm::grouped_token_groups(bucket * c.n_experts_per_tok, c.n_experts);
