@@ -181,7 +181,8 @@ void CudaBackend::prefill(const SeqChunk& chunk, std::span<float> last_logits) {
   if (prefill_) {
     const int n = static_cast<int>(chunk.tokens.size()), piece = options_.prefill_chunk;
     const prefill::KvCacheView kv{kv_, n_kv_blocks_, options_.kv_block_size, kv_ring_, n_ring_blocks_, ring_len_};
-    (void)prefill_->check(chunk.tokens, chunk.start_pos, chunk.block_table, kv);  // all of it before any piece runs
+    // All of it, the ring table included, before any piece runs.
+    (void)prefill_->check(chunk.tokens, chunk.start_pos, chunk.block_table, kv, chunk.ring_table);
     for (int i = 0; i < prefill::prefill_n_pieces(n, piece); ++i) {
       const int b = prefill::prefill_piece_begin(i, piece), len = prefill::prefill_piece_length(i, n, piece);
       const bool last = b + len == n;

@@ -161,6 +161,30 @@ size_t check_prompt_piece(const ModelConfig& c, std::span<const int32_t> tokens,
   return need;
 }
 
+int PrefillRunner::ring_length(const KvCacheView& kv) const {
+  return n_ring_layers_ > 0 ? kv_ring_length(config_.max_sliding_window(), kv.block_size) : 0;
+}
+
+size_t PrefillRunner::check(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
+                            const KvCacheView& kv, std::span<const int32_t> ring_table) const {
+  const size_t need = check_prompt_piece(config_, tokens, start_pos, block_table, kv);
+  const int ring_len = ring_length(kv);
+  const size_t ring_need = std::min<size_t>(need, ring_len);
+  const int last = start_pos + static_cast<int>(tokens.size()) - 1;
+  if (ring_len > 0) {
+    MD_REQUIRE(kv.ring != nullptr && kv.ring_len == ring_len && kv.n_ring_blocks >= ring_len, "prefill: the ",
+               n_ring_layers_, " sliding-window layers need a ring pool of rings of ", ring_len, " blocks; the cache has ",
+               kv.n_ring_blocks, " ring blocks, rings of ", kv.ring_len);
+    for (size_t b = 0; b < ring_need; ++b)
+      MD_REQUIRE(b < ring_table.size() && ring_table[b] >= 0 && ring_table[b] < kv.n_ring_blocks, "prefill: ring entry ",
+                 b, " of ", ring_table.size(), " (positions up to ", last, " need ", ring_need,
+                 ") missing or outside the ring pool's ", kv.n_ring_blocks, " blocks");
+  }
+  MD_REQUIRE(ring_table.size() <= static_cast<size_t>(ring_len), "prefill: a ring table of ", ring_table.size(),
+             " blocks", ring_len > 0 ? cat(", rings hold ", ring_len) : std::string(" for a model without sliding layers"));
+  return need;
+}
+
 void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
                         const KvCacheView& kv, std::span<float> last_logits, cudaStream_t stream,
                         std::span<const int32_t> ring_table) {
@@ -169,21 +193,9 @@ void PrefillRunner::run(std::span<const int32_t> tokens, int start_pos, std::spa
   MD_REQUIRE(T >= 1 && T <= max_chunk_, "prefill: piece of ", tokens.size(), " tokens outside 1..", max_chunk_);
   MD_REQUIRE(last_logits.empty() || last_logits.size() == static_cast<size_t>(c.vocab_size), "prefill: last_logits has ",
              last_logits.size(), " floats, vocab is ", c.vocab_size);
-  const size_t need = check(tokens, start_pos, block_table, kv);
-  // A model with sliding layers: the ring pool and the sequence's ring (kv/kv_cache.h).
-  const int ring_len = n_ring_layers_ > 0 ? kv_ring_length(c.max_sliding_window(), kv.block_size) : 0;
+  const size_t need = check(tokens, start_pos, block_table, kv, ring_table);
+  const int ring_len = ring_length(kv);
   const size_t ring_need = std::min<size_t>(need, ring_len);
-  if (ring_len > 0) {
-    MD_REQUIRE(kv.ring != nullptr && kv.ring_len == ring_len && kv.n_ring_blocks >= ring_len, "prefill: the ",
-               n_ring_layers_, " sliding-window layers need a ring pool of rings of ", ring_len, " blocks; the cache has ",
-               kv.n_ring_blocks, " ring blocks, rings of ", kv.ring_len);
-    for (size_t b = 0; b < ring_need; ++b)
-      MD_REQUIRE(b < ring_table.size() && ring_table[b] >= 0 && ring_table[b] < kv.n_ring_blocks, "prefill: ring entry ",
-                 b, " of ", ring_table.size(), " (positions up to ", start_pos + T - 1, " need ", ring_need,
-                 ") outside the ring pool's ", kv.n_ring_blocks, " blocks");
-  }
-  MD_REQUIRE(ring_table.size() <= static_cast<size_t>(ring_len), "prefill: a ring table of ", ring_table.size(),
-             " blocks", ring_len > 0 ? cat(", rings hold ", ring_len) : std::string(" for a model without sliding layers"));
 
   // Inputs: tokens, the block table and the ring table through one pinned buffer.
   const size_t staging_need = (static_cast<size_t>(T) + need + ring_len) * sizeof(int32_t);

@@ -57,11 +57,13 @@ class PrefillRunner {
   static size_t workspace_bytes(const ModelConfig& config, int max_chunk);
   int max_chunk() const { return max_chunk_; }
 
-  // check_prompt_piece on this runner's model.
+  // check_prompt_piece on this runner's model, and for a model with sliding-window layers the ring
+  // pool and the sequence's ring table (min(ring_len, blocks up to the last position) valid entries,
+  // ring_len at most; none without such layers). Returns the block-table entries the tokens use.
   size_t check(std::span<const int32_t> tokens, int start_pos, std::span<const int32_t> block_table,
-               const KvCacheView& kv) const {
-    return check_prompt_piece(config_, tokens, start_pos, block_table, kv);
-  }
+               const KvCacheView& kv, std::span<const int32_t> ring_table = {}) const;
+  // The ring entries a sequence holds at most (0 for a model without sliding layers).
+  int ring_length(const KvCacheView& kv) const;
 
   // Runs tokens (1..max_chunk) at positions start_pos.., writing their K/V through block_table
   // (and, a model with sliding-window layers, those layers' through ring_table: min(ring_len,
