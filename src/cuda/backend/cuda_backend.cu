@@ -313,18 +313,10 @@ void CudaBackend::decode_megakernel(std::span<const DecodeSeq> seqs, bool want_l
     for (size_t b = 0; b < need; ++b)
       MD_REQUIRE(s.chunk.block_table[b] >= 0 && s.chunk.block_table[b] < n_kv_blocks_, "decode: sequence ", i,
                  ": block ", s.chunk.block_table[b], " outside the cache's ", n_kv_blocks_, " blocks");
-    std::span<const int32_t> ring;
-    if (ring_len_ > 0) {  // the ring blocks the step reads and appends to (plan/planner.cpp check_ring_tables)
-      const size_t ring_need = std::min<size_t>(ring_len_, need);
-      MD_REQUIRE(s.chunk.ring_table.size() >= ring_need && s.chunk.ring_table.size() <= static_cast<size_t>(ring_len_),
-                 "decode: sequence ", i, ": ring table of ", s.chunk.ring_table.size(), " blocks, position ",
-                 s.chunk.start_pos, " needs ", ring_need, " to ", ring_len_);
-      for (size_t b = 0; b < ring_need; ++b)
-        MD_REQUIRE(s.chunk.ring_table[b] >= 0 && s.chunk.ring_table[b] < n_ring_blocks_, "decode: sequence ", i,
-                   ": ring block ", s.chunk.ring_table[b], " outside the ring pool's ", n_ring_blocks_, " blocks");
-      ring = s.chunk.ring_table.first(ring_need);
-    }
-    batch.seqs.push_back(SeqState{n_ctx, s.chunk.block_table.first(need), ring});
+    // The ring blocks the step reads and appends to (plan/planner.cpp check_ring_tables).
+    const size_t ring_need =
+        prefill::check_ring_table(s.chunk.ring_table, need, ring_len_, n_ring_blocks_, cat("decode: sequence ", i));
+    batch.seqs.push_back(SeqState{n_ctx, s.chunk.block_table.first(need), s.chunk.ring_table.first(ring_need)});
   }
   run_step(batch, seqs);
   const int B = static_cast<int>(seqs.size());

@@ -269,13 +269,7 @@ void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCac
     for (size_t b = 0; b < need; ++b)
       MD_REQUIRE(row.block_table[b] >= 0 && row.block_table[b] < kv.n_blocks, "batched step: row ", r, ": block ",
                  row.block_table[b], " outside the cache's ", kv.n_blocks, " blocks");
-    const size_t ring_need = std::min<size_t>(need, ring_len);
-    MD_REQUIRE(row.ring_table.size() >= ring_need && row.ring_table.size() <= static_cast<size_t>(ring_len),
-               "batched step: row ", r, ": ring table of ", row.ring_table.size(), " blocks, position ", row.position,
-               ring_len > 0 ? cat(" needs ", ring_need, " to ", ring_len) : std::string(" (the model has no sliding layers)"));
-    for (size_t b = 0; b < ring_need; ++b)
-      MD_REQUIRE(row.ring_table[b] >= 0 && row.ring_table[b] < kv.n_ring_blocks, "batched step: row ", r,
-                 ": ring block ", row.ring_table[b], " outside the ring pool's ", kv.n_ring_blocks, " blocks");
+    prefill::check_ring_table(row.ring_table, need, ring_len, kv.n_ring_blocks, cat("batched step: row ", r));
     sampling::validate(row.sampling);
   }
 }

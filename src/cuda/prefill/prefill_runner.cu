@@ -161,6 +161,18 @@ size_t check_prompt_piece(const ModelConfig& c, std::span<const int32_t> tokens,
   return need;
 }
 
+size_t check_ring_table(std::span<const int32_t> ring_table, size_t blocks, int ring_len, int n_ring_blocks,
+                        const std::string& who) {
+  const size_t need = std::min<size_t>(blocks, ring_len);
+  MD_REQUIRE(ring_table.size() >= need && ring_table.size() <= static_cast<size_t>(ring_len), who, ": ring table of ",
+             ring_table.size(), " blocks, ",
+             ring_len > 0 ? cat("its positions need ", need, " to ", ring_len) : std::string("the model has no sliding layers"));
+  for (size_t b = 0; b < need; ++b)
+    MD_REQUIRE(ring_table[b] >= 0 && ring_table[b] < n_ring_blocks, who, ": ring block ", ring_table[b],
+               " outside the ring pool's ", n_ring_blocks, " blocks");
+  return need;
+}
+
 int PrefillRunner::ring_length(const KvCacheView& kv) const {
   return n_ring_layers_ > 0 ? kv_ring_length(config_.max_sliding_window(), kv.block_size) : 0;
 }
@@ -169,19 +181,12 @@ size_t PrefillRunner::check(std::span<const int32_t> tokens, int start_pos, std:
                             const KvCacheView& kv, std::span<const int32_t> ring_table) const {
   const size_t need = check_prompt_piece(config_, tokens, start_pos, block_table, kv);
   const int ring_len = ring_length(kv);
-  const size_t ring_need = std::min<size_t>(need, ring_len);
-  const int last = start_pos + static_cast<int>(tokens.size()) - 1;
-  if (ring_len > 0) {
+  if (ring_len > 0)
     MD_REQUIRE(kv.ring != nullptr && kv.ring_len == ring_len && kv.n_ring_blocks >= ring_len, "prefill: the ",
                n_ring_layers_, " sliding-window layers need a ring pool of rings of ", ring_len, " blocks; the cache has ",
                kv.n_ring_blocks, " ring blocks, rings of ", kv.ring_len);
-    for (size_t b = 0; b < ring_need; ++b)
-      MD_REQUIRE(b < ring_table.size() && ring_table[b] >= 0 && ring_table[b] < kv.n_ring_blocks, "prefill: ring entry ",
-                 b, " of ", ring_table.size(), " (positions up to ", last, " need ", ring_need,
-                 ") missing or outside the ring pool's ", kv.n_ring_blocks, " blocks");
-  }
-  MD_REQUIRE(ring_table.size() <= static_cast<size_t>(ring_len), "prefill: a ring table of ", ring_table.size(),
-             " blocks", ring_len > 0 ? cat(", rings hold ", ring_len) : std::string(" for a model without sliding layers"));
+  check_ring_table(ring_table, need, ring_len, kv.n_ring_blocks,
+                   cat("prefill: positions up to ", start_pos + static_cast<int>(tokens.size()) - 1));
   return need;
 }
 

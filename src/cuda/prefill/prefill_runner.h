@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -43,6 +44,13 @@ struct KvCacheView {
 // the prompt pieces of the batched step's mixed steps.)
 size_t check_prompt_piece(const ModelConfig& config, std::span<const int32_t> tokens, int start_pos,
                           std::span<const int32_t> block_table, const KvCacheView& kv);
+
+// Error unless a sequence's ring table (kv/kv_cache.h) holds min(ring_len, blocks) blocks of a ring
+// pool of n_ring_blocks, ring_len entries at most (none when ring_len is 0: a model without
+// sliding layers); `who` starts the message ("decode: sequence 3"). Returns min(ring_len, blocks):
+// the entries the positions in those blocks use. (The megakernel, the batched step and prefill.)
+size_t check_ring_table(std::span<const int32_t> ring_table, size_t blocks, int ring_len, int n_ring_blocks,
+                        const std::string& who);
 
 class PrefillRunner {
  public:
