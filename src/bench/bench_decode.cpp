@@ -14,6 +14,7 @@
 #include "core/args.h"
 #include "core/check.h"
 #include "kv/kv_cache.h"
+#include "engine/kv_pools.h"
 #include "model/presets.h"
 #include "plan/policy.h"
 
@@ -38,7 +39,9 @@ int64_t blocks_for(int batch, int context, int bs) { return int64_t{batch} * ((c
 
 }  // namespace
 
-int64_t DecodeBenchOptions::block_bytes() const { return kv_bytes_per_token(config) * backend.kv_block_size; }
+int64_t DecodeBenchOptions::block_bytes() const {
+  return kv_pool_shape(config, backend.kv_block_size, 2).full_block_bytes;
+}
 
 int64_t DecodeBenchOptions::main_blocks() const {
   int64_t n = blocks_for(trace_batch, points.front().first, backend.kv_block_size);
@@ -68,9 +71,7 @@ int64_t DecodeBenchOptions::ring_blocks() const {
 }
 
 int64_t DecodeBenchOptions::ring_block_bytes() const {
-  int n_sliding = 0;
-  for (int l = 0; l < config.n_layers; ++l) n_sliding += config.is_sliding_layer(l) ? 1 : 0;
-  return kv_bytes_per_token(config) / config.n_layers * n_sliding * backend.kv_block_size;
+  return kv_pool_shape(config, backend.kv_block_size, 2).ring_block_bytes;
 }
 
 DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {

@@ -40,7 +40,7 @@ struct DecodeBenchOptions {
   // backends hold (ablation batches at the first context); one backend lives at a time.
   int64_t main_blocks() const;
   int64_t ablation_blocks() const;
-  int64_t block_bytes() const;  // one KV block over all layers
+  int64_t block_bytes() const;  // one block of the full pool (engine/kv_pools.h): every full-attention layer
   // Models with sliding-window layers: the ring pool's blocks (the largest point's need, a
   // sequence holding min(R, its blocks) of them) and the bytes of one ring block over the sliding
   // layers; 0 without.

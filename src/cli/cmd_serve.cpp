@@ -197,6 +197,7 @@ int cmd_serve(int argc, char** argv) {
   http.start();
   log_info("serving ", name, tokenizer ? "" : " as token ids (--skip-tokenizer-init)", " (backend ", backend->name(),
            ", max_model_len ", engine.max_model_len(), ", ", backend->n_kv_blocks(), " KV blocks of ", block_size,
+           backend->n_ring_blocks() > 0 ? cat(" and ", backend->n_ring_blocks(), " ring blocks (sliding layers)") : "",
            ", max_num_seqs ", max_num_seqs, ") on ", http.tls() ? "https" : "http", "://", hc.host, ":", http.port(),
            api_key.enabled() ? " (API key required)" : "");
 

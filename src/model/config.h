@@ -78,8 +78,11 @@ struct ModelConfig {
     for (const LayerSpec& l : layers) w = l.sliding_window > w ? l.sliding_window : w;
     return w;
   }
-  // bf16 bytes of one token's K and V over all layers.
-  size_t kv_bytes_per_token() const { return static_cast<size_t>(n_layers) * 2 * kv_size() * 2; }
+  int n_sliding_layers() const {
+    int n = 0;
+    for (const LayerSpec& l : layers) n += l.sliding_window > 0 ? 1 : 0;
+    return n;
+  }
 };
 
 // Parses config.json text/values. `source` names the file in error messages.

@@ -227,7 +227,7 @@ TEST(DecodeOptions, NorthPresetsRunEveryBackendWithARingPool) {
   EXPECT_EQ(n.backends, (std::vector<std::string>{"cuda-mk", "cuda-ops", "cuda-batched", "cuda"}));
   EXPECT_EQ(n.ring_blocks(), 8 * 257);  // kv_ring_length(4096, 16) = 257 blocks a sequence
   EXPECT_EQ(n.ring_block_bytes(), 36 * 2 * 4 * 128 * 2 * 16);  // the 36 sliding layers
-  EXPECT_EQ(n.block_bytes(), 49 * 2 * 4 * 128 * 2 * 16);       // the full pool keeps every layer
+  EXPECT_EQ(n.block_bytes(), 13 * 2 * 4 * 128 * 2 * 16);       // the full pool: the 13 full-attention layers
   EXPECT_EQ(decode_memory_problem(n, int64_t{140} << 30), "");
   // A point holds min(R, its blocks) ring blocks a sequence: 1K at batch 256 needs 64 a sequence.
   const DecodeBenchOptions wide = parse({"--preset", "north-mini-code", "--context", "8192", "--batch", "1",

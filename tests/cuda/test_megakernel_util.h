@@ -84,8 +84,11 @@ inline Case make_case(const ModelConfig& c, const cuda::CudaBackend& be, SplitMi
   k.kv.resize(be.kv_cache_elements());
   for (auto& x : k.kv) x = float_to_bf16_bits((rng.unit() < 0.5f ? -1.0f : 1.0f) * (1000.0f + 30000.0f * rng.unit()));
   const int G = c.n_kv_heads, D = c.head_dim;
+  // The full pool's layers (engine/kv_pools.h: every layer for qwen3_moe, whose full index is the layer).
+  const int n_pool_layers = static_cast<int>(k.kv.size() / (size_t{2} * nb * G * bs * D));
+  if (n_pool_layers != c.n_layers - c.n_sliding_layers()) throw std::runtime_error("full KV pool of an unexpected size");
   for (const CaseSeq& s : k.seqs)
-    for (int L = 0; L < c.n_layers; ++L)
+    for (int L = 0; L < n_pool_layers; ++L)
       for (int kvi = 0; kvi < 2; ++kvi)
         for (int j = 0; j + 1 < s.n_ctx; ++j)
           for (int g = 0; g < G; ++g)
@@ -133,6 +136,7 @@ inline std::vector<std::vector<float>> cpu_ref_step(const ModelConfig& c, const 
                                                     int device_blocks, const RoutingLog& forced, bool device_rounding,
                                                     RoutingAudit& audit) {
   const int bs = 16, G = c.n_kv_heads, D = c.head_dim;
+  if (c.n_sliding_layers() != 0) throw std::runtime_error("cpu_ref_step copies a full pool of every layer");
   int n_blocks = 0;  // only the blocks the case uses: the store is fp32, the device cache may be large
   for (const CaseSeq& s : k.seqs)
     for (int32_t b : s.table) n_blocks = std::max(n_blocks, b + 1);

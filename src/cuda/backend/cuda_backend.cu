@@ -16,6 +16,7 @@
 #include "cuda/common/device_info.h"
 #include "cuda/megakernel/launch.h"
 #include "kv/kv_cache.h"
+#include "engine/kv_pools.h"
 #include "plan/planner.h"
 #include "sampling/host_sampler.h"
 #include "sampling/params.h"
@@ -70,29 +71,26 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   const int sms = sm_count();
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
   planner_ = std::make_unique<StepPlanner>(c, policy_, PlanOptions{.n_sms = n_sms_});
-  const size_t full_block_bytes =
-      static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;
-  // Sliding-window layers keep their K/V in a ring pool as well (cpu-ref's layout: kv/kv_cache.h).
-  // The full pool keeps a slice for every layer, sliding ones included, so the qwen3_moe address
-  // path (layer * stride) stays as it is; the sliding layers' slices of it go unused. The ring pool
-  // has as many blocks as the full pool unless --n-ring-blocks says otherwise (cpu-ref's default:
-  // a sequence never holds more ring than full blocks), so one block of budget buys one of each.
-  for (int l = 0; l < c.n_layers; ++l) n_ring_layers_ += c.is_sliding_layer(l) ? 1 : 0;
-  ring_len_ = n_ring_layers_ > 0 ? kv_ring_length(c.max_sliding_window(), options_.kv_block_size) : 0;
-  const size_t ring_block_bytes =
-      static_cast<size_t>(n_ring_layers_) * 2 * c.n_kv_heads * options_.kv_block_size * c.head_dim * 2;
-  const size_t block_bytes = full_block_bytes + (options_.n_ring_blocks > 0 ? 0 : ring_block_bytes);
-  if (options_.n_kv_blocks > 0) {
-    n_kv_blocks_ = options_.n_kv_blocks;
-  } else {
+  // Sliding-window layers keep their K/V in a ring pool (cpu-ref's layout: kv/kv_cache.h), the
+  // full-attention layers in the full pool; each pool has a slice for its own layers only
+  // (MkLayerWeights::kv_full_index, kv_ring_index). engine/kv_pools.h sizes them: the ring pool gets
+  // min(full blocks, max_decode_batch() rings) unless --n-ring-blocks says otherwise.
+  const KvPoolShape pools = kv_pool_shape(c, options_.kv_block_size, 2);
+  n_full_layers_ = pools.n_full_layers;
+  n_ring_layers_ = pools.n_ring_layers;
+  ring_len_ = pools.ring_length;
+  MD_REQUIRE(n_full_layers_ > 0, "model_type ", c.model_type, " has no full-attention layer (every layer has a sliding "
+             "window): the CUDA backends need at least one; use backend cpu-ref");
+  double budget = 0.0;
+  if (options_.n_kv_blocks == 0) {
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const double ring_fixed =  // an explicit ring pool comes off the budget first
-        options_.n_ring_blocks > 0 ? static_cast<double>(ring_block_bytes) * options_.n_ring_blocks : 0.0;
-    const double budget = options_.gpu_memory_utilization * static_cast<double>(total_b) -
-                          static_cast<double>(total_b - free_b) - static_cast<double>(kActivationReserve) - ring_fixed;
-    // The smallest useful pool: one block for each sequence of the largest batch.
-    const double minimal = static_cast<double>(block_bytes) * max_decode_batch();
+    budget = options_.gpu_memory_utilization * static_cast<double>(total_b) - static_cast<double>(total_b - free_b) -
+             static_cast<double>(kActivationReserve);
+    // The smallest useful pool: one block of each pool for each sequence of the largest batch.
+    const double minimal =
+        static_cast<double>(pools.full_block_bytes) * max_decode_batch() +
+        static_cast<double>(pools.ring_block_bytes) * (options_.n_ring_blocks > 0 ? options_.n_ring_blocks : max_decode_batch());
     MD_REQUIRE(budget >= minimal, "the KV cache does not fit: the model and workspaces leave ",
                static_cast<int64_t>(std::max(budget, 0.0)) >> 20, " MiB of the ",
                static_cast<int64_t>(options_.gpu_memory_utilization * static_cast<double>(total_b)) >> 20,
@@ -100,17 +98,20 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
                " MiB free of ", total_b >> 20, "); a minimal pool (one block per sequence of ", max_decode_batch(),
                ") needs ", static_cast<int64_t>(minimal) >> 20, " MiB: raise --gpu-memory-utilization or lower "
                "--max-num-seqs or --block-size");
-    n_kv_blocks_ = static_cast<int>(std::min<double>(budget / static_cast<double>(block_bytes), 1 << 30));
   }
-  CUDA_CHECK(cudaMalloc(&kv_, full_block_bytes * n_kv_blocks_));
-  CUDA_CHECK(cudaMemset(kv_, 0, full_block_bytes * n_kv_blocks_));
+  const KvPoolSizes sizes =
+      size_kv_pools(pools, budget, max_decode_batch(), options_.n_kv_blocks, options_.n_ring_blocks);
+  n_kv_blocks_ = static_cast<int>(sizes.n_blocks);
+  MD_REQUIRE(n_kv_blocks_ >= 1, "the KV cache has no block");
+  CUDA_CHECK(cudaMalloc(&kv_, static_cast<size_t>(pools.full_block_bytes) * n_kv_blocks_));
+  CUDA_CHECK(cudaMemset(kv_, 0, static_cast<size_t>(pools.full_block_bytes) * n_kv_blocks_));
   if (n_ring_layers_ > 0) {
-    n_ring_blocks_ = options_.n_ring_blocks > 0 ? options_.n_ring_blocks : n_kv_blocks_;
+    n_ring_blocks_ = static_cast<int>(sizes.n_ring_blocks);
     MD_REQUIRE(n_ring_blocks_ >= ring_len_, "the KV ring pool of ", n_ring_blocks_, " blocks is smaller than one ring (",
                ring_len_, " blocks of ", options_.kv_block_size, " tokens for the sliding window of ",
                c.max_sliding_window(), ")");
-    CUDA_CHECK(cudaMalloc(&kv_ring_, ring_block_bytes * n_ring_blocks_));
-    CUDA_CHECK(cudaMemset(kv_ring_, 0, ring_block_bytes * n_ring_blocks_));
+    CUDA_CHECK(cudaMalloc(&kv_ring_, static_cast<size_t>(pools.ring_block_bytes) * n_ring_blocks_));
+    CUDA_CHECK(cudaMemset(kv_ring_, 0, static_cast<size_t>(pools.ring_block_bytes) * n_ring_blocks_));
   }
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaMalloc(&error_, sizeof(MkError)));
@@ -161,7 +162,7 @@ void CudaBackend::record_routing(int64_t seq, int first_pos, int n_tokens, const
 
 size_t CudaBackend::kv_cache_elements() const {
   const ModelConfig& c = config();
-  return static_cast<size_t>(c.n_layers) * 2 * n_kv_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
+  return static_cast<size_t>(n_full_layers_) * 2 * n_kv_blocks_ * c.n_kv_heads * options_.kv_block_size * c.head_dim;
 }
 
 size_t CudaBackend::kv_ring_elements() const {

@@ -62,7 +62,9 @@ class CudaBackend : public Backend {
   int n_sms() const { return n_sms_; }
 
   // ---- test hooks ----
-  // The paged KV cache: [n_layers][2 (K, V)][n_kv_blocks][n_kv_heads][block_size][head_dim] bf16.
+  // The paged KV cache of the full-attention layers: [n_full_layers][2 (K, V)][n_kv_blocks][n_kv_heads]
+  // [block_size][head_dim] bf16, layer l at its MkLayerWeights::kv_full_index (l itself when no
+  // layer slides).
   uint16_t* kv_cache() const { return kv_; }
   size_t kv_cache_elements() const;
   // The ring pool of the sliding-window layers (nullptr without):
@@ -141,6 +143,7 @@ class CudaBackend : public Backend {
   // Models with sliding-window layers: those layers' K/V in a ring a sequence (kv/kv_cache.h),
   // ring_len_ = kv_ring_length(W, block size) blocks of n_ring_blocks_.
   int n_ring_layers_ = 0, ring_len_ = 0, n_ring_blocks_ = 0;
+  int n_full_layers_ = 0;  // the other layers: their K/V in the full pool (kv_)
   uint16_t* kv_ring_ = nullptr;
   cudaStream_t stream_ = nullptr;
 

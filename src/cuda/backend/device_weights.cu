@@ -220,7 +220,9 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
   };
 
   layers_.resize(c.n_layers);
-  int n_ring_layers = 0;  // the sliding layers' K/V live in the backend's ring pool, in layer order
+  // The sliding layers' K/V live in the backend's ring pool, the others' in its full pool, each in
+  // layer order (engine/kv_pools.h).
+  int n_ring_layers = 0, n_full_layers = 0;
   for (int l = 0; l < c.n_layers; ++l) {
     // Fused QKV, group-major: group g = [q heads g*gs..g*gs+gs-1 | k head g | v head g].
     const int64_t grp = (gs + 2) * D * H * 2;  // bytes per group of the fused matrix
@@ -281,6 +283,7 @@ void DeviceWeights::build(const Source& source, const std::string& lm_head_name,
     w.expert_up_elems = up_elems;
     w.expert_down_elems = down_elems;
     w.kv_ring_index = c.is_sliding_layer(l) ? n_ring_layers++ : -1;
+    w.kv_full_index = c.is_sliding_layer(l) ? -1 : n_full_layers++;
   }
   direct("model.embed_tokens.weight", V, H, embed_off);
   direct("model.norm.weight", H, 1, final_norm_off);

@@ -502,11 +502,12 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, E = c.n_experts,
             K = c.n_experts_per_tok, I = c.moe_intermediate_size, nq = c.q_size(), qkv_rows = G * (gs + 2) * D;
   // A sliding layer's K/V: its slice of the ring pool, through the rows' ring tables; the others'
-  // their slice of the paged pool (which keeps one for every layer, as the megakernel's addresses).
+  // their slice of the full pool (engine/kv_pools.h).
   const bool ring = shape.ring_len > 0 && lw.kv_ring_index >= 0;
+  MD_CHECK(ring || lw.kv_full_index >= 0, "batched step: layer ", l, " has no slice of the full KV pool");
   const bool parallel = c.block == BlockKind::kParallel;
   const int64_t layer_elems = int64_t{2} * (ring ? kv.n_ring_blocks : kv.n_blocks) * G * kv.block_size * D;
-  uint16_t* k_cache = (ring ? kv.ring + lw.kv_ring_index * layer_elems : kv.data + l * layer_elems);
+  uint16_t* k_cache = (ring ? kv.ring + lw.kv_ring_index * layer_elems : kv.data + lw.kv_full_index * layer_elems);
   uint16_t* v_cache = k_cache + layer_elems / 2;
   const int32_t* kv_tables = ring ? reinterpret_cast<const int32_t*>(inputs_ + in.ring_tables) : tables;
 

@@ -120,9 +120,10 @@ struct Loader {
     const int32_t* bt = buf<const int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq;
     ptx::prefetch_l1(buf<const int32_t>(p, b.seq_len) + it.seq);
     ptx::prefetch_l1(bt + (it.pos_begin >> sb));
-    if (!(p.flags & kMkKvPrefetch)) return;
+    const int32_t full_layer = p.w.layers[t.layer].kv_full_index;
+    if (!(p.flags & kMkKvPrefetch) || full_layer < 0) return;  // the consumers refuse an item without a slice
     const uint32_t block_bytes = static_cast<uint32_t>(s.kv_block_size * s.head_dim * 2);  // one group's rows of a block
-    const uint16_t* kc = p.kv + static_cast<int64_t>(t.layer) * p.kv_layer_stride;
+    const uint16_t* kc = p.kv + static_cast<int64_t>(full_layer) * p.kv_layer_stride;
     for (int blk = it.pos_begin >> sb; blk <= (it.pos_end - 1) >> sb; ++blk) {
       const int64_t at = (static_cast<int64_t>(bt[blk]) * s.n_kv_heads + it.group) * s.kv_block_size * s.head_dim;
       ptx::bulk_prefetch_l2(kc + at, block_bytes);

@@ -28,7 +28,7 @@ struct MkLayerWeights {
   int64_t expert_up_elems;       // packed elements of one expert's up matrix (stride between experts)
   int64_t expert_down_elems;
   int32_t kv_ring_index;         // a sliding-window layer: its index among the ring pool's layers; -1 otherwise
-  int32_t pad;
+  int32_t kv_full_index;         // a full-attention layer: its index among the full pool's layers; -1 otherwise
 };
 
 struct MkModelWeights {
@@ -109,7 +109,7 @@ struct MkParams {
   const int32_t* list_end;        // [n_sms] one past its last task in this launch
   uint8_t* counters;              // n_counters * stride_bytes, zeroed before the step
   uint8_t* arena;                 // the BufferLayout arena
-  uint16_t* kv;                   // [n_layers][2][n_blocks][G][block_size][D] bf16
+  uint16_t* kv;                   // [n_full_layers][2][n_blocks][G][block_size][D] bf16, layer L at its kv_full_index
   int64_t kv_layer_stride;        // elements per layer (both K and V)
   int64_t kv_v_offset;            // elements from K to V of one layer
   // The ring pool of the sliding-window layers (ATTN kAttnSliding; nullptr for a model without):

@@ -306,15 +306,17 @@ void PrefillRunner::enqueue_layer(int l, int T, int start_pos, const KvCacheView
   const MkLayerWeights& lw = layers_[l];
   const int H = c.hidden_size, G = c.n_kv_heads, gs = c.group_size(), D = c.head_dim, K = c.n_experts_per_tok,
             nq = c.q_size(), qkv_rows = G * (gs + 2) * D;
-  const int64_t layer_elems = int64_t{2} * kv.n_blocks * G * kv.block_size * D;
-  uint16_t* k_cache = kv.data + l * layer_elems;
-  uint16_t* v_cache = k_cache + layer_elems / 2;
   // A sliding layer: the piece runs in the scratch (prefill_index.h sliding_piece), its window's
   // earlier keys copied in from the sequence's ring first, its last positions written back after.
+  // A full-attention layer: its slice of the full pool (engine/kv_pools.h).
   const int window = c.layers[l].sliding_window;
   const bool sliding = window > 0;
   MD_CHECK(!sliding || (lw.kv_ring_index >= 0 && kv.ring != nullptr && ring_table_ != nullptr),
            "prefill: sliding layer ", l, " without its ring (run() checks the ring pool first)");
+  MD_CHECK(sliding || lw.kv_full_index >= 0, "prefill: layer ", l, " has no slice of the full KV pool");
+  const int64_t layer_elems = int64_t{2} * kv.n_blocks * G * kv.block_size * D;
+  uint16_t* k_cache = sliding ? nullptr : kv.data + lw.kv_full_index * layer_elems;
+  uint16_t* v_cache = sliding ? nullptr : k_cache + layer_elems / 2;
   const int ring_len = sliding ? kv.ring_len : 0;
   const SlidingPiece sp = sliding ? sliding_piece(start_pos, T, window, kv.block_size, ring_len) : SlidingPiece{0, 0, 0};
   RingCopyArgs rc;

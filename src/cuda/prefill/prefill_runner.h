@@ -25,7 +25,8 @@
 
 namespace megadecode::cuda::prefill {
 
-// The caller's paged KV cache: [n_layers][2 (K, V)][n_blocks][n_kv_heads][block_size][head_dim] bf16;
+// The caller's paged KV cache of the full-attention layers (engine/kv_pools.h): [n_full_layers][2 (K, V)]
+// [n_blocks][n_kv_heads][block_size][head_dim] bf16, layer l at its MkLayerWeights::kv_full_index;
 // with sliding-window layers also their ring pool (kv/kv_cache.h): [n_ring_layers][2][n_ring_blocks]
 // [n_kv_heads][block_size][head_dim] bf16, layer l at its MkLayerWeights::kv_ring_index, a sequence
 // holding ring_len blocks of it at most.
