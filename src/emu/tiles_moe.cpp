@@ -4,6 +4,9 @@
 //     silu(gate . hn) * (up . hn) for every slot of the unit's expert, hn = RMSNorm(h) recomputed;
 //   EXPERT_DOWN share: its hidden rows over every active expert: x[t, rows] = h[t, rows] +
 //     sum_k w_k * (down_k . act[slot(t, k)]), the sum in top-k order from zero (the reference's).
+// Shared experts (parallel blocks): the up shares' units after the routed ones are the shared MLP's
+// (shared_act[t, cols] for every token), and the down shares add its down rows to the routed sum,
+// F = routed + shared_down . shared_act[t], halved when averaged: cpu-ref's order, bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -71,9 +74,22 @@ void tile_expert_up(const StepView& v, Sync&, const Task& task) {
   const int L = task.layer, H = s.hidden, I = s.moe_inter;
   const LayerRouting r = route_layer(v);
   const std::vector<std::vector<float>> hn = ffn_input(v, L);
-  const MoeShare share = moe_share(static_cast<int32_t>(r.active.size()) * s.up_units, task.arg[0], task.arg[1]);
+  const int32_t routed_units = static_cast<int32_t>(r.active.size()) * s.up_units;
+  const MoeShare share = moe_share(routed_units + s.shared_units, task.arg[0], task.arg[1]);
   std::vector<float> gate_row(H), up_row(H);
   for (int32_t u = share.begin; u < share.end; ++u) {
+    if (u >= routed_units) {  // a unit of the shared experts' MLP: every token
+      const int S = s.shared_inter, j = u - routed_units;
+      const ExpertWeights& w = v.weights->layers[L].shared;
+      for (int col = j * 8; col < std::min(S, (j + 1) * 8); ++col) {
+        ref::load_row(w.gate, col, gate_row.data());
+        ref::load_row(w.up, col, up_row.data());
+        for (int t = 0; t < s.batch; ++t)
+          v.shared_act[static_cast<size_t>(t) * S + col] =
+              ref::silu(ref::dot(gate_row.data(), hn[t].data(), H)) * ref::dot(up_row.data(), hn[t].data(), H);
+      }
+      continue;
+    }
     const int e = r.active[u / s.up_units], j = u % s.up_units;
     const ExpertWeights& w = v.weights->layers[L].experts[e];
     for (int col = j * 8; col < std::min(I, (j + 1) * 8); ++col) {
@@ -100,8 +116,10 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
         v.route_experts[at] = r.ids[t * K + k];
         v.route_weights[at] = r.w[t * K + k];
       }
-  std::vector<float> row(I);
-  for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr)
+  const int S = s.shared_inter;
+  std::vector<float> row(I), shared_row(S);
+  for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {
+    if (S > 0) ref::load_row(v.weights->layers[L].shared.down, rr, shared_row.data());
     for (int t = 0; t < s.batch; ++t) {
       float moe = 0.0f;
       for (int k = 0; k < K; ++k) {
@@ -109,12 +127,17 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
         const float* a = v.act + static_cast<size_t>(r.slot[t * K + k]) * I;
         moe += r.w[t * K + k] * ref::dot(row.data(), a, I);
       }
+      if (S > 0) {
+        const float sum = moe + ref::dot(shared_row.data(), v.shared_act + static_cast<size_t>(t) * S, S);
+        moe = s.shared_average ? sum * 0.5f : sum;
+      }
       const size_t at = static_cast<size_t>(t) * H + rr;
       if (s.parallel)
         v.ffn_out[at] = moe;  // F; O-proj adds x + o + F
       else
         v.x[at] = v.h[at] + moe;
     }
+  }
 }
 
 // The dense FFN (parallel blocks' dense layers): up share s of S takes the units

@@ -7,10 +7,13 @@
 // prefix sum of the counts in expert order. The up output `act` has one row per slot.
 // Up units: active expert j (in expert order) owns units [j * up_units, (j + 1) * up_units); unit u
 // of expert e is its packed up matrix's 16-row block u (gate columns 8u..8u+7 and the same up
-// columns). Share s of S takes the units moe_share(n_active * up_units, s, S): contiguous, equal in
-// weight bytes to within one unit, and at most two experts at large shares.
+// columns). With shared experts (PlanShape::shared_inter) their MLP's units follow the routed ones:
+// unit n_active * up_units + j is its row block j, for every token. Share s of S takes the units
+// moe_share(n_active * up_units + shared_units, s, S): contiguous, equal in weight bytes to within
+// one unit, and at most two experts at large shares.
 // Down shares: share s of S takes the hidden's 16-row blocks moe_share(down_rbs, s, S) over every
-// active expert (in expert order), and writes x = h + sum_k w_k down_k for its rows in top-k order.
+// active expert (in expert order), and writes x = h + sum_k w_k down_k for its rows in top-k order
+// (parallel blocks: F = sum_k w_k down_k, plus the shared MLP's down rows, halved when averaged).
 #pragma once
 
 #include <cstdint>

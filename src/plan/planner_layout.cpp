@@ -34,12 +34,12 @@ void check_model_plannable(const ModelConfig& c) {
     }
     return;
   }
-  // Parallel blocks (cohere2_moe): sliding and NoPE layers, dense layers, sigmoid routing and
-  // logit_scale are plan ops; what is not is refused by name.
+  // Parallel blocks (cohere2_moe): sliding and NoPE layers, dense layers, shared experts, sigmoid
+  // routing and logit_scale are plan ops; what is not is refused by name.
   MD_REQUIRE(c.norm == NormKind::kRms, "the decode planner (cpu-mk) implements RMSNorm only; ", c.model_type,
              " with LayerNorm (no rms_norm_eps in config.json) is not supported there: use backend cpu-ref");
-  MD_REQUIRE(c.shared_intermediate_size == 0, "the decode planner (cpu-mk) does not implement shared experts (",
-             c.model_type, " with shared_intermediate_size ", c.shared_intermediate_size, "): use backend cpu-ref");
+  MD_REQUIRE(c.shared_intermediate_size % 16 == 0, "the decode planner needs the shared experts' width to be a "
+             "multiple of 16, got ", c.shared_intermediate_size);
   const int w = c.max_sliding_window();
   for (int l = 0; l < c.n_layers; ++l) {
     MD_REQUIRE(c.layers[l].sliding_window == 0 || c.layers[l].sliding_window == w,
@@ -112,6 +112,9 @@ PlanShape plan_shape(const ModelConfig& c, const BatchState& batch, const Policy
     for (const LayerSpec& l : c.layers)
       if (l.ffn == FfnKind::kDense) s.dense_inter = c.intermediate_size;
     s.dense_units = s.dense_inter / 8;
+    s.shared_inter = c.shared_intermediate_size;
+    s.shared_units = s.shared_inter / 8;
+    s.shared_average = c.shared_intermediate_size > 0 && c.shared_combine == SharedCombine::kAverage ? 1 : 0;
     s.router_after_attn = p.router_after_attn ? 1 : 0;
   }
   return s;
@@ -237,6 +240,7 @@ BufferLayout buffer_layout(const PlanShape& s) {
   L.out_tokens = place(b * 4);
   L.ring_tables = place(b * static_cast<uint64_t>(s.ring_len) * 4);
   L.ffn_out = place(s.parallel ? b * h * 4 : 0);
+  L.shared_act = place(b * static_cast<uint64_t>(s.shared_inter) * 4);
   L.total_bytes = off;
   return L;
 }

@@ -105,10 +105,13 @@ Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], cons
   const int32_t n_active = static_cast<int32_t>(lr.count.size());
   Share sh;
   if (op == Op::kExpertUp) {
-    const MoeShare u = moe_share(n_active * s.up_units, share, n);
+    // Routed units, then the shared experts' (one more job when the share reaches them).
+    const int32_t routed = n_active * s.up_units;
+    const MoeShare u = moe_share(routed + s.shared_units, share, n);
     const int64_t units = u.end - u.begin;
+    const int32_t r_end = std::min(u.end, routed);
     sh.bytes = units * 16 * s.hidden * 2;
-    sh.jobs = units > 0 ? (u.end - 1) / s.up_units - u.begin / s.up_units + 1 : 0;
+    sh.jobs = (r_end > u.begin ? (r_end - 1) / s.up_units - u.begin / s.up_units + 1 : 0) + (u.end > routed ? 1 : 0);
     const int32_t windows = geo[kGemmUp].n_windows();
     sh.fills = windows > 1 ? units * windows : 0;
     return sh;
@@ -128,6 +131,10 @@ Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], cons
   }
   sh.bytes = sh.jobs * 16 * s.moe_inter * 2;  // one row block of one expert per job
   sh.fills = sh.fills > 0 ? sh.fills - 1 : 0;
+  if (s.shared_inter > 0) {  // and a job per row block of the shared experts' down rows
+    sh.jobs += span(r.begin, r.end);
+    sh.bytes += span(r.begin, r.end) * 16 * s.shared_inter * 2;
+  }
   return sh;
 }
 

@@ -99,7 +99,7 @@ PlanStats plan_stats(const Plan& plan) {
     sm_bytes[sm] += b;
   }
   // Attention reads K and V of its positions; the experts at the worst case (every routable
-  // expert active), shared evenly by the SMs' tasks.
+  // expert active, and the shared experts' MLP), shared evenly by the SMs' tasks.
   // Each layer's ATTN tasks name the items of its set (sliding layers: only their window).
   const int64_t L = s.n_layers;
   OpStats& attn = per_op[static_cast<int>(Op::kAttn)];
@@ -118,12 +118,12 @@ PlanStats plan_stats(const Plan& plan) {
   st.sliding_window = s.sliding_window;
   const int64_t active = std::min(s.n_experts, s.batch * s.top_k);
   OpStats& up = per_op[static_cast<int>(Op::kExpertUp)];
-  up.items = active * s.up_units * L;
+  up.items = (active * s.up_units + s.shared_units) * L;
   up.total_bytes = up.items * 16LL * s.hidden * 2;
   up.bytes_per_item = (up.total_bytes / L + s.n_sms - 1) / s.n_sms;
   OpStats& down = per_op[static_cast<int>(Op::kExpertDown)];
   down.items = active * s.down_rbs * L;
-  down.total_bytes = down.items * 16LL * s.moe_inter * 2;
+  down.total_bytes = down.items * 16LL * s.moe_inter * 2 + s.down_rbs * 16LL * s.shared_inter * 2 * L;
   down.bytes_per_item = (down.total_bytes / L + s.n_sms - 1) / s.n_sms;
   for (const OpStats& o : per_op)
     if (o.tasks > 0) st.ops.push_back(o);

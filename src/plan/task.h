@@ -149,7 +149,8 @@ MD_HOST_DEVICE inline int32_t layer_counter(const CounterLayout& c, int layer, i
   X(logits, float, "[B, V]")                                                                   \
   X(out_tokens, int32_t, "[B] sampled tokens")                                                 \
   X(ring_tables, int32_t, "[B, ring_len] ring blocks of the sliding layers (host-written; 0 bytes without)") \
-  X(ffn_out, float, "[B, H] parallel blocks: the FFN branch F, added by O-proj (0 bytes otherwise)")
+  X(ffn_out, float, "[B, H] parallel blocks: the FFN branch F, added by O-proj (0 bytes otherwise)") \
+  X(shared_act, float, "[B, shared_inter] silu(gate)*up of the shared experts' MLP (0 bytes without)")
 
 struct BufferSpan {
   uint64_t offset;  // bytes from the arena start
@@ -199,6 +200,12 @@ struct PlanShape {
   int32_t dense_inter;     // width of the dense FFN layers' MLP (0: no dense layer)
   int32_t dense_units;     // its up units (8 gate + 8 up rows each): dense_inter / 8
   int32_t router_after_attn;  // 1: ablation policy, router tiles wait for the layer's attention
+  // Shared experts (parallel blocks, MoE layers): one SwiGLU MLP of width shared_inter on the FFN
+  // input, its units after the routed ones in the EXPERT_UP shares (plan/moe_split.h), its down
+  // rows added in the EXPERT_DOWN shares: F = routed + shared, or (routed + shared) / 2.
+  int32_t shared_inter;    // 0: none
+  int32_t shared_units;    // its up units (8 gate + 8 up rows each): shared_inter / 8
+  int32_t shared_average;  // 1: F = (routed + shared) * 0.5
   float logit_scale;       // logits = lm_head(norm(x)) * logit_scale (1 for qwen3_moe)
 };
 

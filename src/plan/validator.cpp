@@ -38,6 +38,15 @@ void check_structure(const Plan& plan) {
   MD_REQUIRE(plan.task_wave.size() == plan.tasks.size(), "plan: task_wave does not match the task count");
   MD_REQUIRE(static_cast<int32_t>(plan.counters.size()) == plan.params.counters.n_counters,
              "plan: counter table does not match the counter layout");
+  // Shared experts: parallel plans only, whole up units and down row blocks, and room for their
+  // activations.
+  MD_REQUIRE(s.shared_inter >= 0 && s.shared_inter % 16 == 0 && s.shared_units * 8 == s.shared_inter &&
+                 (s.shared_inter == 0 || s.parallel) && (s.shared_average == 0 || (s.shared_average == 1 && s.shared_inter > 0)),
+             "plan: shared experts of width ", s.shared_inter, " (", s.shared_units, " up units, average ",
+             s.shared_average, ") in a plan ", s.parallel ? "of parallel blocks" : "of sequential blocks");
+  MD_REQUIRE(plan.params.buffers.shared_act.bytes >= static_cast<uint64_t>(s.batch) * s.shared_inter * 4,
+             "plan: shared_act holds ", plan.params.buffers.shared_act.bytes, " bytes, the shared experts need ",
+             static_cast<uint64_t>(s.batch) * s.shared_inter * 4);
   const int32_t n_counters = plan.params.counters.n_counters;
   for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
     const Task& t = plan.tasks[i];
@@ -558,6 +567,40 @@ void check_parallel_blocks(const Plan& plan, const Graph& g) {
 
 }  // namespace
 
+// Every down share (EXPERT_DOWN, DENSE_DOWN) reads activation rows that any up share of its layer
+// may have written (the routed experts' act, the shared experts' shared_act, the dense MLP's act),
+// so it must wait, directly or through other tasks, on every up share of its layer.
+void check_down_after_up(const Plan& plan, const Graph& g) {
+  const int n = static_cast<int>(plan.tasks.size());
+  auto is = [&](int t, Op a, Op b) { return plan.tasks[t].op == static_cast<uint8_t>(a) || plan.tasks[t].op == static_cast<uint8_t>(b); };
+  std::vector<std::vector<int>> ups(plan.params.shape.n_layers);
+  for (int i = 0; i < n; ++i)
+    if (plan.tasks[i].layer >= 0 && is(i, Op::kExpertUp, Op::kDenseUp)) ups[plan.tasks[i].layer].push_back(i);
+  std::vector<int> seen(n, -1);
+  std::set<std::pair<int, std::vector<std::pair<int32_t, int32_t>>>> done;  // one search per (layer, wait list)
+  for (int i = 0; i < n; ++i) {
+    if (plan.tasks[i].layer < 0 || !is(i, Op::kExpertDown, Op::kDenseDown)) continue;
+    const Task& t = plan.tasks[i];
+    std::vector<std::pair<int32_t, int32_t>> key;
+    for (int j = 0; j < t.n_waits; ++j) key.push_back({t.wait[j].counter, t.wait[j].target});
+    if (!done.insert({t.layer, key}).second) continue;
+    std::vector<int> stack{i};
+    while (!stack.empty()) {
+      const int v = stack.back();
+      stack.pop_back();
+      for (int e = g.begin[v]; e < g.begin[v + 1]; ++e) {
+        const int d = g.deps[e];
+        if (seen[d] == i || plan.tasks[d].layer != t.layer) continue;
+        seen[d] = i;
+        stack.push_back(d);
+      }
+    }
+    for (int u : ups[t.layer])
+      MD_REQUIRE(seen[u] == i, describe_task(plan, i), " does not wait (directly or through other tasks) on ",
+                 describe_task(plan, u), ", whose activations it reads");
+  }
+}
+
 void validate_plan(const Plan& plan) {
   check_structure(plan);
   check_attn_items(plan);
@@ -574,6 +617,7 @@ void validate_plan(const Plan& plan) {
   check_waves(plan, graph);
   check_funnels(plan, graph);
   check_parallel_blocks(plan, graph);
+  check_down_after_up(plan, graph);
 }
 
 }  // namespace megadecode

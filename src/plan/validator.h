@@ -21,7 +21,10 @@
 //   9. parallel blocks: every O-proj tile (which writes x = (x + o) + F) comes after every other
 //      task of its layer; no router, expert or dense share waits, even through other tasks, on its
 //      layer's O-proj, nor on its attention (except under router-after-attn and grid-sync); a
-//      layer has routed or dense FFN tasks, not both.
+//      layer has routed or dense FFN tasks, not both;
+//  10. every down share waits, directly or through other tasks, on every up share of its layer (it
+//      reads activation rows any of them wrote); shared experts only in parallel plans, whole
+//      units, their activations' buffer large enough.
 #pragma once
 
 #include "plan/plan.h"

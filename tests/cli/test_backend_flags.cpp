@@ -85,8 +85,8 @@ TEST(BackendFactory, HandsTheOptionsToTheBackendUnchanged) {
 }
 
 // A cohere2_moe model runs on cpu-ref and cpu-mk (the decode plan's parallel blocks, with its ring
-// pool) and on every CUDA backend (the megakernel, the batched step and the prefill kernels); cpu-mk
-// refuses what the plan does not implement (shared experts here) by name.
+// pool) and on every CUDA backend (the megakernel, the batched step and the prefill kernels). Shared
+// experts run on cpu-mk (plan ops); the CUDA backends refuse them by name, GPU or not.
 TEST(BackendFactory, Cohere2MoeRunsOnEveryBackendButWhatThePlanLacks) {
   ModelConfig c = test::cohere_config();
   test::TestWeights w = test::random_weights(c, Dtype::kBF16, 5);
@@ -111,13 +111,22 @@ TEST(BackendFactory, Cohere2MoeRunsOnEveryBackendButWhatThePlanLacks) {
 #endif
   c.shared_intermediate_size = 32;
   test::TestWeights shared = test::random_weights(c, Dtype::kBF16, 6);
-  try {
-    make_backend(c, shared.weights, shared.store, BackendOptions{.backend = "cpu-mk", .n_kv_blocks = 4});
-    ADD_FAILURE() << "cpu-mk accepted shared experts";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("shared experts"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("cpu-ref"), std::string::npos) << e.what();
+  EXPECT_EQ(make_backend(c, shared.weights, shared.store, BackendOptions{.backend = "cpu-mk", .n_kv_blocks = 4})->name(),
+            "cpu-mk");
+#if defined(MEGADECODE_HAVE_CUDA)
+  ModelConfig nts = nt;
+  nts.shared_intermediate_size = 2 * nts.moe_intermediate_size;
+  const test::TestWeights ntsw = test::random_weights(nts, Dtype::kBF16, 8);
+  for (const std::string name : {"cuda", "cuda-batched", "cuda-mk", "cuda-ops"}) {
+    try {
+      make_backend(nts, ntsw.weights, ntsw.store, BackendOptions{.backend = name, .n_kv_blocks = 4});
+      ADD_FAILURE() << name << " accepted shared experts";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("shared experts"), std::string::npos) << name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("cpu-mk"), std::string::npos) << name << ": " << e.what();
+    }
   }
+#endif
 }
 
 }  // namespace

@@ -110,6 +110,23 @@ void expect_routing_exact(const Scenario& sc, const test::TestWeights& w, const 
   }
 }
 
+// One decode step of every token of `tokens` at position 0 (a sequence each, no prefill): the
+// logits, [n, vocab].
+std::vector<float> decode_at_position_zero(Backend& be, const Scenario& sc, const std::vector<int32_t>& tokens) {
+  KvCache cache(sc.n_full, kBlock, false, sc.n_ring, sc.ring_len);
+  std::vector<DecodeSeq> batch(tokens.size());
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    const auto id = static_cast<int64_t>(s);
+    cache.admit(id, cache.plan_admission(std::vector<int32_t>{tokens[s]}, 0, 1));
+    EXPECT_TRUE(cache.ensure(id, 1));
+    batch[s].chunk = SeqChunk{id, std::span<const int32_t>(&tokens[s], 1), 0, cache.table(id), cache.ring_table(id)};
+    batch[s].sampling.temperature = 0;
+  }
+  DecodeResult r;
+  be.decode(batch, true, r);
+  return r.logits;
+}
+
 // A seeded case (the seed printed): north-tiny, its sliding window set to `window` (0: its own 24),
 // with random bf16 weights.
 struct NorthCase {
@@ -204,19 +221,7 @@ TEST(NorthCpuMk, PositionZeroIsBitwiseCpuRef) {
   const int n = 4;
   const size_t V = c.vocab_size;
   std::vector<int32_t> tokens = test::random_tokens(rng, n, c.vocab_size);
-  auto run = [&](Backend& be) {
-    KvCache cache(sc.n_full, kBlock, false, sc.n_ring, sc.ring_len);
-    std::vector<DecodeSeq> batch(n);
-    for (int s = 0; s < n; ++s) {
-      cache.admit(s, cache.plan_admission(std::vector<int32_t>{tokens[s]}, 0, 1));
-      EXPECT_TRUE(cache.ensure(s, 1));
-      batch[s].chunk = SeqChunk{s, std::span<const int32_t>(&tokens[s], 1), 0, cache.table(s), cache.ring_table(s)};
-      batch[s].sampling.temperature = 0;
-    }
-    DecodeResult r;
-    be.decode(batch, true, r);
-    return r.logits;
-  };
+  auto run = [&](Backend& be) { return decode_at_position_zero(be, sc, tokens); };
   emu::CpuMkBackend mk(c, w.weights, w.store, options(sc, "cpu-mk", 5));
   ref::RefBackend ref(c, w.weights, w.store, options(sc, "cpu-ref", 2));
   const std::vector<float> got = run(mk), want = run(ref);
@@ -301,19 +306,42 @@ TEST(NorthCpuMk, SchedulerWithABindingRingPoolMatchesCpuRef) {
   }
 }
 
+// Shared experts (num_shared_experts): their MLP's units ride in the EXPERT_UP shares after the
+// routed ones and its down rows in the EXPERT_DOWN shares, F = routed + shared or their mean. At
+// position 0 cpu-mk is bitwise cpu-ref (batch of 4, both combinations); past the window and the
+// ring it is routing-exact against cpu-ref; a plan that drops the shared MLP's half is seen.
+TEST(NorthCpuMk, SharedExpertsSummedOrAveragedMatchCpuRef) {
+  for (const SharedCombine combine : {SharedCombine::kSum, SharedCombine::kAverage}) {
+    NorthCase k(0);
+    ModelConfig c = k.c;
+    c.shared_intermediate_size = 2 * c.moe_intermediate_size;  // two shared experts
+    c.shared_combine = combine;
+    SCOPED_TRACE(combine == SharedCombine::kSum ? "sum" : "average");
+    const test::TestWeights w = test::random_weights(c, Dtype::kBF16, k.rng.next());
+    // Position 0, a batch of 4: bitwise.
+    const Scenario zero = make_scenario(c, k.rng, 4, 1, 1, 0);
+    const std::vector<int32_t> tokens = test::random_tokens(k.rng, 4, c.vocab_size);
+    auto step = [&](Backend& be) { return decode_at_position_zero(be, zero, tokens); };
+    emu::CpuMkBackend mk(c, w.weights, w.store, options(zero, "cpu-mk", 1 + static_cast<int>(k.rng.below(7))));
+    ref::RefBackend ref(c, w.weights, w.store, options(zero, "cpu-ref", 2));
+    const std::vector<float> got = step(mk), want = step(ref);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+    // Without the shared MLP the logits move: the comparison above can see it.
+    ModelConfig plain = c;
+    plain.shared_intermediate_size = 0;
+    ref::RefBackend no_shared(plain, w.weights, w.store, options(zero, "cpu-ref", 2));
+    EXPECT_GT(rel_err(step(no_shared), want), 1e-3);
+    // Prompts of 2.5..4 rings and decode steps: routing-exact.
+    const int r = kv_ring_length(c.max_sliding_window(), kBlock);
+    const Scenario sc = make_scenario(c, k.rng, 3, 5 * r * kBlock / 2, 4 * r * kBlock, 4);
+    const RunResult run = run_mk(sc, w, 1 + static_cast<int>(k.rng.below(8)), k.rng.next(), false, 8);
+    expect_routing_exact(sc, w, run, 1e-5);
+  }
+}
+
 TEST(NorthCpuMk, RefusesWhatItDoesNotImplementByName) {
   ModelConfig c = test::cohere_config();
-  SplitMix64 rng(3);
-  c.shared_intermediate_size = 32;
-  const test::TestWeights w = test::random_weights(c, Dtype::kF32, rng.next());
-  const BackendOptions o{.backend = "cpu-mk", .kv_block_size = kBlock, .n_kv_blocks = 8};
-  try {
-    emu::CpuMkBackend mk(c, w.weights, w.store, o);
-    FAIL() << "shared experts accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("shared experts"), std::string::npos) << e.what();
-  }
-  c.shared_intermediate_size = 0;
   c.norm = NormKind::kLayer;
   try {
     check_model_plannable(c);

@@ -212,6 +212,72 @@ TEST(NorthPlan, TheValidatorRejectsEachBrokenParallelRule) {
   }
 }
 
+// Shared experts: plan ops inside the expert shares. The shape carries their width and combination,
+// the arena their activations; random plans with them validate; the validator rejects a down share
+// that stops waiting on the up shares (it reads the shared MLP's activations too) and a shape whose
+// shared experts do not fit; plan_stats and the timing model count their weights.
+TEST(NorthPlan, SharedExpertsRideInTheExpertShares) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  for (int round = 0; round < 30; ++round) {
+    ModelConfig c = with_window(preset_config("north-tiny"), test::pick(rng, {3, 8, 24}));
+    c.shared_intermediate_size = c.moe_intermediate_size * (1 + static_cast<int>(rng.below(3)));
+    c.shared_combine = rng.below(2) ? SharedCombine::kSum : SharedCombine::kAverage;
+    const std::string name = policy_names()[rng.below(policy_names().size())];
+    std::vector<int> ctx(1 + rng.below(6));
+    for (int& n : ctx) n = 1 + static_cast<int>(rng.below(100));
+    const NorthBatch b = north_batch(c, ctx, 4);
+    SCOPED_TRACE(cat("round ", round, " policy ", name));
+    const Plan plan = make_plan(c, b.state, test::random_policy(rng, name), PlanOptions{.n_sms = 1 + static_cast<int>(rng.below(20))});
+    ASSERT_NO_THROW(validate_plan(plan)) << validation_error(plan);
+    const PlanShape& s = plan.params.shape;
+    EXPECT_EQ(s.shared_inter, c.shared_intermediate_size);
+    EXPECT_EQ(s.shared_units, c.shared_intermediate_size / 8);
+    EXPECT_EQ(s.shared_average, c.shared_combine == SharedCombine::kAverage ? 1 : 0);
+    EXPECT_GE(plan.params.buffers.shared_act.bytes, static_cast<uint64_t>(ctx.size()) * c.shared_intermediate_size * 4);
+    check_parallel_structure(c, plan, ctx, name == "router-after-attn");
+  }
+  Broken f;
+  f.c.shared_intermediate_size = 2 * f.c.moe_intermediate_size;
+  f.c.shared_combine = SharedCombine::kAverage;
+  Policy p = policy_by_name("default");
+  p.tiles_per_sm = 2;
+  p.attn_min_split_tokens = 4;
+  const Plan good = make_plan(f.c, f.b.state, p, PlanOptions{.n_sms = 5});
+  ASSERT_EQ(validation_error(good), "");
+  {  // a down share that no longer waits for the up shares
+    Plan q = good;
+    q.tasks[test::find_task(q, Op::kExpertDown, 2)].n_waits = 0;
+    expect_error(q, "whose activations it reads");
+  }
+  {  // no room for the shared MLP's activations
+    Plan q = good;
+    q.params.buffers.shared_act.bytes -= 4;
+    expect_error(q, "shared_act holds");
+  }
+  {  // averaging with no shared experts
+    Plan q = good;
+    q.params.shape.shared_inter = 0;
+    q.params.shape.shared_units = 0;
+    expect_error(q, "plan: shared experts of width 0");
+  }
+  // Their weights in the statistics and the timing model: every MoE share streams more.
+  const Plan plain = make_plan(with_window(preset_config("north-tiny"), 8), f.b.state, p, PlanOptions{.n_sms = 5});
+  const PlanStats with = plan_stats(good), without = plan_stats(plain);
+  auto op_bytes = [](const PlanStats& st, Op op) {
+    for (const OpStats& o : st.ops)
+      if (o.op == op) return o.total_bytes;
+    return int64_t{0};
+  };
+  const PlanShape& s = good.params.shape;
+  EXPECT_EQ(op_bytes(with, Op::kExpertUp) - op_bytes(without, Op::kExpertUp),
+            int64_t{s.shared_units} * 16 * s.hidden * 2 * s.n_layers);
+  EXPECT_EQ(op_bytes(with, Op::kExpertDown) - op_bytes(without, Op::kExpertDown),
+            int64_t{s.down_rbs} * 16 * s.shared_inter * 2 * s.n_layers);
+  EXPECT_GT(simulate_plan(good, v3_h200_params()).step_us, simulate_plan(plain, v3_h200_params()).step_us);
+}
+
 TEST(NorthPlan, StepPlannerEqualsMakePlan) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));

@@ -77,6 +77,8 @@ void check_megakernel_shape(const PlanShape& s) {
   MD_REQUIRE(s.dense_inter % 16 == 0 && (s.dense_inter == 0 || s.parallel),
              "megakernel: a dense FFN needs parallel blocks and an intermediate size that is a multiple of 16, got ",
              s.dense_inter, s.parallel ? "" : " in a sequential-block plan");
+  MD_REQUIRE(s.shared_inter == 0, "megakernel: shared experts (a plan of width ", s.shared_inter,
+             ") are not implemented on the device; use backend cpu-mk");
   const MkLaunchShape sh = megakernel_shape(s.batch);
   // The expert-down jobs hold one activation row of the whole moe_intermediate at least (an
   // expert's tokens beyond what the area holds go in chunks: plan/gemm_geometry.h down_walk_next),

@@ -133,5 +133,6 @@ struct MkParams {
   TraceRecord* trace;             // [n_sms][kTraceRoles][trace_capacity], nullptr: no trace
   int32_t* trace_counts;          // [n_sms][kTraceRoles], zeroed before the launch
 };
+static_assert(sizeof(MkParams) <= 4096, "the kernel's parameters must stay within 4 KB");
 
 }  // namespace megadecode::cuda
