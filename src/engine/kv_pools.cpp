@@ -36,19 +36,26 @@ KvPoolSizes size_kv_pools(const KvPoolShape& shape, double budget_bytes, int max
   const bool ring = shape.ring_length > 0;
   const int64_t ring_cap = ring ? int64_t{max_seqs} * shape.ring_length : 0;  // what resident sequences can hold
   const auto fb = static_cast<double>(shape.full_block_bytes), rb = static_cast<double>(shape.ring_block_bytes);
+  // The full pool's blocks left by a ring pool of `ring_blocks`.
+  auto full_left = [&](int64_t ring_blocks) {
+    const double left = budget_bytes - static_cast<double>(ring_blocks) * rb;
+    return left > 0 ? static_cast<int64_t>(std::min(std::floor(left / fb), static_cast<double>(kMaxBlocks))) : int64_t{0};
+  };
   KvPoolSizes out;
   if (n_blocks > 0) {
     out.n_blocks = n_blocks;
   } else if (!ring || n_ring_blocks > 0) {  // the ring (if any) is fixed: the full pool takes what remains
-    const double left = budget_bytes - static_cast<double>(n_ring_blocks) * rb;
-    out.n_blocks = left > 0 ? static_cast<int64_t>(std::min(std::floor(left / fb), static_cast<double>(kMaxBlocks))) : 0;
+    out.n_blocks = full_left(n_ring_blocks);
   } else if (budget_bytes >= static_cast<double>(ring_cap) * (fb + rb)) {  // a full ring pool, the rest full blocks
-    out.n_blocks = static_cast<int64_t>(
-        std::min(std::floor((budget_bytes - static_cast<double>(ring_cap) * rb) / fb), static_cast<double>(kMaxBlocks)));
-  } else {  // a ring block for every full block
+    out.n_blocks = full_left(ring_cap);
+  } else if (budget_bytes >= static_cast<double>(shape.ring_length) * (fb + rb)) {  // a ring block per full block
     out.n_blocks = static_cast<int64_t>(std::floor(budget_bytes / (fb + rb)));
+  } else {  // less than a ring per full block: one ring, the rest full blocks
+    out.n_blocks = full_left(shape.ring_length);
   }
-  if (ring) out.n_ring_blocks = n_ring_blocks > 0 ? n_ring_blocks : std::min(out.n_blocks, ring_cap);
+  if (ring)
+    out.n_ring_blocks =
+        n_ring_blocks > 0 ? n_ring_blocks : std::max<int64_t>(shape.ring_length, std::min(out.n_blocks, ring_cap));
   return out;
 }
 

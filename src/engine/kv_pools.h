@@ -8,9 +8,10 @@
 //
 // Sizing from a byte budget: the ring pool needs no more than max_seqs * R blocks (no sequence
 // holds more than R, and at most max_seqs are resident), nor more than the full pool (a sequence
-// holds min(its full blocks, R) ring blocks). So it gets min(n_blocks, max_seqs * R), and the
-// full pool gets the rest of the budget: with that rule the ring pool never refuses a sequence the
-// full pool takes, and no budget is left over that would buy one more full block.
+// holds min(its full blocks, R) ring blocks). So it gets min(n_blocks, max_seqs * R), but at least
+// one whole ring (R: the KV cache takes no less, kv/kv_cache.h), and the full pool gets the rest
+// of the budget: with that rule the ring pool never refuses a sequence the full pool takes, and no
+// budget is left over that would buy one more full block.
 #pragma once
 
 #include <cstdint>

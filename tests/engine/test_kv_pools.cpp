@@ -67,6 +67,12 @@ TEST(KvPools, TheRingPoolHoldsAtMostMaxSeqsRings) {
   EXPECT_EQ(s.n_ring_blocks, 4 * 257);
   s = size_kv_pools(n, 0.0, 64, 300);
   EXPECT_EQ(s.n_ring_blocks, 300);
+  // Never less than one ring: a short `generate` (7 full blocks) still gets a whole ring.
+  s = size_kv_pools(n, 0.0, 64, 7);
+  EXPECT_EQ(s.n_ring_blocks, 257);
+  s = size_kv_pools(n, 200.0 * static_cast<double>(f + r), 64);  // below one ring per full block
+  EXPECT_EQ(s.n_ring_blocks, 257);
+  EXPECT_EQ(s.n_blocks, static_cast<int64_t>((200.0 * static_cast<double>(f + r) - 257.0 * r) / f));  // 42
   s = size_kv_pools(n, big, 4, 0, 77);
   EXPECT_EQ(s.n_ring_blocks, 77);
   EXPECT_EQ(s.n_blocks, (static_cast<int64_t>(big) - 77 * r) / f);
@@ -92,10 +98,13 @@ TEST(KvPools, TheRingNeverRefusesWhatTheFullPoolTakes) {
     const int max_seqs = 1 + static_cast<int>(rng.below(64));
     const double budget = static_cast<double>(rng.below(uint64_t{1} << 34));
     const KvPoolSizes s = size_kv_pools(sh, budget, max_seqs);
-    ASSERT_LE(static_cast<double>(s.bytes(sh)), budget) << "trial " << trial;
+    ASSERT_GE(s.n_ring_blocks, sh.ring_length) << "trial " << trial << ": less than one ring";
+    if (budget >= static_cast<double>(sh.ring_length * sh.ring_block_bytes))  // room for one ring
+      ASSERT_LE(static_cast<double>(s.bytes(sh)), budget) << "trial " << trial;
     KvPoolSizes more = s;
     ++more.n_blocks;
-    more.n_ring_blocks = std::min<int64_t>(more.n_blocks, int64_t{max_seqs} * sh.ring_length);
+    more.n_ring_blocks =
+        std::max<int64_t>(sh.ring_length, std::min<int64_t>(more.n_blocks, int64_t{max_seqs} * sh.ring_length));
     if (s.n_blocks < int64_t{1} << 30)  // below the cap
       ASSERT_GT(static_cast<double>(more.bytes(sh)), budget) << "trial " << trial << ": a full block left unbought";
     ASSERT_LE(s.n_ring_blocks, int64_t{max_seqs} * sh.ring_length);

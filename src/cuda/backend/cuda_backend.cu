@@ -87,10 +87,12 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     budget = options_.gpu_memory_utilization * static_cast<double>(total_b) - static_cast<double>(total_b - free_b) -
              static_cast<double>(kActivationReserve);
-    // The smallest useful pool: one block of each pool for each sequence of the largest batch.
-    const double minimal =
-        static_cast<double>(pools.full_block_bytes) * max_decode_batch() +
-        static_cast<double>(pools.ring_block_bytes) * (options_.n_ring_blocks > 0 ? options_.n_ring_blocks : max_decode_batch());
+    // The smallest useful pool: a full block for each sequence of the largest batch, and a ring
+    // block for each (at least one whole ring).
+    const double minimal = static_cast<double>(pools.full_block_bytes) * max_decode_batch() +
+                           static_cast<double>(pools.ring_block_bytes) *
+                               (options_.n_ring_blocks > 0 ? options_.n_ring_blocks
+                                                           : std::max(max_decode_batch(), pools.ring_length));
     MD_REQUIRE(budget >= minimal, "the KV cache does not fit: the model and workspaces leave ",
                static_cast<int64_t>(std::max(budget, 0.0)) >> 20, " MiB of the ",
                static_cast<int64_t>(options_.gpu_memory_utilization * static_cast<double>(total_b)) >> 20,
