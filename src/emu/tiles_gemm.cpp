@@ -32,7 +32,11 @@ WidenedNorms widen_norms(const ModelConfig& config, const ModelWeights& weights)
 std::vector<float> normed_row(const StepView& v, const float* residual, int t, const std::vector<float>& weight) {
   const int H = v.shape().hidden;
   std::vector<float> out(H);
-  ref::rms_norm(residual + static_cast<size_t>(t) * H, weight.data(), v.config->rms_norm_eps, H, out.data());
+  const float* x = residual + static_cast<size_t>(t) * H;
+  if (v.config->norm == NormKind::kLayer)  // cohere2_moe without rms_norm_eps (weight only, as cpu-ref)
+    ref::layer_norm(x, weight.data(), v.config->rms_norm_eps, H, out.data());
+  else
+    ref::rms_norm(x, weight.data(), v.config->rms_norm_eps, H, out.data());
   return out;
 }
 

@@ -86,7 +86,7 @@ TEST(BackendFactory, HandsTheOptionsToTheBackendUnchanged) {
 
 // A cohere2_moe model runs on cpu-ref and cpu-mk (the decode plan's parallel blocks, with its ring
 // pool) and on every CUDA backend (the megakernel, the batched step and the prefill kernels). Shared
-// experts run on cpu-mk (plan ops); the CUDA backends refuse them by name, GPU or not.
+// experts and LayerNorm run on cpu-mk (plan ops); the CUDA backends refuse them by name, GPU or not.
 TEST(BackendFactory, Cohere2MoeRunsOnEveryBackendButWhatThePlanLacks) {
   ModelConfig c = test::cohere_config();
   test::TestWeights w = test::random_weights(c, Dtype::kBF16, 5);
@@ -114,16 +114,23 @@ TEST(BackendFactory, Cohere2MoeRunsOnEveryBackendButWhatThePlanLacks) {
   EXPECT_EQ(make_backend(c, shared.weights, shared.store, BackendOptions{.backend = "cpu-mk", .n_kv_blocks = 4})->name(),
             "cpu-mk");
 #if defined(MEGADECODE_HAVE_CUDA)
-  ModelConfig nts = nt;
-  nts.shared_intermediate_size = 2 * nts.moe_intermediate_size;
-  const test::TestWeights ntsw = test::random_weights(nts, Dtype::kBF16, 8);
-  for (const std::string name : {"cuda", "cuda-batched", "cuda-mk", "cuda-ops"}) {
-    try {
-      make_backend(nts, ntsw.weights, ntsw.store, BackendOptions{.backend = name, .n_kv_blocks = 4});
-      ADD_FAILURE() << name << " accepted shared experts";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("shared experts"), std::string::npos) << name << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find("cpu-mk"), std::string::npos) << name << ": " << e.what();
+  // Shared experts and LayerNorm: plan ops that no device kernel has yet.
+  for (const bool layer_norm : {false, true}) {
+    ModelConfig nts = nt;
+    if (layer_norm)
+      nts.norm = NormKind::kLayer;
+    else
+      nts.shared_intermediate_size = 2 * nts.moe_intermediate_size;
+    const test::TestWeights ntsw = test::random_weights(nts, Dtype::kBF16, 8);
+    for (const std::string name : {"cuda", "cuda-batched", "cuda-mk", "cuda-ops"}) {
+      try {
+        make_backend(nts, ntsw.weights, ntsw.store, BackendOptions{.backend = name, .n_kv_blocks = 4});
+        ADD_FAILURE() << name << " accepted " << (layer_norm ? "LayerNorm" : "shared experts");
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(layer_norm ? "LayerNorm" : "shared experts"), std::string::npos)
+            << name << ": " << e.what();
+        EXPECT_NE(std::string(e.what()).find("cpu-mk"), std::string::npos) << name << ": " << e.what();
+      }
     }
   }
 #endif

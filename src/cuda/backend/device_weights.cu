@@ -58,14 +58,16 @@ void check_supported(const ModelConfig& c) {
   if (c.block == BlockKind::kParallel) {
     // cohere2_moe: the megakernel runs the decode plan's parallel blocks (sliding ring and NoPE
     // attention, dense layers, sigmoid routing, logit_scale), and so do the batched step and the
-    // prefill kernels; what the plan does not implement (LayerNorm) is refused by name there, and
-    // shared experts, which the plan has but no kernel yet, here.
+    // prefill kernels; what the plan does not implement is refused by name there, and shared
+    // experts and LayerNorm, which the plan has but no kernel yet, here.
     MD_REQUIRE(c.model_type == "cohere2_moe", "the CUDA backends run parallel blocks as cohere2_moe has them; ",
                "model_type ", c.model_type, " is not supported there: use backend cpu-ref");
     check_model_plannable(c);
     MD_REQUIRE(c.shared_intermediate_size == 0, "the CUDA backends do not implement shared experts yet (",
                c.model_type, " with shared_intermediate_size ", c.shared_intermediate_size,
                "): use backend cpu-mk or cpu-ref");
+    MD_REQUIRE(c.norm == NormKind::kRms, "the CUDA backends implement RMSNorm only; ", c.model_type,
+               " with LayerNorm (no rms_norm_eps in config.json) is not supported there: use backend cpu-mk or cpu-ref");
   } else {
     MD_REQUIRE(c.model_type == "qwen3_moe" && c.router == RouterKind::kSoftmaxTopK && c.norm == NormKind::kRms &&
                    c.shared_intermediate_size == 0 && c.logit_scale == 1.0f,
