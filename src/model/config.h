@@ -11,6 +11,8 @@
 //    and the window-1 before it; vLLM attends one key more).
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -77,6 +79,16 @@ struct ModelConfig {
     int w = 0;
     for (const LayerSpec& l : layers) w = l.sliding_window > w ? l.sliding_window : w;
     return w;
+  }
+  // SiLU(gate) * up elements one token's FFN holds at once, the largest layer's: a MoE layer's K
+  // experts' (and its shared experts'), or a dense layer's MLP.
+  int64_t ffn_act_per_token() const {
+    int64_t n = 0;
+    for (const LayerSpec& l : layers)
+      n = std::max<int64_t>(n, l.ffn == FfnKind::kMoe
+                                   ? int64_t{n_experts_per_tok} * moe_intermediate_size + shared_intermediate_size
+                                   : int64_t{intermediate_size});
+    return n;
   }
   int n_sliding_layers() const {
     int n = 0;

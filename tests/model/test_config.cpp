@@ -281,5 +281,19 @@ TEST(ModelConfig, DenseLayersFromMlpOnlyAndSparseStep) {
   EXPECT_EQ(c.layers[1].ffn, FfnKind::kMoe);
 }
 
+// The FFN activation width a token needs (the batched step's and prefill's scratch): the largest
+// layer's, K experts' plus the shared experts', or the dense MLP's.
+TEST(ModelConfig, FfnActivationWidthIsTheLargestLayers) {
+  EXPECT_EQ(preset_config("qwen3-30b-a3b").ffn_act_per_token(), 8 * 768);
+  EXPECT_EQ(preset_config("north-mini-code").ffn_act_per_token(), 8 * 768);  // > the dense layer's 3072
+  ModelConfig c = preset_config("north-tiny");
+  EXPECT_EQ(c.ffn_act_per_token(), 4 * 64);
+  c.intermediate_size = 1000;  // the dense layer 0 the widest
+  EXPECT_EQ(c.ffn_act_per_token(), 1000);
+  c.shared_intermediate_size = 2 * 64 * 8;
+  EXPECT_EQ(c.ffn_act_per_token(), 4 * 64 + 2 * 64 * 8);
+  EXPECT_EQ(c.n_sliding_layers(), 3);
+}
+
 }  // namespace
 }  // namespace megadecode

@@ -72,12 +72,7 @@ struct Dims {
   Dims(const ModelConfig& c, int rows)
       : R(rows), H(c.hidden_size), qkv_rows(int64_t{c.n_kv_heads} * (c.group_size() + 2) * c.head_dim),
         nq(c.q_size()), E(c.n_experts), K(c.n_experts_per_tok), I(c.moe_intermediate_size), V(c.vocab_size),
-        hidden_per_row(std::max<int64_t>(K * I, has_dense_layer(c) ? c.intermediate_size : 0)) {}
-  static bool has_dense_layer(const ModelConfig& c) {
-    for (int l = 0; l < c.n_layers; ++l)
-      if (!c.is_moe_layer(l)) return true;
-    return false;
-  }
+        hidden_per_row(c.ffn_act_per_token()) {}
 };
 
 // Token groups of the step's expert tiles: about twice the mean rows per expert of the bucket.
@@ -172,7 +167,7 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   MD_REQUIRE(c.n_experts <= kRouterMaxExperts && c.n_experts_per_tok <= kRouterMaxTopK,
              "batched step: routing needs <= ", kRouterMaxExperts, " experts and top-k <= ", kRouterMaxTopK,
              "; the model has ", c.n_experts, " and ", c.n_experts_per_tok);
-  for (int l = 0; l < c.n_layers; ++l) n_ring_layers_ += c.is_sliding_layer(l) ? 1 : 0;
+  n_ring_layers_ = c.n_sliding_layers();
   MD_REQUIRE(c.block == BlockKind::kSequential || max_prompt_rows == 0, "batched step: ", c.model_type,
              " runs decode rows only (its prompt pieces would need the prefill kernels, which lack parallel blocks "
              "and sliding-window attention); got ", max_prompt_rows, " prompt rows");

@@ -24,10 +24,7 @@ struct Shape {
   explicit Shape(const ModelConfig& c, int max_chunk)
       : C(max_chunk), H(c.hidden_size), qkv_rows(int64_t{c.n_kv_heads} * (c.group_size() + 2) * c.head_dim),
         nq(c.q_size()), E(c.n_experts), K(c.n_experts_per_tok), I(c.moe_intermediate_size), V(c.vocab_size),
-        hidden_per_row(K * I) {
-    for (int l = 0; l < c.n_layers; ++l)
-      if (!c.is_moe_layer(l)) hidden_per_row = std::max<int64_t>(hidden_per_row, c.intermediate_size);
-  }
+        hidden_per_row(c.ffn_act_per_token()) {}
 };
 
 // Prompt pieces take the engine's largest tiles (128 slots): at 2K tokens an expert has ~128 rows.
@@ -75,8 +72,8 @@ PrefillRunner::PrefillRunner(const ModelConfig& config, const MkModelWeights& vi
   MD_REQUIRE(int64_t{max_chunk} * cfg.n_experts_per_tok <= (int64_t{1} << 24),
              "prefill chunk size ", max_chunk, " x top-k is too large");
   MD_REQUIRE(cfg.hidden_size % 16 == 0 && cfg.q_size() % 16 == 0, "prefill: hidden and q widths must be multiples of 16");
+  n_ring_layers_ = cfg.n_sliding_layers();
   for (int l = 0; l < cfg.n_layers; ++l) {
-    n_ring_layers_ += cfg.is_sliding_layer(l) ? 1 : 0;
     MD_REQUIRE(cfg.is_moe_layer(l) ? layers_[l].router != nullptr : layers_[l].dense_up != nullptr, "prefill: layer ",
                l, " has no ", cfg.is_moe_layer(l) ? "router" : "dense FFN", " weights");
   }
