@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../ref/north_scenario.h"
@@ -123,6 +124,40 @@ struct NorthCase {
         w(random_weights(c, Dtype::kBF16, rng.next())),
         dev(cuda::DeviceWeights::upload(c, w.weights)) {}
 };
+
+// Each pool's block holds only its own layers (engine/kv_pools.h): north-tiny's full pool keeps its
+// 2 full layers, the ring pool its 3 sliding ones, and a ring pool left to the default holds
+// max(R, min(full blocks, max_batch rings)) blocks. Then a scenario on such a backend is
+// routing-exact against cpu-ref (its full pool's addresses through kv_full_index).
+TEST(NorthPools, EachPoolHoldsItsOwnLayersAndTheRingIsSizedForMaxBatchRings) {
+  MD_REQUIRE_GPU();
+  NorthCase k("north-tiny", 0);
+  const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);  // 3
+  const size_t layer_block = size_t{2} * k.c.n_kv_heads * kBlock * k.c.head_dim;
+  for (const auto& [n_blocks, max_batch, want_ring] :
+       std::vector<std::tuple<int, int, int>>{{40, 3, 3 * r}, {7, 3, 7}, {2, 1, r}}) {
+    BackendOptions o{.backend = "cuda-mk", .kv_block_size = kBlock, .n_kv_blocks = n_blocks};
+    o.max_batch = max_batch;
+    cuda::CudaBackend be(k.dev, o);
+    EXPECT_EQ(be.kv_cache_elements(), 2 * n_blocks * layer_block) << n_blocks;
+    EXPECT_EQ(be.n_ring_blocks(), want_ring) << n_blocks;
+    EXPECT_EQ(be.kv_ring_elements(), 3 * static_cast<size_t>(want_ring) * layer_block) << n_blocks;
+  }
+  Scenario sc = make_scenario(k.c, k.rng, 3, 5 * r * kBlock / 2, 3 * r * kBlock, 4);
+  BackendOptions o = options(sc, "cuda-mk");
+  o.n_ring_blocks = 0;  // the default: 3 rings for 3 sequences
+  o.max_batch = 3;
+  cuda::CudaBackend be(k.dev, o);
+  ASSERT_EQ(be.n_ring_blocks(), 3 * r);
+  sc.n_ring = be.n_ring_blocks();
+  be.set_poison_activations(true);
+  RunResult dev;
+  dev.log = RoutingLog(sc.config.n_layers, sc.config.n_experts_per_tok);
+  be.set_routing_capture(&dev.log);
+  run_scenario(sc, be, dev);
+  be.set_routing_capture(nullptr);
+  expect_north_routing_exact(sc, k.w, dev, "cuda-mk, default ring pool");
+}
 
 // north-tiny: 5 layers (dense + full RoPE, 3 sliding, full NoPE), window 24: a ring of
 // kv_ring_length(24, 16) = 3 blocks (48 slots). Prompts of 2.5 to 4 rings and 6 decode steps.
