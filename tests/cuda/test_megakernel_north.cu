@@ -54,6 +54,17 @@ BackendOptions options(const Scenario& sc, const std::string& backend, int prefi
   return o;
 }
 
+// The scenario on `be`, NaN-poisoned activations, its routing captured.
+RunResult run_captured(const Scenario& sc, cuda::CudaBackend& be) {
+  be.set_poison_activations(true);
+  RunResult r;
+  r.log = RoutingLog(sc.config.n_layers, sc.config.n_experts_per_tok);
+  be.set_routing_capture(&r.log);
+  run_scenario(sc, be, r);
+  be.set_routing_capture(nullptr);
+  return r;
+}
+
 // The scenario on a fresh CUDA backend (cuda-mk, cuda-ops or cuda-batched), its routing captured;
 // NaN-poisoned activations, and (the megakernel) the planned counter totals checked after the last step.
 RunResult run_dev(const Scenario& sc, const std::shared_ptr<cuda::DeviceWeights>& dev, const std::string& backend,
@@ -62,12 +73,7 @@ RunResult run_dev(const Scenario& sc, const std::shared_ptr<cuda::DeviceWeights>
   o.max_batch = std::max<int>(o.max_batch, static_cast<int>(sc.prompts.size()));
   cuda::CudaBackend be(dev, o);
   EXPECT_EQ(be.n_ring_blocks(), sc.n_ring);
-  be.set_poison_activations(true);
-  RunResult r;
-  r.log = RoutingLog(sc.config.n_layers, sc.config.n_experts_per_tok);
-  be.set_routing_capture(&r.log);
-  run_scenario(sc, be, r);
-  be.set_routing_capture(nullptr);
+  const RunResult r = run_captured(sc, be);
   if (backend != "cuda-batched") EXPECT_EQ(be.check_counter_totals(), "") << backend;
   return r;
 }
@@ -150,12 +156,7 @@ TEST(NorthPools, EachPoolHoldsItsOwnLayersAndTheRingIsSizedForMaxBatchRings) {
   cuda::CudaBackend be(k.dev, o);
   ASSERT_EQ(be.n_ring_blocks(), 3 * r);
   sc.n_ring = be.n_ring_blocks();
-  be.set_poison_activations(true);
-  RunResult dev;
-  dev.log = RoutingLog(sc.config.n_layers, sc.config.n_experts_per_tok);
-  be.set_routing_capture(&dev.log);
-  run_scenario(sc, be, dev);
-  be.set_routing_capture(nullptr);
+  const RunResult dev = run_captured(sc, be);
   expect_north_routing_exact(sc, k.w, dev, "cuda-mk, default ring pool");
 }
 
