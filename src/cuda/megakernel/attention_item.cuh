@@ -53,8 +53,9 @@ __device__ inline bool op_attn(const MkParams& p, const Task& t, int task, AttnS
     geo = AttnGeo{buf<int32_t>(p, b.ring_tables) + static_cast<int64_t>(it.seq) * s.ring_len, G, it.group,
                   s.kv_block_size, D, it.pos_begin, it.pos_end, n - 1, s.ring_len};
   } else {
-    // A full-attention layer: its slice of the full pool (a sliding layer has none).
-    const int32_t full_layer = p.w.layers[layer].kv_full_index;
+    // A full-attention layer: its slice of the full pool (a sliding layer has none). Without
+    // sliding layers the slice is the layer's own, and no load is needed.
+    const int32_t full_layer = s.sliding_window == 0 ? layer : p.w.layers[layer].kv_full_index;
     if (full_layer < 0) {
       if (tid == 0) set_error(p, kMkBadInput, -1, layer, full_layer, task, t.arg[0]);
       return false;

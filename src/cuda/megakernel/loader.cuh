@@ -120,7 +120,7 @@ struct Loader {
     const int32_t* bt = buf<const int32_t>(p, b.block_tables) + static_cast<int64_t>(it.seq) * s.max_blocks_per_seq;
     ptx::prefetch_l1(buf<const int32_t>(p, b.seq_len) + it.seq);
     ptx::prefetch_l1(bt + (it.pos_begin >> sb));
-    const int32_t full_layer = p.w.layers[t.layer].kv_full_index;
+    const int32_t full_layer = s.sliding_window == 0 ? t.layer : p.w.layers[t.layer].kv_full_index;
     if (!(p.flags & kMkKvPrefetch) || full_layer < 0) return;  // the consumers refuse an item without a slice
     const uint32_t block_bytes = static_cast<uint32_t>(s.kv_block_size * s.head_dim * 2);  // one group's rows of a block
     const uint16_t* kc = p.kv + static_cast<int64_t>(full_layer) * p.kv_layer_stride;
