@@ -118,6 +118,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaMalloc(&error_, sizeof(MkError)));
   CUDA_CHECK(cudaMallocHost(&error_host_, sizeof(MkError)));
+  // The memsets above ran on the legacy stream, which stream_ (non-blocking) does not wait for.
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 CudaBackend::~CudaBackend() {
@@ -692,6 +694,7 @@ void CudaBackend::enable_trace(int capacity_per_sm) {
   CUDA_CHECK(cudaMalloc(&trace_, slots * capacity_per_sm * sizeof(TraceRecord)));
   CUDA_CHECK(cudaMalloc(&trace_counts_, slots * sizeof(int32_t)));
   CUDA_CHECK(cudaMemset(trace_counts_, 0, slots * sizeof(int32_t)));
+  CUDA_CHECK(cudaDeviceSynchronize());  // before stream_ (non-blocking) uses them
 }
 
 std::vector<TraceRecord> CudaBackend::read_trace(int64_t* dropped) const {

@@ -220,6 +220,7 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
     CUDA_CHECK(cudaMalloc(&piece_part_o_, static_cast<size_t>(piece_attn_ctas_) * prefill::kAttnRows * c.head_dim * 4));
     CUDA_CHECK(cudaMalloc(&piece_part_ml_, static_cast<size_t>(piece_attn_ctas_) * prefill::kAttnRows * 2 * 4));
   }
+  CUDA_CHECK(cudaDeviceSynchronize());  // the semaphores' memset, before any stream (non-blocking ones too) uses them
 }
 
 BatchedStep::~BatchedStep() {
@@ -499,6 +500,8 @@ void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCach
   // A sliding layer's K/V: its slice of the ring pool, through the rows' ring tables; the others'
   // their slice of the full pool (engine/kv_pools.h).
   const bool ring = shape.ring_len > 0 && lw.kv_ring_index >= 0;
+  MD_CHECK(ring == (c.layers[l].sliding_window > 0), "batched step: layer ", l, " with a window of ",
+           c.layers[l].sliding_window, " keys ", ring ? "in" : "outside", " the ring pool");
   MD_CHECK(ring || lw.kv_full_index >= 0, "batched step: layer ", l, " has no slice of the full KV pool");
   const bool parallel = c.block == BlockKind::kParallel;
   const int64_t layer_elems = int64_t{2} * (ring ? kv.n_ring_blocks : kv.n_blocks) * G * kv.block_size * D;

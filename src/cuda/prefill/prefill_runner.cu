@@ -130,11 +130,14 @@ void PrefillRunner::ensure_scratch(int block_size) {
   scratch_table_ = nullptr;
   const size_t elems = static_cast<size_t>(blocks) * c.n_kv_heads * block_size * c.head_dim;
   CUDA_CHECK(cudaMalloc(&scratch_, 2 * elems * sizeof(uint16_t)));
-  CUDA_CHECK(cudaMemset(scratch_, 0, 2 * elems * sizeof(uint16_t)));  // finite: masked keys' V rows weigh 0
+  CUDA_CHECK(cudaMemset(scratch_, 0, 2 * elems * sizeof(uint16_t)));  // finite from the start (no row is read unwritten)
   std::vector<int32_t> identity(blocks);
   for (int i = 0; i < blocks; ++i) identity[i] = i;
   CUDA_CHECK(cudaMalloc(&scratch_table_, blocks * sizeof(int32_t)));
   CUDA_CHECK(cudaMemcpy(scratch_table_, identity.data(), blocks * sizeof(int32_t), cudaMemcpyHostToDevice));
+  // The memset and a copy from pageable memory may still be in flight when they return, and the
+  // runner's stream does not wait for the legacy stream they ran on.
+  CUDA_CHECK(cudaDeviceSynchronize());
   scratch_blocks_ = blocks;
   scratch_block_size_ = block_size;
 }
