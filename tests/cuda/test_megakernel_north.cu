@@ -12,6 +12,7 @@
 // tests/emu/test_emulator_north.cpp (cpu-mk against cpu-ref) and test_megakernel.cu.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -47,10 +48,12 @@ void run_scenario(const Scenario& sc, Backend& be, RunResult& out) { test::run_n
 
 // prefill_chunk 0: prompts through the decode path one token at a time; > 0: the prefill kernels in
 // pieces of that many tokens (a sliding layer's piece in the scratch, its last positions back to the ring).
+// Under compute-sanitizer (scripts/gpu sanitize) the megakernel's counter waits get a long bound.
 BackendOptions options(const Scenario& sc, const std::string& backend, int prefill_chunk = 0) {
   BackendOptions o{.backend = backend, .kv_block_size = kBlock, .n_kv_blocks = sc.n_full};
   o.n_ring_blocks = sc.n_ring;
   o.prefill_chunk = prefill_chunk;
+  if (const char* t = std::getenv("MEGADECODE_WAIT_TIMEOUT_MS")) o.wait_timeout_ms = std::atoll(t);
   return o;
 }
 
@@ -82,7 +85,7 @@ RunResult run_dev(const Scenario& sc, const std::shared_ptr<cuda::DeviceWeights>
 // audited into `audit`.
 RunResult run_ref(const Scenario& sc, const TestWeights& w, const RoutingLog* forced, RoutingAudit* audit) {
   BackendOptions o = options(sc, "cpu-ref");
-  o.n_threads = 4;
+  o.n_threads = 0;  // every hardware thread: the full-width reference is the tests' slow part
   ref::RefBackend ref(sc.config, w.weights, w.store, o);
   ref.kv_store().fill(NAN);
   ref.set_device_rounding(true);
@@ -130,6 +133,14 @@ struct NorthCase {
         w(random_weights(c, Dtype::kBF16, rng.next())),
         dev(cuda::DeviceWeights::upload(c, w.weights)) {}
 };
+
+// north-small (the real widths: hidden 2048, 128 experts top-8, head dim 128, 5 layers), its window
+// cut to 40 keys so that short prompts wrap the ring (kv_ring_length(40, 16) = 4 blocks): one case
+// for the binary (its 3G weights take ~50 s to draw), kept to the end.
+NorthCase& north_small() {
+  static NorthCase* k = new NorthCase("north-small", 40);
+  return *k;
+}
 
 // Each pool's block holds only its own layers (engine/kv_pools.h): north-tiny's full pool keeps its
 // 2 full layers, the ring pool its 3 sliding ones, and a ring pool left to the default holds
@@ -202,13 +213,12 @@ TEST(NorthMegakernel, BitwiseRepeatableCudaOpsEqualAndBatchInvariant) {
   for (int s = 0; s < n; ++s) expect_alone_rows_equal(run_dev(north_alone(sc, s), k.dev, "cuda-mk"), a, sc, s);
 }
 
-// north-small (the real widths: hidden 2048, 128 experts top-8, head dim 128, 5 layers), its window
-// cut to 40 keys so short prompts wrap the ring (kv_ring_length(40, 16) = 4 blocks); batch 2.
+// north-small (north_small(): the real widths, a 40-key window); batch 2.
 // The reference at full width is the slow part: skipped under MEGADECODE_GPU_QUICK.
 TEST(NorthMegakernel, NorthSmallRoutingExactAgainstCpuRef) {
   MD_REQUIRE_GPU();
   if (gpu_quick()) GTEST_SKIP() << "full-width reference (MEGADECODE_GPU_QUICK)";
-  NorthCase k("north-small", 40);
+  NorthCase& k = north_small();
   const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
   const Scenario sc = make_scenario(k.c, k.rng, 2, r * kBlock + 10, 2 * r * kBlock, 3);
   const RunResult dev = run_dev(sc, k.dev, "cuda-mk");
@@ -245,7 +255,7 @@ TEST(NorthBatched, RoutingExactAgainstCpuRefAndBatchInvariant) {
 TEST(NorthBatched, NorthSmallRoutingExactAgainstCpuRef) {
   MD_REQUIRE_GPU();
   if (gpu_quick()) GTEST_SKIP() << "full-width reference (MEGADECODE_GPU_QUICK)";
-  NorthCase k("north-small", 40);
+  NorthCase& k = north_small();
   const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
   const Scenario sc = make_scenario(k.c, k.rng, 5, r * kBlock + 10, 2 * r * kBlock, 3);
   const RunResult dev = run_dev(sc, k.dev, "cuda-batched");
@@ -253,13 +263,14 @@ TEST(NorthBatched, NorthSmallRoutingExactAgainstCpuRef) {
 }
 
 // compute-sanitizer's case (scripts/gpu sanitize): north-tiny on the batched step, batch 3, prompts
-// that wrap the ring once, two decode steps; routing-exact against cpu-ref.
+// that wrap the ring once (one prefill piece each), two decode steps; routing-exact against cpu-ref.
 TEST(Sanitize, NorthBatchedTiny) {
   MD_REQUIRE_GPU();
   NorthCase k("north-tiny", 0);
   const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
   const Scenario sc = make_scenario(k.c, k.rng, 3, r * kBlock + 2, r * kBlock + 12, 2);
-  const RunResult dev = run_dev(sc, k.dev, "cuda-batched");
+  // The prompts in one prefill piece each (a step a token would be ~170 steps under the tools).
+  const RunResult dev = run_dev(sc, k.dev, "cuda-batched", 64);
   expect_north_routing_exact(sc, k.w, dev, "sanitize cuda-batched batch 3", kRouteNearTieMixed);
 }
 
@@ -289,7 +300,7 @@ TEST(NorthPrefill, PiecesRoutingExactAgainstCpuRefAcrossTheWindowAndTheRing) {
 TEST(NorthPrefill, NorthSmallRoutingExactAgainstCpuRef) {
   MD_REQUIRE_GPU();
   if (gpu_quick()) GTEST_SKIP() << "full-width reference (MEGADECODE_GPU_QUICK)";
-  NorthCase k("north-small", 40);
+  NorthCase& k = north_small();
   const int r = kv_ring_length(k.c.max_sliding_window(), kBlock);
   const Scenario sc = make_scenario(k.c, k.rng, 2, 2 * r * kBlock + 10, 4 * r * kBlock, 3);
   for (const int chunk : {64, 150}) {
