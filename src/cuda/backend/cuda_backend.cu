@@ -154,6 +154,11 @@ void CudaBackend::set_routing_capture(RoutingLog* log) {
     const size_t n = static_cast<size_t>(kMkMaxBatch) * c.n_layers * c.n_experts_per_tok;
     CUDA_CHECK(cudaMalloc(&route_ids_, n * sizeof(int32_t)));
     CUDA_CHECK(cudaMalloc(&route_w_, n * sizeof(float)));
+    // The megakernel writes no capture for a dense layer (the host records it as expert -1, weight
+    // 0 after the copy): defined bytes, so that copying them reads nothing uninitialised.
+    CUDA_CHECK(cudaMemset(route_ids_, 0, n * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemset(route_w_, 0, n * sizeof(float)));
+    CUDA_CHECK(cudaDeviceSynchronize());
   }
 }
 
