@@ -24,7 +24,7 @@ namespace {
 
 // --simulate: the statistics plus the predicted timing, and with --trace the error per op wave.
 int simulate_and_print(const Args& args, const Plan& plan, const PlanStats& stats) {
-  SimParams params = v3_h200_params();
+  SimParams params = sim_params_for_gpu(args.get("gpu", "h200"));
   if (args.has("sim-params")) params = read_sim_params(args.require("sim-params"), params);
   const SimResult sim = simulate_plan(plan, params);
   std::optional<TimelineComparison> cmp;
@@ -52,15 +52,15 @@ int simulate_and_print(const Args& args, const Plan& plan, const PlanStats& stat
 int cmd_plan(int argc, char** argv) {
   Args args(argc, argv,
             {"model", "preset", "batch", "context", "policy", "sms", "block-size", "tiles-per-sm", "sim-params",
-             "trace"},
+             "trace", "gpu"},
             {"json", "no-lm-head", "simulate", "help"});
   if (args.flag("help")) {
     std::printf(
         "usage: megadecode plan (--model DIR | --preset NAME) [--batch B] [--context L[,L2,...]] [--policy P]\n"
         "                       [--sms S] [--block-size N] [--tiles-per-sm N] [--no-lm-head] [--json]\n"
-        "                       [--simulate [--sim-params FILE.json] [--trace TRACE.json[.gz]]]\n"
+        "                       [--simulate [--gpu h100|h200] [--sim-params FILE.json] [--trace TRACE.json[.gz]]]\n"
         "  --context takes one length for every sequence, or one per sequence (cycled).\n"
-        "  --simulate predicts the step's timing with the H200 model of the megakernel; --sim-params\n"
+        "  --simulate predicts the step's timing with the model of the megakernel on --gpu (default h200); --sim-params\n"
         "  overrides parameters (keys as in --json's \"params\"); --trace compares with a trace of\n"
         "  bench decode --trace (its per-layer timeline, error per op wave).\n");
     return 0;
@@ -109,8 +109,8 @@ int cmd_plan(int argc, char** argv) {
   validate_plan(plan);
   const PlanStats stats = plan_stats(plan);
   if (args.flag("simulate")) return simulate_and_print(args, plan, stats);
-  MD_REQUIRE(!args.has("sim-params") && !args.has("trace") ,
-             "--sim-params and --trace need --simulate");
+  MD_REQUIRE(!args.has("sim-params") && !args.has("trace") && !args.has("gpu"),
+             "--sim-params, --trace and --gpu need --simulate");
   if (args.flag("json")) {
     std::cout << plan_stats_json(stats).dump(2) << "\n";
   } else {

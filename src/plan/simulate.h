@@ -92,6 +92,10 @@ struct SimParams {
 // The parameters of the megakernel (v3) on the H200, calibrated on its batch-1 trace
 // (simulate_params.cpp says which are measured phases, which fitted, which assumed).
 SimParams v3_h200_params();
+// The same kernel on the H100 (its memory system; simulate_params.cpp says what is scaled).
+SimParams v3_h100_params();
+// By name: "h100" or "h200"; Error on others.
+SimParams sim_params_for_gpu(const std::string& gpu);
 
 nlohmann::json sim_params_json(const SimParams& p);
 // Overrides the fields present in `j` (same keys as sim_params_json); Error on unknown keys or

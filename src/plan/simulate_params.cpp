@@ -74,6 +74,24 @@ SimParams v3_h200_params() {
   return p;
 }
 
+SimParams v3_h100_params() {
+  // The same kernel on the H100 (80 GB HBM3, 132 SMs, the same SM clock): the memory system
+  // scaled by the measured read ceilings (bench decode: 3130 GB/s against 4550 on the H200), the
+  // consumer and synchronisation costs as on the H200. Checked against the H100 traces of both
+  // models at batch 1, 8K (bench/results/trace-cuda-mk-v3-{qwen,north}-b1-ctx8192-h100.json.gz;
+  // docs/perf/notes.md, "Megakernel v4: the H100 first").
+  SimParams p = v3_h200_params();
+  const double ratio = 3130.0 / 4550.0;
+  p.hbm_gbps *= ratio;
+  return p;
+}
+
+SimParams sim_params_for_gpu(const std::string& gpu) {
+  if (gpu == "h200") return v3_h200_params();
+  if (gpu == "h100") return v3_h100_params();
+  throw Error(cat("timing model: unknown GPU \"", gpu, "\" (known: h100, h200)"));
+}
+
 nlohmann::json sim_params_json(const SimParams& p) {
   nlohmann::json ops = nlohmann::json::object(), pre = nlohmann::json::object(), row = nlohmann::json::object();
   for (int i = 0; i < kNumOps; ++i) {

@@ -740,6 +740,36 @@ TEST(SimulatePlan, DefaultParamsPredictTheCommittedStepTimes) {
   EXPECT_GE(points, 7);
 }
 
+// The H100 parameters against the H100 measurements of both models (issue 41; bench/results/
+// decode-mk-{qwen,north}-h100-call1.json): every cuda-mk point at batch 1, 2, 4, 8 at 8K and batch 1
+// at 32K within 10 %.
+TEST(SimulatePlan, H100ParamsPredictTheH100StepTimesOfBothModels) {
+  int points = 0;
+  for (const auto& [preset, file] : {std::pair<std::string, std::string>{"qwen3-30b-a3b", "decode-mk-qwen-h100-call1.json"},
+                                     {"north-mini-code", "decode-mk-north-h100-call1.json"}}) {
+    std::ifstream in(results_file(file));
+    ASSERT_TRUE(in) << "bench/results/" << file;
+    const nlohmann::json d = nlohmann::json::parse(in);
+    EXPECT_NE(d["device"].get<std::string>().find("H100"), std::string::npos) << file;
+    for (const nlohmann::json& r : d["records"]) {
+      const int batch = r["batch"], context = r["context"];
+      if (r["backend"] != "cuda-mk" || (batch != 1 && batch != 2 && batch != 4 && batch != 8)) continue;
+      const double measured_ms = r["step_ms"];
+      const nlohmann::json j = nlohmann::json::parse(
+          test::run_plan({"--preset", preset, "--batch", std::to_string(batch), "--context", std::to_string(context),
+                          "--simulate", "--gpu", "h100", "--json"}));
+      const double simulated_ms = j["simulation"]["step_us"].get<double>() / 1000;
+      EXPECT_LE(std::abs(simulated_ms - measured_ms), 0.10 * measured_ms)
+          << preset << " batch " << batch << ", context " << context << ": simulated " << simulated_ms
+          << " ms, measured " << measured_ms << " ms";
+      ++points;
+    }
+  }
+  EXPECT_EQ(points, 10);
+  EXPECT_THROW(sim_params_for_gpu("a100"), Error);
+  EXPECT_LT(v3_h100_params().hbm_gbps, v3_h200_params().hbm_gbps);
+}
+
 // Random plans run to the end: one work slice per task (attention tasks hold one item each) with
 // its op and layer, every byte read from HBM exactly once (ring pages straight from HBM, or
 // prefetched into L2 and read from there), at page sizes that cut tasks at awkward places.
