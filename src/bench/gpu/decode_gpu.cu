@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "core/stopwatch.h"
 #include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/path_calibration.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_info.h"
 
@@ -78,6 +79,11 @@ void DecodeGpu::open(const BackendOptions& options) {
     CUDA_CHECK_LAST();
   }
   CUDA_CHECK(cudaDeviceSynchronize());
+  if (options.backend == "cuda") {  // the engine's per-step choice, measured as serve measures it
+    const cuda::PathCalibration cal = cuda::calibrate_decode_path(be, impl_->seed + 1);
+    std::printf("  cuda: decode path %s\n", cal.summary().c_str());
+    std::fflush(stdout);
+  }
 }
 
 DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, int trace_capacity) {

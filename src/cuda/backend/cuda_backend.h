@@ -1,6 +1,7 @@
 // The CUDA backends, over one set of device weights and one paged KV cache:
 //   cuda          each step on the path the engine's policy picks (engine/decode_path.h): the
-//                 megakernel for small batches, the batched step above the measured crossover;
+//                 megakernel for small batches, the batched step from the crossover measured at
+//                 start-up (path_calibration.h; set_path_policy);
 //   cuda-mk       every step as ONE launch of the persistent megakernel (batches of 1..64);
 //   cuda-ops      the megakernel's tile code one launch per operation wave, in a CUDA graph (the
 //                 baseline the megakernel is measured against); both run the Plan from src/plan;
@@ -59,6 +60,8 @@ class CudaBackend : public Backend {
   // The path of the last decode step, and the policy the `cuda` backend asks.
   DecodePath last_path() const { return last_path_; }
   const DecodePathPolicy& path_policy() const { return path_policy_; }
+  // The policy the next steps follow (path_calibration.h measures it at start-up).
+  void set_path_policy(const DecodePathPolicy& p) { path_policy_ = p; }
   int n_sms() const { return n_sms_; }
 
   // ---- test hooks ----

@@ -5,6 +5,7 @@
 #include "core/stopwatch.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/cuda_factory.h"
+#include "cuda/backend/path_calibration.h"
 #include "cuda/common/device_info.h"
 
 namespace megadecode {
@@ -26,7 +27,13 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& config, const Mode
   std::fprintf(stderr, "%s: %.2f GB of %s weights on the GPU in %.1f s\n", name.c_str(), w->bytes() / 1e9,
                weights ? "checkpoint" : "synthetic",
                t0.seconds());
-  return std::make_unique<cuda::CudaBackend>(std::move(w), options);
+  auto be = std::make_unique<cuda::CudaBackend>(std::move(w), options);
+  if (name == "cuda") {  // both paths: the crossover of this model on this GPU, measured now
+    const Stopwatch t1;
+    const cuda::PathCalibration cal = cuda::calibrate_decode_path(*be, seed + 1);
+    std::fprintf(stderr, "decode path: %s (%.1f s)\n", cal.summary().c_str(), t1.seconds());
+  }
+  return be;
 }
 
 }  // namespace megadecode
