@@ -82,12 +82,12 @@ void poison_for_wave(std::vector<double>& arena, const BufferLayout& b, const Wa
   };
   if (wave.op == Op::kQkv && wave.layer > 0)
     for (const BufferSpan* s :
-         {&b.qkv, &b.attn_part_o, &b.attn_part_ml, &b.attn_out, &b.h, &b.router_logits, &b.act, &b.ffn_out,
+         {&b.qkv, &b.attn_part_o, &b.attn_part_ml, &b.attn_out, &b.h, &b.router_logits, &b.act, &b.o_out,
           &b.shared_act})
       nan_fill(*s);
-  // Sequential blocks rewrite x in the down shares; parallel ones in place in O-proj (x + o + F), so
+  // Sequential blocks rewrite x in the down shares; parallel ones in place there too (x + o + F), so
   // x stays.
-  if (wave.op == Op::kExpertDown && b.ffn_out.bytes == 0) nan_fill(b.x);
+  if (wave.op == Op::kExpertDown && b.o_out.bytes == 0) nan_fill(b.x);
 }
 
 }  // namespace

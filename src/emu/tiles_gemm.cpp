@@ -79,6 +79,8 @@ std::vector<std::vector<float>> normed_input(const StepView& v, int layer) {
 
 }  // namespace
 
+std::vector<float> layer0_residual(const StepView& v) { return embedding(v); }
+
 std::vector<std::vector<float>> ffn_input(const StepView& v, int layer) {
   if (v.shape().parallel) return normed_input(v, layer);
   return normed_batch(v, v.h, v.norms->post_attn[layer]);
@@ -101,21 +103,21 @@ void tile_qkv(const StepView& v, Sync&, const Task& task) {
       [&](int t, int r, float y) { v.qkv[static_cast<size_t>(t) * s.n_kv_heads * s.qkv_group_rows + r] = y; });
 }
 
-// Parallel blocks: x = (x + o) + F, cpu-ref's order, in place (every reader of the layer's x has
-// run: this tile waits on the attention merges and every down share).
+// Sequential blocks: h = x + o. Parallel blocks: o alone into o_out (the down shares add
+// (x + o) + F).
 void tile_o_proj(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
   const int H = s.hidden, q_size = s.n_heads * s.head_dim;
-  const std::vector<float> emb = task.layer == 0 ? embedding(v) : std::vector<float>{};
+  const std::vector<float> emb = task.layer == 0 && !s.parallel ? embedding(v) : std::vector<float>{};
   const float* residual = task.layer == 0 ? emb.data() : v.x;
-  float* out = s.parallel ? v.x : v.h;
+  float* out = s.parallel ? v.o_out : v.h;
   std::vector<std::vector<float>> a;
   for (int t = 0; t < s.batch; ++t) a.emplace_back(v.attn_out + static_cast<size_t>(t) * q_size, v.attn_out + (t + 1) * static_cast<size_t>(q_size));
   gemm_rows(
       v, task, H, q_size, a, [&](int r, float* row) { ref::load_row(v.weights->layers[task.layer].o_proj, r, row); },
       [&](int t, int r, float y) {
         const size_t at = static_cast<size_t>(t) * H + r;
-        out[at] = s.parallel ? (residual[at] + y) + v.ffn_out[at] : residual[at] + y;
+        out[at] = s.parallel ? y : residual[at] + y;
       });
 }
 

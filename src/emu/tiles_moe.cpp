@@ -118,6 +118,7 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
       }
   const int S = s.shared_inter;
   std::vector<float> row(I), shared_row(S);
+  const std::vector<float> emb = s.parallel && L == 0 ? layer0_residual(v) : std::vector<float>{};
   for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {
     if (S > 0) ref::load_row(v.weights->layers[L].shared.down, rr, shared_row.data());
     for (int t = 0; t < s.batch; ++t) {
@@ -133,7 +134,7 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
       }
       const size_t at = static_cast<size_t>(t) * H + rr;
       if (s.parallel)
-        v.ffn_out[at] = moe;  // F; O-proj adds x + o + F
+        v.x[at] = ((L == 0 ? emb[at] : v.x[at]) + v.o_out[at]) + moe;  // cpu-ref's order: (x + o) + F
       else
         v.x[at] = v.h[at] + moe;
     }
@@ -143,7 +144,8 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
 // The dense FFN (parallel blocks' dense layers): up share s of S takes the units
 // moe_share(dense_units, s, S) of the MLP's gate/up rows (8 + 8 columns each):
 // act[t, col] = silu(gate . xn) * (up . xn); down share s takes the hidden row blocks
-// moe_share(down_rbs, s, S): ffn_out[t, r] = down_r . act[t] (cpu-ref's swiglu, bit for bit).
+// moe_share(down_rbs, s, S): x[t, r] = (x[t, r] + o[t, r]) + down_r . act[t] (cpu-ref's swiglu and
+// order, bit for bit).
 void tile_dense_up(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
   const int L = task.layer, H = s.hidden, I = s.dense_inter;
@@ -167,10 +169,13 @@ void tile_dense_down(const StepView& v, Sync&, const Task& task) {
   MD_REQUIRE(I > 0 && s.parallel, "dense down share at L", L, " of a plan without parallel dense layers");
   const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1]);
   std::vector<float> row(I);
+  const std::vector<float> emb = L == 0 ? layer0_residual(v) : std::vector<float>{};
   for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {
     ref::load_row(v.weights->layers[L].mlp_down, rr, row.data());
-    for (int t = 0; t < s.batch; ++t)
-      v.ffn_out[static_cast<size_t>(t) * H + rr] = ref::dot(row.data(), v.act + static_cast<size_t>(t) * I, I);
+    for (int t = 0; t < s.batch; ++t) {
+      const size_t at = static_cast<size_t>(t) * H + rr;
+      v.x[at] = ((L == 0 ? emb[at] : v.x[at]) + v.o_out[at]) + ref::dot(row.data(), v.act + static_cast<size_t>(t) * I, I);
+    }
   }
 }
 

@@ -10,12 +10,14 @@
 //   the up units itself) -> expert down (its share of the row blocks over every active expert;
 //   epilogue: x = h + sum_k w_k down_k in top-k order)
 // then LM head tiles (prologue: the final RMSNorm) -> SAMPLE.
-// cohere2_moe (parallel blocks, PlanShape::parallel): QKV tiles and router tiles both normalise the
-// layer input x; attention items as above (sliding layers: the window, through the ring table);
-// expert up/down (or, on a dense layer, DENSE_UP/DENSE_DOWN: the fixed SwiGLU MLP of width
-// dense_inter in shares, no router) write the FFN branch F into ffn_out; the O-proj tiles come
-// last and write x = (x + o) + F. Waves per layer: QKV, ROUTER, ATTN, EXPERT_UP, EXPERT_DOWN, O_PROJ. No task runs on one SM alone for the
-// whole GPU: the norms are recomputed in every consumer tile's prologue and the routing on every SM.
+// cohere2_moe (parallel blocks, PlanShape::parallel): QKV tiles, router tiles and up shares all
+// normalise the layer input x; attention items as above (sliding layers: the window, through the
+// ring table); the O-proj tiles store the attention branch o into o_out beside the FFN; expert
+// up/down (or, on a dense layer, DENSE_UP/DENSE_DOWN: the fixed SwiGLU MLP of width dense_inter in
+// shares, no router) compute the FFN branch F, and the down shares, after every up share and every
+// O-proj tile, write x = (x + o) + F. Waves per layer: QKV, ROUTER, ATTN, EXPERT_UP, O_PROJ,
+// EXPERT_DOWN. No task runs on one SM alone for the whole GPU: the norms are recomputed in every
+// consumer tile's prologue and the routing on every SM.
 #pragma once
 
 #include <cstdint>

@@ -81,15 +81,18 @@ void layer_waves(const PlanShape& s, const CounterLayout& c, int L, std::vector<
   out.push_back(std::move(down));
 }
 
-// A parallel block (op_table.h): QKV and router tiles (and dense up shares) read the layer input;
-// the routed or dense FFN runs beside attention; O-proj comes last and writes the residual, so it
-// waits on both, and the next layer's first waves wait on every O-proj tile. Waves: QKV, ROUTER,
-// ATTN, EXPERT_UP, EXPERT_DOWN, O_PROJ (router-after-attn: QKV, ATTN, ROUTER, ...; a dense layer:
-// QKV, ATTN, DENSE_UP, DENSE_DOWN, O_PROJ).
+// A parallel block (op_table.h): QKV and router tiles (and up shares) read the layer input; the
+// routed or dense FFN's up half runs beside attention; O-proj stores o after the layer's attention;
+// the down shares, which wait on every up share and every O-proj tile, write the residual
+// x = (x + o) + F, and the next layer's first waves wait on every down share. Waves: QKV, ROUTER,
+// ATTN, EXPERT_UP, O_PROJ, EXPERT_DOWN: an SM that finishes its up share early runs its O-proj tile
+// while the down shares wait for the last up share, and O-proj's weight pages stream while the up
+// share computes (router-after-attn: QKV, ATTN, ROUTER, ...; a dense layer: QKV, ATTN, DENSE_UP,
+// O_PROJ, DENSE_DOWN).
 void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, bool dense, std::vector<WaveBuild>& out) {
   auto C = [&](int32_t offset) { return layer_counter(c, L, offset); };
   const int G = s.n_kv_heads;
-  const Wait after_prev_layer{L > 0 ? layer_counter(c, L - 1, c.oproj_done) : -1, s.n_oproj_tasks};
+  const Wait after_prev_layer{L > 0 ? layer_counter(c, L - 1, c.down_done) : -1, s.n_sms};
   auto input_task = [&](Op op, std::initializer_list<int32_t> args, int32_t arrive) {
     Task t = make_task(op, L, args, {}, {{arrive, 1}});
     if (L > 0) t.wait[t.n_waits++] = after_prev_layer;
@@ -117,24 +120,24 @@ void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, boo
   const Op up_op = dense ? Op::kDenseUp : Op::kExpertUp, down_op = dense ? Op::kDenseDown : Op::kExpertDown;
   WaveBuild up{up_op, L, {}, {}}, down{down_op, L, {}, {}};
   for (int sm = 0; sm < s.n_sms; ++sm) {
-    // Routed up shares normalise the layer input (after the previous layer's O-proj: the fill can
-    // run before the routing is known, as in sequential blocks after O-proj), then read the router
-    // tiles' logits; dense up shares only the layer input.
+    // Routed up shares normalise the layer input (after the previous layer: the fill can run before
+    // the routing is known, as in sequential blocks after O-proj), then read the router tiles'
+    // logits (their last wait); dense up shares only the layer input.
     Task u = input_task(up_op, {sm, s.n_sms}, C(c.up_done));
     if (!dense) u.wait[u.n_waits++] = {C(c.router_done), s.n_router_tasks};
     up.tasks.push_back(u);
     up.sm.push_back(sm);
-    down.tasks.push_back(make_task(down_op, L, {sm, s.n_sms}, {{C(c.up_done), s.n_sms}}, {{C(c.down_done), 1}}));
+    down.tasks.push_back(make_task(down_op, L, {sm, s.n_sms},
+                                   {{C(c.up_done), s.n_sms}, {C(c.oproj_done), s.n_oproj_tasks}}, {{C(c.down_done), 1}}));
     down.sm.push_back(sm);
   }
   out.push_back(std::move(up));
-  out.push_back(std::move(down));
 
   WaveBuild oproj{Op::kOProj, L, {}, {}};
   for (const auto& [a, b] : cut(0, s.hidden / 16, s.n_oproj_tasks))
-    oproj.tasks.push_back(make_task(Op::kOProj, L, {a, b}, {{C(c.attn_done), s.batch * G}, {C(c.down_done), s.n_sms}},
-                                    {{C(c.oproj_done), 1}}));
+    oproj.tasks.push_back(make_task(Op::kOProj, L, {a, b}, {{C(c.attn_done), s.batch * G}}, {{C(c.oproj_done), 1}}));
   out.push_back(std::move(oproj));
+  out.push_back(std::move(down));
 }
 
 int layer_wave_count(const PlanShape& s, const std::vector<LayerSpec>& layers, int L) {
@@ -144,8 +147,7 @@ int layer_wave_count(const PlanShape& s, const std::vector<LayerSpec>& layers, i
 void final_waves(const PlanShape& s, const CounterLayout& c, std::vector<WaveBuild>& out) {
   if (!s.lm_head) return;
   WaveBuild lm{Op::kLmHead, -1, {}, {}};
-  const Wait after_moe = s.parallel ? Wait{layer_counter(c, s.n_layers - 1, c.oproj_done), s.n_oproj_tasks}
-                                    : Wait{layer_counter(c, s.n_layers - 1, c.down_done), s.n_sms};
+  const Wait after_moe{layer_counter(c, s.n_layers - 1, c.down_done), s.n_sms};  // the final x
   for (const auto& [a, b] : cut(0, (s.vocab + 15) / 16, s.n_lm_tasks))
     lm.tasks.push_back(make_task(Op::kLmHead, -1, {a, b}, {after_moe}, {{c.lm_head_done, 1}}));
   out.push_back(std::move(lm));

@@ -237,7 +237,7 @@ BufferLayout buffer_layout(const PlanShape& s) {
   L.logits = place(s.lm_head ? b * v * 4 : 0);
   L.out_tokens = place(b * 4);
   L.ring_tables = place(b * static_cast<uint64_t>(s.ring_len) * 4);
-  L.ffn_out = place(s.parallel ? b * h * 4 : 0);
+  L.o_out = place(s.parallel ? b * h * 4 : 0);
   L.shared_act = place(b * static_cast<uint64_t>(s.shared_inter) * 4);
   L.total_bytes = off;
   return L;

@@ -22,18 +22,20 @@
 //    blocks over every active expert. Both arrive once, whatever their share holds, so up_done and
 //    down_done reach n_sms.
 //  - Buffers are reused from layer to layer: safe because every layer funnels (the next layer's QKV
-//    tiles wait on every worker's EXPERT_DOWN, which transitively waits on all of the layer; in a
-//    parallel block on every O-proj tile, which waits on the layer's attention and its FFN).
+//    tiles wait on every worker's EXPERT_DOWN, which transitively waits on all of the layer: in a
+//    parallel block it waits on every up share and every O-proj tile, which waits on attention).
 //
 // Numerics (shared by every executor): RMSNorm is recomputed by each consumer tile from the fp32
 // residual it reads (x before attention, h before the MoE, x after the last layer) in one fixed
 // order, so every tile gets the same bits; the O-proj tile adds the residual (h = x + o); the down
 // share adds h and the experts' outputs weighted in top-k order (x = h + sum_k w_k down_k).
-// Parallel blocks (cohere2_moe) keep cpu-ref's order x = (x + o) + F: the down shares (or dense down
-// shares) write F = sum_k w_k down_k (top-k order, from zero; dense: the MLP's output) into ffn_out,
-// and the O-proj tile, which waits on both attention and every down share, computes
-// x[t, r] = (x[t, r] + o[t, r]) + ffn_out[t, r] in place (every reader of the layer's x is done by
-// then). No other task writes x in that layer.
+// Parallel blocks (cohere2_moe) keep cpu-ref's order x = (x + o) + F: the O-proj tiles store
+// o (fp32, unrounded) into o_out after the layer's attention, beside the FFN; the down shares (or
+// dense down shares), which wait on every up share and every O-proj tile, compute F =
+// sum_k w_k down_k (top-k order, from zero; dense: the MLP's output) and write
+// x[t, r] = (x[t, r] + o_out[t, r]) + F in place (every reader of the layer's x, the QKV, router
+// and up tasks, is done by then: the up shares and, through attention, the O-proj tiles wait on
+// them). No other task writes x in that layer.
 //
 // Memory ordering on the GPU (DESIGN.md §5): producer = stores, block barrier, one thread
 // red.release.gpu; consumer = one thread ld.acquire.gpu, then block barrier. The attention
@@ -149,7 +151,7 @@ MD_HOST_DEVICE inline int32_t layer_counter(const CounterLayout& c, int layer, i
   X(logits, float, "[B, V]")                                                                   \
   X(out_tokens, int32_t, "[B] sampled tokens")                                                 \
   X(ring_tables, int32_t, "[B, ring_len] ring blocks of the sliding layers (host-written; 0 bytes without)") \
-  X(ffn_out, float, "[B, H] parallel blocks: the FFN branch F, added by O-proj (0 bytes otherwise)") \
+  X(o_out, float, "[B, H] parallel blocks: the attention branch o, added by the down shares (0 bytes otherwise)") \
   X(shared_act, float, "[B, shared_inter] silu(gate)*up of the shared experts' MLP (0 bytes without)")
 
 struct BufferSpan {

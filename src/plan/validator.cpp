@@ -498,12 +498,13 @@ void check_funnels(const Plan& plan, const Graph& g) {
   }
 }
 
-// Parallel blocks (op_table.h, task.h): O-proj writes x = (x + o) + F, so every O-proj tile must
-// come after all of its layer's attention and FFN tasks (the F it adds, and every reader of the x
-// it overwrites: QKV, router, up shares); and the FFN must run beside attention: no router, up or
-// down task may wait, even through other tasks, on its layer's attention or O-proj (the
-// router-after-attn and grid-sync ablations let them wait on attention, never on O-proj). A layer has either
-// router and expert shares or dense shares.
+// Parallel blocks (op_table.h, task.h): the down shares write x = (x + o) + F, so every down share
+// must come after all of its layer's O-proj tiles (the o it adds) and every reader of the x it
+// overwrites (QKV tiles, router tiles, up shares); O-proj reads the attention output, so it comes
+// after all of its layer's attention items; and the FFN's first half must run beside attention: no
+// router or up task may wait, even through other tasks, on its layer's attention or O-proj (the
+// router-after-attn and grid-sync ablations let them wait on attention, never on O-proj).
+// A layer has either router and expert shares or dense shares.
 void check_parallel_blocks(const Plan& plan, const Graph& g) {
   const PlanShape& s = plan.params.shape;
   if (!s.parallel) return;
@@ -544,18 +545,22 @@ void check_parallel_blocks(const Plan& plan, const Graph& g) {
     std::set<std::vector<std::pair<int32_t, int32_t>>> done;
     for (int t : by_layer[L]) {
       const bool oproj = is(t, Op::kOProj);
-      const bool ffn = is(t, Op::kRouter) || is(t, Op::kExpertUp) || is(t, Op::kExpertDown) || is(t, Op::kDenseUp) ||
-                       is(t, Op::kDenseDown);
-      if (!oproj && !ffn) continue;
+      const bool down = is(t, Op::kExpertDown) || is(t, Op::kDenseDown);
+      const bool ffn = is(t, Op::kRouter) || is(t, Op::kExpertUp) || is(t, Op::kDenseUp);
+      if (!oproj && !ffn && !down) continue;
       std::vector<std::pair<int32_t, int32_t>> key{{plan.tasks[t].op, -1}};
       for (int j = 0; j < plan.tasks[t].n_waits; ++j) key.push_back({plan.tasks[t].wait[j].counter, plan.tasks[t].wait[j].target});
       if (!done.insert(key).second) continue;
       reach(t);  // marks seen[] with the current stamp
       for (int u : by_layer[L]) {
         const bool hit = seen[u] == stamp;
-        if (oproj && !is(u, Op::kOProj))
+        if (down && (is(u, Op::kOProj) || is(u, Op::kQkv) || is(u, Op::kRouter) || is(u, Op::kExpertUp) ||
+                     is(u, Op::kDenseUp)))
           MD_REQUIRE(hit, "parallel block: ", describe_task(plan, t), " writes x = x + o + F but does not wait "
                      "(directly or through other tasks) on ", describe_task(plan, u), " of its layer");
+        if (oproj && is(u, Op::kAttn))
+          MD_REQUIRE(hit, "parallel block: ", describe_task(plan, t), " reads the attention output but does not "
+                     "wait (directly or through other tasks) on ", describe_task(plan, u), " of its layer");
         if (ffn && hit && (is(u, Op::kOProj) || (is(u, Op::kAttn) && overlap)))
           throw Error(cat("parallel block: ", describe_task(plan, t), " waits (directly or through other tasks) on ",
                           describe_task(plan, u), ": the FFN must not wait on its layer's ",
@@ -616,8 +621,8 @@ void validate_plan(const Plan& plan) {
     throw Error(cat("deadlock through list order: ", describe_cycle(plan, producers, cycle)));
   check_waves(plan, graph);
   check_funnels(plan, graph);
+  check_down_after_up(plan, graph);  // (first: its message is the more specific one)
   check_parallel_blocks(plan, graph);
-  check_down_after_up(plan, graph);
 }
 
 }  // namespace megadecode

@@ -96,17 +96,21 @@ void check_parallel_structure(const ModelConfig& c, const Plan& plan, const std:
     EXPECT_TRUE(spec.ffn == FfnKind::kDense ? op != Op::kRouter && op != Op::kExpertUp && op != Op::kExpertDown
                                             : op != Op::kDenseUp && op != Op::kDenseDown)
         << where;
-    const bool ffn = op == Op::kRouter || op == Op::kExpertUp || op == Op::kExpertDown || op == Op::kDenseUp ||
-                     op == Op::kDenseDown;
-    if (ffn) {
-      EXPECT_FALSE(waits_on(t, C(k.oproj_done))) << where;
-      EXPECT_EQ(waits_on(t, C(k.attn_done)), router_after_attn && op == Op::kRouter) << where;
-    }
+    const bool ffn = op == Op::kRouter || op == Op::kExpertUp || op == Op::kDenseUp;
+    const bool down = op == Op::kExpertDown || op == Op::kDenseDown;
+    if (ffn || down) EXPECT_EQ(waits_on(t, C(k.attn_done)), router_after_attn && op == Op::kRouter) << where;
+    if (ffn) EXPECT_FALSE(waits_on(t, C(k.oproj_done))) << where;
+    // The down shares write x = (x + o) + F: after every up share and every O-proj tile.
+    if (down) EXPECT_TRUE(waits_on(t, C(k.oproj_done)) && waits_on(t, C(k.up_done))) << where;
+    // The next layer's input is the down shares' x.
     if ((op == Op::kRouter || op == Op::kDenseUp || op == Op::kExpertUp || op == Op::kQkv) && L > 0) {
-      EXPECT_TRUE(waits_on(t, layer_counter(k, L - 1, k.oproj_done))) << where;
+      EXPECT_TRUE(waits_on(t, layer_counter(k, L - 1, k.down_done))) << where;
+      EXPECT_FALSE(waits_on(t, layer_counter(k, L - 1, k.oproj_done))) << where;
     }
+    // O-proj stores o beside the FFN: it waits on its layer's attention alone.
     if (op == Op::kOProj) {
-      EXPECT_TRUE(waits_on(t, C(k.attn_done)) && waits_on(t, C(k.down_done))) << where;
+      EXPECT_TRUE(waits_on(t, C(k.attn_done))) << where;
+      EXPECT_FALSE(waits_on(t, C(k.down_done)) || waits_on(t, C(k.up_done))) << where;
     }
   }
 }
@@ -174,12 +178,26 @@ TEST(NorthPlan, TheValidatorRejectsEachBrokenParallelRule) {
     EXPECT_TRUE(waits_on(f.plan.tasks[f.task(Op::kRouter, 2)],
                          layer_counter(f.plan.params.counters, 2, f.plan.params.counters.attn_done)));
   }
-  {  // an O-proj tile that does not wait for the down shares would add an unfinished F
+  {  // a down share that does not wait for the O-proj tiles would add an unfinished o
+    Broken f;
+    Task& t = f.plan.tasks[f.task(Op::kExpertDown, 3)];
+    ASSERT_EQ(t.n_waits, 2);
+    t.n_waits = 1;  // up_done only
+    expect_error(f.plan, "writes x = x + o + F but does not wait (directly or through other tasks) on");
+  }
+  {  // an O-proj tile that does not wait for the attention would read an unfinished output
     Broken f;
     Task& t = f.plan.tasks[f.task(Op::kOProj, 3)];
-    ASSERT_EQ(t.n_waits, 2);
-    t.n_waits = 1;  // attn_done only
-    expect_error(f.plan, "does not wait (directly or through other tasks) on");
+    ASSERT_EQ(t.n_waits, 1);
+    t.n_waits = 0;
+    expect_error(f.plan, "reads the attention output but does not wait");
+  }
+  {  // an O-proj tile that waits for the down shares: a cycle (they wait for it)
+    Broken f;
+    Task& t = f.plan.tasks[f.task(Op::kOProj, 3)];
+    t.wait[t.n_waits++] = {layer_counter(f.plan.params.counters, 3, f.plan.params.counters.down_done),
+                           f.plan.params.shape.n_sms};
+    expect_error(f.plan, "dependency cycle");
   }
   {  // a sliding layer's task naming a full-layer item
     Broken f;

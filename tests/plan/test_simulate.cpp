@@ -740,13 +740,13 @@ TEST(SimulatePlan, DefaultParamsPredictTheCommittedStepTimes) {
   EXPECT_GE(points, 7);
 }
 
-// The H100 parameters against the H100 measurements of both models (issue 41; bench/results/
-// decode-mk-{qwen,north}-h100-call1.json): every cuda-mk point at batch 1, 2, 4, 8 at 8K and batch 1
-// at 32K within 10 %.
+// The H100 parameters against the H100 measurements of both models on the current plan (issue 41;
+// bench/results/decode-mk-{qwen,north}-h100-call2.json): every cuda-mk point at batch 1, 2, 4, 8 at
+// 8K and batch 1 at 32K within 10 %.
 TEST(SimulatePlan, H100ParamsPredictTheH100StepTimesOfBothModels) {
   int points = 0;
-  for (const auto& [preset, file] : {std::pair<std::string, std::string>{"qwen3-30b-a3b", "decode-mk-qwen-h100-call1.json"},
-                                     {"north-mini-code", "decode-mk-north-h100-call1.json"}}) {
+  for (const auto& [preset, file] : {std::pair<std::string, std::string>{"qwen3-30b-a3b", "decode-mk-qwen-h100-call2.json"},
+                                     {"north-mini-code", "decode-mk-north-h100-call2.json"}}) {
     std::ifstream in(results_file(file));
     ASSERT_TRUE(in) << "bench/results/" << file;
     const nlohmann::json d = nlohmann::json::parse(in);

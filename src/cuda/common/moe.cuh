@@ -11,6 +11,25 @@ namespace megadecode::cuda {
 constexpr int kRouterMaxExperts = 256;  // 8 per lane
 constexpr int kRouterMaxTopK = 32;
 
+// A float as an unsigned key in the same order (-0 and +0 one key: they compare equal as floats).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f + 0.0f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// Every lane's (best, best_e) becomes the warp's: the largest value, then the lowest index among
+// the lanes holding it (the order of a butterfly of "ob > best || (ob == best && oe < best_e)",
+// in two warp reductions). No lane holds a NaN.
+__device__ __forceinline__ void warp_best(float& best, int& best_e) {
+  const uint32_t key = order_key(best);
+  const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+  best_e = static_cast<int>(__reduce_min_sync(0xffffffffu, key == top ? static_cast<uint32_t>(best_e) : 0xffffffffu));
+  best = key_value(top);
+}
+
 // One warp: softmax over logits[0..n_experts) in fp32, the top_k largest probabilities (ties to the
 // lower expert index) in descending order, optionally renormalised (sum in top-k order).
 // Lane 0 writes ids[0..top_k) and weights[0..top_k).
@@ -52,15 +71,7 @@ __device__ inline void router_topk_warp(const float* logits, int n_experts, int 
         best = v[j];
         best_e = lane + 32 * j;
       }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) {
-        best = ob;
-        best_e = oe;
-      }
-    }
+    warp_best(best, best_e);
     if ((best_e & 31) == lane) {
 #pragma unroll
       for (int j = 0; j < kPer; ++j)
@@ -111,15 +122,7 @@ __device__ inline void router_sigmoid_topk_warp(const float* logits, int n_exper
         best = v[j];
         best_e = lane + 32 * j;
       }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (ob > best || (ob == best && oe < best_e)) {
-        best = ob;
-        best_e = oe;
-      }
-    }
+    warp_best(best, best_e);
     if ((best_e & 31) == lane) {
 #pragma unroll
       for (int j = 0; j < kPer; ++j)

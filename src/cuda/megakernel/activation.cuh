@@ -6,7 +6,8 @@
 //   so the norm needs no task of its own. Layer 0's residual is
 //   the embedding row of the token (bf16, exact in fp32).
 //   Row copy (O-proj: the merged attention output; expert down: the up outputs of its slots).
-// Rows other SMs wrote in this launch are read with ld.global.cg (after the task's acquire).
+// Rows other SMs wrote in this launch are read with coherent loads after the task's acquire (never the
+// non-coherent path): ld.global.cg, or .ca where the fill reads them twice (the RMSNorm rows).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,10 @@ struct NormSource {
 template <bool kEmbed>
 __device__ __forceinline__ float4 norm_load4(const NormSource& src, int r, int i) {
   if constexpr (!kEmbed) {
-    return __ldcg(reinterpret_cast<const float4*>(src.x + static_cast<int64_t>(r) * src.H + i));
+    // Cached in L1 (ld.global.ca): the scale pass misses (the task's acquire emptied L1) and the
+    // normalising pass then reads the same bytes from L1, not a second L2 round trip. The cache
+    // operator is only a hint: the acquire before the task orders these weak loads as it does .cg.
+    return __ldca(reinterpret_cast<const float4*>(src.x + static_cast<int64_t>(r) * src.H + i));
   } else {
     const uint2 b = __ldg(reinterpret_cast<const uint2*>(src.embed + static_cast<int64_t>(src.tokens[r]) * src.H + i));
     return make_float4(bf16_bits_to_float(static_cast<uint16_t>(b.x)), bf16_bits_to_float(static_cast<uint16_t>(b.x >> 16)),
@@ -86,15 +90,18 @@ __device__ __forceinline__ uint32_t normed_pair(float a, float b, float s, uint3
                      __uint_as_float(n & 0xffff0000u) * __uint_as_float(w2 & 0xffff0000u));
 }
 
+// w_own: when a row has exactly one 8-column chunk per consumer thread (kw = 8 * 256: hidden 2048),
+// every row's chunk of this thread has the same columns, so its caller loaded their weights
+// beforehand (own_w) and the loop issues only the row's loads.
 template <bool kEmbed>
 __device__ inline void fill_normed_rows(const NormSource& src, const float* scale, int n_rows, int k0, int kw,
-                                        uint16_t* dst, int pitch) {
+                                        uint16_t* dst, int pitch, bool own_w, uint4 w_own) {
   const int per_row = kw / 8;
 #pragma unroll 2
   for (int idx = threadIdx.x; idx < n_rows * per_row; idx += kConsumerThreads) {
     const int r = idx / per_row, c = idx % per_row, k = k0 + c * 8;
     const float4 a = norm_load4<kEmbed>(src, r, k), b = norm_load4<kEmbed>(src, r, k + 4);
-    const uint4 w = __ldg(reinterpret_cast<const uint4*>(src.weight + k));
+    const uint4 w = own_w ? w_own : __ldg(reinterpret_cast<const uint4*>(src.weight + k));
     const float s = scale[r];
     uint4 out;
     out.x = normed_pair(a.x, a.y, s, w.x);
@@ -143,12 +150,17 @@ struct Fill {
 // *fp has none yet. All consumer threads; the caller meets before and after.
 template <bool kEmbed>
 __device__ __forceinline__ void fill_normed_window(const Fill& f, Fill* fp, int n_rows, int k0, int kw) {
+  // This thread's weight chunk, issued before the scale pass so that its L2 round trip overlaps the
+  // rows' (fill_normed_rows: own_w).
+  const bool own_w = kw / 8 == kConsumerThreads;
+  const uint4 w_own = own_w ? __ldg(reinterpret_cast<const uint4*>(f.ns.weight + k0 + 8 * threadIdx.x))
+                            : make_uint4(0u, 0u, 0u, 0u);
   if (!f.scales_ready) {
     norm_scales<kEmbed>(f.ns, n_rows, f.part, f.scale);
     consumer_sync();
     if (threadIdx.x == 0) fp->scales_ready = 1;
   }
-  fill_normed_rows<kEmbed>(f.ns, f.scale, n_rows, k0, kw, f.dst, f.pitch);
+  fill_normed_rows<kEmbed>(f.ns, f.scale, n_rows, k0, kw, f.dst, f.pitch, own_w, w_own);
 }
 
 // Layer 0's RMSNorm fill, from the tokens' embedding rows: out of line (one layer of the step), so

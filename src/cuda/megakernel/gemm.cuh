@@ -49,7 +49,7 @@ enum class EpiKind : int32_t {
   kRows,      // the same for row < n_rows only (padded rows)        (router, LM head)
   kScaledRows,  // kRows of v * scale                              (LM head with a logit scale != 1)
   kResidual,  // y[tok * H + row] = residual(tok, row) + v           (O-proj: h = x + o)
-  kResidualFfn,  // y[at] = (residual(tok, row) + v) + res[at]      (O-proj of a parallel block: x in place)
+  kResidualFfn,  // y[at] = (residual(tok, row) + res[at]) + v      (dense down of a parallel block: x in place)
   kSwiGlu,    // act[(slot0 + tok) * n_rows + col] = silu(gate) * up (expert up: row pairs i, i + 8)
   kCombine,   // comb[(token * K + k) * 16 + r] = v of slot slot0 + tok (expert down)
 };
@@ -60,7 +60,7 @@ struct Epilogue {
   int64_t stride;          // kStore, kRows: elements per token row of y; kResidual: H
   float* y;
   const float* res;        // kResidual: the fp32 residual x, or nullptr: the embedding of tokens[tok];
-                           // kResidualFfn: the FFN branch F [tokens][H] (other SMs' down shares wrote it)
+                           // kResidualFfn: the attention branch o [tokens][H] (other SMs' O-proj tiles wrote it)
   const uint16_t* embed;
   const int32_t* tokens;
   uint16_t* act;           // kSwiGlu
@@ -99,12 +99,12 @@ __device__ __forceinline__ void reduce_store(const float* red, int rb, int n_tok
         break;
       }
       case EpiKind::kResidualFfn: {  // cpu-ref's order: (x + o) + F, x in place (each element read, then written)
-        // (F rides in `res` and the residual's source in n_rows: the epilogue, held in registers
+        // (o rides in `res` and the residual's source in n_rows: the epilogue, held in registers
         // through the job loop, grows no field for it.)
         const int64_t at = tok * e.stride + row;
         const float res = e.n_rows == 0 ? __ldcg(e.y + at)
                                         : bf16_bits_to_float(e.embed[static_cast<int64_t>(e.tokens[tok]) * e.stride + row]);
-        e.y[at] = (res + v) + __ldcg(e.res + at);
+        e.y[at] = (res + __ldcg(e.res + at)) + v;
         break;
       }
       case EpiKind::kSwiGlu: {

@@ -6,9 +6,9 @@
 //     blocks: the layer input's, after the previous layer), the
 //     layer's routing (after the router), then one job per expert segment of the share's up units;
 //   EXPERT_DOWN: one job per (row block of the share, active expert), each row block combined in
-//     top-k order with the residual (parallel blocks: into ffn_out, which O-proj adds);
+//     top-k order with the residual (parallel blocks: x = (x + o) + F, o from the O-proj tiles);
 //   DENSE_UP, DENSE_DOWN (parallel blocks' dense layers): one job, the share's units of the MLP's
-//     interleaved gate/up rows (act[t, col], token-major) or its hidden row blocks (ffn_out).
+//     interleaved gate/up rows (act[t, col], token-major) or its hidden row blocks (x = (x + o) + F).
 // JobWalk numbers a task's jobs; the loader (loader.cuh) walks the same way, so both sides see one
 // page sequence. Epilogue outputs other SMs read are plain stores, published by the task's arrival.
 #pragma once
@@ -204,11 +204,9 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
       epi.res = L == 0 ? nullptr : buf<float>(p, b.x);
       epi.embed = p.w.embed;
       epi.tokens = tokens;
-      if (s.parallel) {  // the layer's last task: x = (x + o) + F in place (every reader of x is done)
-        epi.kind = EpiKind::kResidualFfn;
-        epi.y = buf<float>(p, b.x);
-        epi.res = buf<float>(p, b.ffn_out);
-        epi.n_rows = L == 0 ? 1 : 0;
+      if (s.parallel) {  // o alone, beside the FFN: the down shares add (x + o) + F
+        epi.kind = EpiKind::kStore;
+        epi.y = buf<float>(p, b.o_out);
       }
       break;
     case Op::kRouter:
@@ -243,11 +241,16 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
       epi.n_rows = s.dense_inter;
       epi.act = buf<uint16_t>(p, b.act);
       break;
-    case Op::kDenseDown:  // ffn_out[t, r] = down_r . act[t]
+    case Op::kDenseDown:  // x[t, r] = (x[t, r] + o[t, r]) + down_r . act[t], in place (the layer's last writer)
       f.kind = FillKind::kRows;
       f.src = buf<uint16_t>(p, b.act);
       f.stride = s.dense_inter;
-      epi.y = buf<float>(p, b.ffn_out);
+      epi.kind = EpiKind::kResidualFfn;
+      epi.y = buf<float>(p, b.x);
+      epi.res = buf<float>(p, b.o_out);
+      epi.n_rows = L == 0 ? 1 : 0;
+      epi.embed = p.w.embed;
+      epi.tokens = tokens;
       epi.stride = s.hidden;
       break;
     default:  // LM head
@@ -267,21 +270,31 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
 }
 
 // x = h + sum_k w_k down_k for the hidden rows of row block rb, every token (top-k order); the
-// row block's (token, k) outputs are in `comb`. Parallel blocks: ffn_out = sum_k w_k down_k (the
-// same sum, from zero), which the layer's O-proj adds to x + o.
-__device__ __forceinline__ void moe_combine(const MkParams& p, const RouteSmem& r, const float* comb, int rb) {
+// row block's (token, k) outputs are in `comb`. Parallel blocks: x = (x + o) + F with F the same
+// sum from zero, o the layer's O-proj output (cpu-ref's order), x in place (the embedding's row at
+// layer 0).
+__device__ __forceinline__ void moe_combine(const MkParams& p, const RouteSmem& r, const float* comb, int rb, int layer) {
   const PlanShape& s = p.plan.shape;
   const int K = s.top_k, H = s.hidden;
-  // (h is 0 bytes in parallel plans: never read there.)
-  const float* h = s.parallel ? nullptr : buf<float>(p, p.plan.buffers.h);
-  float* x = buf<float>(p, s.parallel ? p.plan.buffers.ffn_out : p.plan.buffers.x);
+  const BufferLayout& b = p.plan.buffers;
+  // (h is 0 bytes in parallel plans, o_out in sequential ones: neither is read there.)
+  const float* h = buf<float>(p, b.h);
+  const float* o = buf<float>(p, b.o_out);
+  float* x = buf<float>(p, b.x);
   for (int idx = threadIdx.x; idx < s.batch * 16; idx += kConsumerThreads) {
     const int tok = idx >> 4, row = rb * 16 + (idx & 15);
     float moe = 0.0f;
 #pragma unroll 1
     for (int k = 0; k < K; ++k) moe += r.w[tok * K + k] * comb[(tok * K + k) * 16 + (idx & 15)];  // top-k order
     const int64_t at = static_cast<int64_t>(tok) * H + row;
-    x[at] = h == nullptr ? moe : __ldcg(h + at) + moe;
+    if (!s.parallel) {
+      x[at] = __ldcg(h + at) + moe;
+    } else {
+      const int32_t* tokens = buf<int32_t>(p, b.token_ids);
+      const float res =
+          layer == 0 ? bf16_bits_to_float(p.w.embed[static_cast<int64_t>(tokens[tok]) * H + row]) : __ldcg(x + at);
+      x[at] = (res + __ldcg(o + at)) + moe;
+    }
   }
 }
 
@@ -296,10 +309,11 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   const GemmGeo& g = p.geo[kind];
   Epilogue epi;
   gemm_setup(c, t, g, epi);
-  // h is complete after the O-proj tiles: the up task's norm runs while the router tiles do.
-  // (Parallel blocks: its first wait is the previous layer's O-proj, after which x is final; at
-  // layer 0 it has only the router's wait, and the embedding fill comes after it.)
-  const int first = up && t.n_waits >= 2 ? 1 : t.n_waits;
+  // h is complete after the O-proj tiles: the up task's norm runs while the router tiles do. Its
+  // router wait is its last. (Parallel blocks: its first wait is the previous layer's down shares,
+  // after which x is final; at layer 0 it has only the router's wait, and the embedding fill comes
+  // before it.)
+  const int first = up ? t.n_waits - 1 : t.n_waits;
   if (!wait_task(c, t, task, 0, first)) return false;  // (also publishes the fill)
   // The embedding rows: every token id must be in the vocabulary before a fill reads them. Parallel
   // blocks' router, expert-up and dense-up tasks read them at layer 0 too, waiting on no QKV tile.
@@ -358,7 +372,7 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
     ok &= consume_job<kNT>(p, t, task, c.ring, c.rp, g, tj.job, act, c.red, c.fill, B, epi);
     if (down && walk.at != tj.job.rb_begin) {  // the row block's last job: its every (token, k) is in comb
       consumer_sync();
-      moe_combine(p, r, c.combine(), tj.job.rb_begin);
+      moe_combine(p, r, c.combine(), tj.job.rb_begin, t.layer);
     }
   }
   return ok;
