@@ -1,4 +1,4 @@
-// `megadecode bench engine`: the engine loop's host cost per decode step, on the CPU (issue 22).
+// `megadecode bench engine`: the engine loop's host cost per decode step, on the CPU.
 // The real scheduler, output processing, Qwen3 detokenizer and stop strings drive the null backend
 // (null_backend.h: cuda-mk's host work per step, without the device) at each batch size: B
 // sequences of --context tokens decode --warmup + --steps steps, all running; each iteration's

@@ -47,11 +47,6 @@ MD_HOST_DEVICE inline Philox4 philox4x32(uint32_t c0, uint32_t c1, uint32_t c2, 
   return Philox4{{c0, c1, c2, c3}};
 }
 
-// Uniform in (0, 1]: never 0, so -log(u) is finite.
-MD_HOST_DEVICE inline float u32_to_unit_open0(uint32_t x) {
-  return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f);
-}
-
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}

@@ -16,8 +16,7 @@ Engine::Engine(Backend& backend, const EngineConfig& config, TextDecoderFactory 
       backend_(backend),
       scheduler_(backend_, config.scheduler, std::move(decoders), metrics_.get()),
       vocab_size_(backend.config().vocab_size),
-      max_waiting_(config.max_waiting),
-      backend_name_(backend.name()) {
+      max_waiting_(config.max_waiting) {
   const int model_max = backend.config().max_position_embeddings;
   const int pool_max = backend.n_kv_blocks() * backend.kv_block_size();
   int len = config.max_model_len > 0 ? config.max_model_len : model_max;

@@ -53,7 +53,6 @@ class Engine {
 
   int max_model_len() const { return max_model_len_; }
   int vocab_size() const { return vocab_size_; }
-  const std::string& backend_name() const { return backend_name_; }
   EngineMetrics& metrics() { return *metrics_; }
   // Started, and neither draining, stopping nor failed (/health).
   bool running() const;
@@ -78,7 +77,6 @@ class Engine {
   int max_model_len_;
   int vocab_size_;
   int max_waiting_;
-  std::string backend_name_;
   std::atomic<uint64_t> next_request_id_{1};
 
   mutable std::mutex mutex_;  // guards everything below

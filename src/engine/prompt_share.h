@@ -1,4 +1,4 @@
-// How many prompt tokens a mixed step carries (issue 24): as many as keep the decoding streams'
+// How many prompt tokens a mixed step carries: as many as keep the decoding streams'
 // inter-token latency within `ratio` x that of a step without prompt tokens, from what the steps
 // measured. Two running estimates (exponential averages): the plain step's time t0 (a step of
 // decode rows alone) and the added time per prompt token s (a mixed step's excess over t0 divided
@@ -40,7 +40,6 @@ class PromptShare {
     const double per_token = std::max(seconds - t0_, t0_ * 1e-6) / prompt_tokens;
     s_ = average(s_, per_token);
   }
-  double plain_seconds() const { return t0_; }
   double seconds_per_token() const { return s_; }
 
  private:

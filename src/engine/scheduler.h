@@ -16,7 +16,7 @@
 // A prompt's last token always goes through decode, so the backend does all sampling.
 // Finished, aborted and failed sequences free their blocks at once.
 //
-// Overlap (issue 22): when the batch stays as it is, an iteration launches step N+1 before it
+// Overlap: when the batch stays as it is, an iteration launches step N+1 before it
 // processes step N's tokens, so the host's work for one step runs while the device runs the other.
 // Step N+1's rows take their input tokens from step N on the backend's side (DecodeSeq::prev_row).
 // A sequence that stops at step N (end token, max_tokens, stop string) or is aborted has its

@@ -1,4 +1,4 @@
-// Plans decode steps the way make_plan does, bit for bit, at the cost of what changed (issue 22):
+// Plans decode steps the way make_plan does, bit for bit, at the cost of what changed:
 // what depends on the batch size alone (every wave but ATTN, dealt; counters; the skeleton) is
 // built once per batch size; per step only the attention items, their placement and the
 // shape's per-step fields are redone, and the task lists are rewritten only when the placement of

@@ -79,7 +79,7 @@ std::string render_metrics(EngineMetrics& m, const std::string& model_name) {
           total > 0 ? static_cast<double>(used) / total : 0.0);
   w.gauge("kv_cache_blocks_used", "KV blocks held by sequences.", used);
   w.gauge("kv_cache_blocks_total", "KV blocks in the pool.", total);
-  // Per layer type (issue 25): the full-attention layers' pool (the blocks above) and the
+  // Per layer type: the full-attention layers' pool (the blocks above) and the
   // sliding-window layers' ring pool (0 for a model without sliding layers).
   w.head("kv_cache_blocks_used_by_layer_type", "gauge", "KV blocks held by sequences, by the layer type whose K/V they hold.");
   w.sample("kv_cache_blocks_used_by_layer_type", used, ",layer_type=\"full\"");

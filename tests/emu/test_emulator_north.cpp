@@ -1,5 +1,5 @@
 // sanitize: thread
-// cohere2_moe (North Mini Code) through the decode plan and cpu-mk (issue 25): north-tiny's
+// cohere2_moe (North Mini Code) through the decode plan and cpu-mk: north-tiny's
 // parallel blocks (QKV and router read one norm; x = (x + o) + F written by O-proj), sliding-window
 // layers reading their window through the ring table, NoPE full layers, the dense first layer,
 // sigmoid routing and logit_scale. Routing-exact against cpu-ref: cpu-mk's routing is recorded, a

@@ -120,7 +120,7 @@ TEST(KvPools, TheRingNeverRefusesWhatTheFullPoolTakes) {
   }
 }
 
-// Issue 25's "more sequences fit": North Mini Code at 32K contexts in 60 GiB, 64 sequences at most.
+// More sequences fit: North Mini Code at 32K contexts in 60 GiB, 64 sequences at most.
 // Its full pool keeps 13 layers a block, not 49, and its ring pool at most 64 rings, so ~4.6 times
 // as many 32K sequences fit as when the full pool kept every layer with a ring block beside each.
 TEST(KvPools, NorthFitsFourTimesTheLongSequences) {

@@ -1,4 +1,4 @@
-// Mixed steps (issue 24): while sequences decode, prompt pieces ride in their decode step
+// Mixed steps: while sequences decode, prompt pieces ride in their decode step
 // (Backend::decode_async_mixed) instead of separate prefill calls, first come first served, as
 // many prompt tokens a step as PromptShare allows; outputs equal the reference whatever the mixing.
 // sanitize: address

@@ -1,4 +1,4 @@
-// The overlapped loop (Scheduler with Overlap, issue 22) against the plain one: the same events for
+// The overlapped loop (Scheduler with Overlap) against the plain one: the same events for
 // every sequence (tokens, text, logprobs, finish reason, stop string, counts) and the same tokens
 // counted, for every sampling mode, stop strings and end tokens that end a sequence while its next
 // step runs, max_tokens, min_tokens, aborts after a given token, preemption and backend failures;

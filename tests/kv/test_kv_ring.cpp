@@ -1,4 +1,4 @@
-// KvCache's ring pool (sliding-window layers, issue 25): a sequence's ring grows lazily to R blocks
+// KvCache's ring pool (sliding-window layers): a sequence's ring grows lazily to R blocks
 // and never past them, both pools are counted, fits() and ensure() look at both, freeing returns
 // both, the prefix cache is off with rings; a random workload against a model of who holds what,
 // with the invariant checker after every mutation.

@@ -1,4 +1,4 @@
-// The decode plan of cohere2_moe (issue 25): parallel blocks (QKV and router read the layer input,
+// The decode plan of cohere2_moe: parallel blocks (QKV and router read the layer input,
 // routing and the experts wait on the router only, never on the layer's attention or O-proj;
 // O-proj waits on both and writes the residual; the next layer funnels on O-proj), sliding layers'
 // attention items over the last W positions (flag kAttnSliding), NoPE full layers (kAttnNoRope),

@@ -740,8 +740,8 @@ TEST(SimulatePlan, DefaultParamsPredictTheCommittedStepTimes) {
   EXPECT_GE(points, 7);
 }
 
-// The H100 parameters against the H100 measurements of both models on the current plan (issue 41;
-// bench/results/decode-mk-{qwen,north}-h100-call2.json): every cuda-mk point at batch 1, 2, 4, 8 at
+// The H100 parameters against the H100 measurements of both models on the current plan
+// (bench/results/decode-mk-{qwen,north}-h100-call2.json): every cuda-mk point at batch 1, 2, 4, 8 at
 // 8K and batch 1 at 32K within 10 %.
 TEST(SimulatePlan, H100ParamsPredictTheH100StepTimesOfBothModels) {
   int points = 0;

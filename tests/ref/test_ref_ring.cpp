@@ -1,4 +1,4 @@
-// cpu-ref with the sliding-window layers' K/V in rings (issue 25): the oracle's logits with rings
+// cpu-ref with the sliding-window layers' K/V in rings: the oracle's logits with rings
 // are bitwise those of a store that keeps every position, over prompts and decode continuations
 // many windows long (north-tiny with the window lowered so that the ring wraps many times); a ring
 // too short for the window shows as wrong logits; bad ring tables are errors; the engine's

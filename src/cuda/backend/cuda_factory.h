@@ -1,5 +1,6 @@
-// One call that builds a cuda-mk or cuda-ops backend with its device weights, for the composition
-// root (cli/backend_factory.h). No CUDA types here.
+// One call that builds a CUDA backend (cuda, cuda-mk, cuda-ops or cuda-batched) with its device
+// weights, for the composition root (cli/backend_factory.h); the `cuda` backend then measures its
+// decode path crossover (path_calibration.h). No CUDA types here.
 // Weights: a loaded checkpoint (uploaded and packed, progress on stderr) or, when `weights` is
 // null, synthetic weights of `seed` generated on the GPU (what `make-model --seed` would write).
 #pragma once

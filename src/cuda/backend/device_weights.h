@@ -1,5 +1,6 @@
-// DeviceWeights: every weight of a qwen3_moe model in one device arena, in the layouts the
-// megakernel reads (megakernel/types.h): GEMM weights packed for the skinny GEMM (fused QKV rows in
+// DeviceWeights: every weight of a model the CUDA backends run (qwen3_moe; cohere2_moe without
+// shared experts, RMSNorm) in one device arena, in the layouts the megakernel reads
+// (megakernel/types.h): GEMM weights packed for the skinny GEMM (fused QKV rows in
 // group-major order, expert gate/up interleaved per 8 rows), norms raw, embedding row-major.
 // Two sources: a loaded checkpoint (host views uploaded tensor by tensor, packed on the GPU,
 // progress reported), or synthetic weights generated on the GPU with the same pure function as
