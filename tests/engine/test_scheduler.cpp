@@ -109,7 +109,11 @@ TEST(Scheduler, RandomWorkloadMatchesReferenceUnderPreemption) {
       if (rng.below(2) == 0) prompt = std::vector<int32_t>(shared.begin(), shared.begin() + rng.below(shared.size()));
       const int extra = 1 + static_cast<int>(rng.below(30));
       for (int k = 0; k < extra; ++k) prompt.push_back(32 + static_cast<int32_t>(rng.below(90)));
-      const int mt = 1 + static_cast<int>(rng.below(40));
+      // prompt + max_tokens within the pool's tokens, as the Engine requires of every request
+      // (Engine::validate: its max_model_len is at most the pool); a longer one could never run.
+      const int room = n_blocks * bs - static_cast<int>(prompt.size());
+      ASSERT_GE(room, 1);
+      const int mt = 1 + static_cast<int>(rng.below(40)) % room;
       const float temp = rng.below(2) == 0 ? 0.0f : 0.8f;
       auto req = make_request(i + 1, prompt, mt, sink, temp, rng.next());
       if (rng.below(4) == 0) req.sampling.repetition_penalty = 1.3f;
