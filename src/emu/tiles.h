@@ -77,7 +77,7 @@ std::vector<std::vector<float>> ffn_input(const StepView& v, int layer);
 
 // Layer 0's residual, every token: the embedding rows of the batch's tokens [batch * hidden] (a
 // parallel block's down shares add (x + o) + F to it; at later layers to x itself, in place).
-std::vector<float> layer0_residual(const StepView& v);
+std::vector<float> embedding(const StepView& v);
 
 // RMSNorm of token t's row of an fp32 residual [batch, hidden] with `weight` (the tiles' prologue).
 std::vector<float> normed_row(const StepView& v, const float* residual, int t, const std::vector<float>& weight);

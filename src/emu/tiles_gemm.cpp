@@ -42,18 +42,6 @@ std::vector<float> normed_row(const StepView& v, const float* residual, int t, c
 
 namespace {
 
-// Layer 0's residual: the embedding rows of the batch's tokens.
-std::vector<float> embedding(const StepView& v) {
-  const PlanShape& s = v.shape();
-  std::vector<float> x(static_cast<size_t>(s.batch) * s.hidden);
-  for (int t = 0; t < s.batch; ++t) {
-    const int32_t token = v.token_ids[t];
-    MD_REQUIRE(token >= 0 && token < s.vocab, "token id ", token, " of sequence ", t, " outside the vocabulary");
-    ref::load_row(v.weights->embed, token, x.data() + static_cast<size_t>(t) * s.hidden);
-  }
-  return x;
-}
-
 // y[t][row] = dot(W[row], in[t]) for the task's rows, handed to `store(t, row, y)`.
 template <class Row, class Store>
 void gemm_rows(const StepView& v, const Task& task, int n_rows, int k, const std::vector<std::vector<float>>& in,
@@ -79,7 +67,16 @@ std::vector<std::vector<float>> normed_input(const StepView& v, int layer) {
 
 }  // namespace
 
-std::vector<float> layer0_residual(const StepView& v) { return embedding(v); }
+std::vector<float> embedding(const StepView& v) {
+  const PlanShape& s = v.shape();
+  std::vector<float> x(static_cast<size_t>(s.batch) * s.hidden);
+  for (int t = 0; t < s.batch; ++t) {
+    const int32_t token = v.token_ids[t];
+    MD_REQUIRE(token >= 0 && token < s.vocab, "token id ", token, " of sequence ", t, " outside the vocabulary");
+    ref::load_row(v.weights->embed, token, x.data() + static_cast<size_t>(t) * s.hidden);
+  }
+  return x;
+}
 
 std::vector<std::vector<float>> ffn_input(const StepView& v, int layer) {
   if (v.shape().parallel) return normed_input(v, layer);

@@ -118,7 +118,7 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
       }
   const int S = s.shared_inter;
   std::vector<float> row(I), shared_row(S);
-  const std::vector<float> emb = s.parallel && L == 0 ? layer0_residual(v) : std::vector<float>{};
+  const std::vector<float> emb = s.parallel && L == 0 ? embedding(v) : std::vector<float>{};
   for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {
     if (S > 0) ref::load_row(v.weights->layers[L].shared.down, rr, shared_row.data());
     for (int t = 0; t < s.batch; ++t) {
@@ -169,7 +169,7 @@ void tile_dense_down(const StepView& v, Sync&, const Task& task) {
   MD_REQUIRE(I > 0 && s.parallel, "dense down share at L", L, " of a plan without parallel dense layers");
   const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1]);
   std::vector<float> row(I);
-  const std::vector<float> emb = L == 0 ? layer0_residual(v) : std::vector<float>{};
+  const std::vector<float> emb = L == 0 ? embedding(v) : std::vector<float>{};
   for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {
     ref::load_row(v.weights->layers[L].mlp_down, rr, row.data());
     for (int t = 0; t < s.batch; ++t) {

@@ -20,8 +20,6 @@ struct DecodePathPolicy {
   int batched_from_batch = kDefaultCrossover;
   // The megakernel's largest batch (its token groups); larger batches always run batched.
   int megakernel_max_batch = 64;
-  // Where batched_from_batch came from ("default", or the start-up measurement's summary).
-  std::string source = "default";
 
   // Before (or without) a measurement: the H200 crossover at context 8192 (bench/results/
   // decode-h200.json, device call 4: batch 2 megakernel 6.36 ms vs batched 7.05; batch 4 10.52 vs 8.50).

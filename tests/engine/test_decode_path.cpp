@@ -52,7 +52,9 @@ TEST(DecodePath, CrossoverIsTheStartOfTheBatchedTail) {
     ASSERT_GE(from, 1);
     ASSERT_LE(from, n + 1);
     for (int i = from; i <= n; ++i) EXPECT_LT(b[i - 1], mk[i - 1]) << "seed " << seed << " round " << round;
-    if (from > 1) EXPECT_GE(b[from - 2], mk[from - 2]) << "seed " << seed << " round " << round;
+    if (from > 1) {
+      EXPECT_GE(b[from - 2], mk[from - 2]) << "seed " << seed << " round " << round;
+    }
   }
 }
 

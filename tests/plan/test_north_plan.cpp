@@ -98,10 +98,16 @@ void check_parallel_structure(const ModelConfig& c, const Plan& plan, const std:
         << where;
     const bool ffn = op == Op::kRouter || op == Op::kExpertUp || op == Op::kDenseUp;
     const bool down = op == Op::kExpertDown || op == Op::kDenseDown;
-    if (ffn || down) EXPECT_EQ(waits_on(t, C(k.attn_done)), router_after_attn && op == Op::kRouter) << where;
-    if (ffn) EXPECT_FALSE(waits_on(t, C(k.oproj_done))) << where;
+    if (ffn || down) {
+      EXPECT_EQ(waits_on(t, C(k.attn_done)), router_after_attn && op == Op::kRouter) << where;
+    }
+    if (ffn) {
+      EXPECT_FALSE(waits_on(t, C(k.oproj_done))) << where;
+    }
     // The down shares write x = (x + o) + F: after every up share and every O-proj tile.
-    if (down) EXPECT_TRUE(waits_on(t, C(k.oproj_done)) && waits_on(t, C(k.up_done))) << where;
+    if (down) {
+      EXPECT_TRUE(waits_on(t, C(k.oproj_done)) && waits_on(t, C(k.up_done))) << where;
+    }
     // The next layer's input is the down shares' x.
     if ((op == Op::kRouter || op == Op::kDenseUp || op == Op::kExpertUp || op == Op::kQkv) && L > 0) {
       EXPECT_TRUE(waits_on(t, layer_counter(k, L - 1, k.down_done))) << where;

@@ -81,7 +81,6 @@ PathCalibration calibrate_decode_path(CudaBackend& be, uint64_t seed) {
   }
   out.policy = before;
   out.policy.batched_from_batch = DecodePathPolicy::crossover_from(out.megakernel_ms, out.batched_ms);
-  out.policy.source = out.summary();
   be.set_path_policy(out.policy);
   return out;
 }
