@@ -96,6 +96,7 @@ const char* trace_phase_name(int32_t phase) {
     case kPhaseRouting: return "routing";
     case kPhaseAttnPrologue: return "attn prologue";
     case kPhaseAttnMerge: return "attn merge";
+    case kPhaseCombine: return "combine";
     default: return "phase?";
   }
 }
@@ -241,8 +242,8 @@ std::string format_trace_summary(const TraceSummary& s) {
                 static_cast<long long>(s.n_work), static_cast<long long>(s.n_wait), static_cast<long long>(s.n_phase),
                 static_cast<long long>(s.dropped), s.timer_granularity_ns, s.sm_clock_ghz);
   out += line;
-  std::snprintf(line, sizeof line, "  %-12s %6s %7s | mean us per task: %7s %7s %7s %7s %7s %7s %7s\n", "op", "tasks",
-                "step %", "task", "waits", "pages", "fill", "routing", "prolog", "merge");
+  std::snprintf(line, sizeof line, "  %-12s %6s %7s | mean us per task: %7s %7s %7s %7s %7s %7s %7s %7s\n", "op", "tasks",
+                "step %", "task", "waits", "pages", "fill", "routing", "prolog", "merge", "combine");
   out += line;
   std::vector<std::pair<double, std::string>> order;
   for (const auto& [op, o] : s.ops) order.push_back({o.task_us, op});
@@ -251,10 +252,11 @@ std::string format_trace_summary(const TraceSummary& s) {
   for (const auto& [t, op] : order) {
     const TraceOpTime& o = s.ops.at(op);
     const double n = o.n_tasks > 0 ? static_cast<double>(o.n_tasks) : 1.0;
-    std::snprintf(line, sizeof line, "  %-12s %6lld %6.1f%% |                   %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n",
+    std::snprintf(line, sizeof line,
+                  "  %-12s %6lld %6.1f%% |                   %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f\n",
                   op.c_str(), static_cast<long long>(o.n_tasks), sm_us > 0 ? 100 * t / sm_us : 0.0, o.task_us / n,
                   o.wait_us / n, o.phase_us[kPhasePage] / n, o.phase_us[kPhaseFill] / n, o.phase_us[kPhaseRouting] / n,
-                  o.phase_us[kPhaseAttnPrologue] / n, o.phase_us[kPhaseAttnMerge] / n);
+                  o.phase_us[kPhaseAttnPrologue] / n, o.phase_us[kPhaseAttnMerge] / n, o.phase_us[kPhaseCombine] / n);
     out += line;
   }
   if (!s.layer_timeline.empty()) out += format_layer_timeline({s.layer_us, s.layer_timeline});

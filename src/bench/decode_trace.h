@@ -45,7 +45,7 @@ struct TraceSummary {
   std::vector<WaveTiming> layer_timeline;  // ops in the order they start
 };
 
-// The trace's name of a phase ("pages", "fill", "routing", "attn prologue", "attn merge").
+// The trace's name of a phase ("pages", "fill", "routing", "attn prologue", "attn merge", "combine").
 const char* trace_phase_name(int32_t phase);
 
 // `meta` is copied into the JSON's "otherData" (backend, batch, context, ...).

@@ -75,8 +75,18 @@ void check_plan(const SimPlan& plan) {
   MD_REQUIRE(plan.n_sms >= 1 && static_cast<int>(plan.lists.size()) == plan.n_sms, "simulate: plan has ",
              plan.lists.size(), " task lists for ", plan.n_sms, " SMs");
   MD_REQUIRE(plan.token_groups >= 1, "simulate: ", plan.token_groups, " token groups");
-  for (const auto& list : plan.lists)
-    for (const SimTask& t : list) MD_REQUIRE(t.layer >= 0 || !t.computes_routing, "simulate: routing is per layer");
+  for (int sm = 0; sm < plan.n_sms; ++sm) {
+    std::vector<char> routed;  // [layer]
+    for (const SimTask& t : plan.lists[sm]) {
+      MD_REQUIRE(t.layer >= 0 || !t.computes_routing, "simulate: routing is per layer");
+      if (t.cls != SimClass::kRouted) continue;
+      if (t.layer >= static_cast<int>(routed.size())) routed.resize(t.layer + 1, 0);
+      // The loader computes a layer's routing at the layer's first routed task (after its last wait).
+      MD_REQUIRE(routed[t.layer] || (t.computes_routing && !t.waits.empty()), "simulate: SM ", sm,
+                 " has a routed share of layer ", t.layer, " before a share that computes the layer's routing after a wait");
+      routed[t.layer] = 1;
+    }
+  }
 }
 
 // SM time in the gaps between work slices during which its waiter polled a counter.

@@ -1,8 +1,8 @@
-// The megakernel's agents (simulate.h): the loader never waits on a counter; it issues the pages of
-// the SM's tasks in list order (GEMM weights, routed shares) whenever a ring slot is free, and stops
-// only at a routed task until the SM's consumers computed that layer's routing; during that gap it
-// prefetches its own later static tasks' bytes into L2 (up to l2_ahead_bytes), which are then read
-// from L2. The consumers wait on the counters themselves.
+// The megakernel's agents (simulate.h): the loader issues the pages of the SM's tasks in list order
+// (GEMM weights, routed shares) whenever a ring slot is free; at a layer's first routed task it
+// prefetches its own later static tasks' bytes into L2 (up to l2_ahead_bytes, read from L2 later),
+// waits for the task's last wait (the router tiles) and computes the layer's routing, then streams
+// on. The consumers wait on the counters themselves, and for the loader's routing at a routed task.
 #include "plan/simulate_agents.h"
 
 #include <algorithm>
@@ -70,10 +70,10 @@ Co wait_all(Step& st, SmState& s, std::span<const SimWait> waits, int draw, doub
   *t0 = st.e.now();
 }
 
-void wake_loader(Step& st, SmState& s, bool& flag) {
-  if (!flag) return;
-  flag = false;
-  st.e.wake_at(st.e.now(), s.loader);
+void wake_consumer(Step& st, SmState& s) {
+  if (!s.consumer_waits_for_routing) return;
+  s.consumer_waits_for_routing = false;
+  st.e.wake_at(st.e.now(), s.consumer);
 }
 
 }  // namespace
@@ -82,12 +82,14 @@ Co loader(Step& st, SmState& s) {
   const auto& list = st.e.plan.lists[s.sm];
   for (int j = 0; j < static_cast<int>(list.size()); ++j) {
     const SimTask& t = list[j];
-    if (t.cls == SimClass::kRouted) {
-      if (!s.routed[t.layer]) prefetch_l2(st, s, j + 1);
-      while (!s.routed[t.layer]) {
-        s.loader_waits_for_routing = true;
-        co_await st.e.block(s.loader, "the layer's routing");
-      }
+    if (t.cls == SimClass::kRouted && !s.routed[t.layer]) {
+      // (The first routed task of the layer on the SM computes its routing: check_plan.)
+      prefetch_l2(st, s, j + 1);
+      co_await st.e.wait_counter(s.loader, t.waits.back(), nullptr);
+      co_await st.e.delay(s.loader, st.e.params.routing_us * t.routing_rounds +
+                                        st.e.params.routing_token_us * (t.routing_rows - 1));
+      s.routed[t.layer] = 1;
+      wake_consumer(st, s);
     }
     co_await stream(st, s, j, 0, t.bytes);
     int64_t offset = t.bytes;
@@ -112,12 +114,14 @@ Co consumer(Step& st, SmState& s) {
     const size_t first = std::min(waits.size(), static_cast<size_t>(std::max(0, t.pre_after_waits)));
     co_await wait_all(st, s, waits.first(first), j * 64, &t0);
     co_await st.e.delay(s.consumer, t.pre_us);
-    co_await wait_all(st, s, waits.subspan(first), j * 64 + 63, &t0);
-    if (t.computes_routing) {
-      co_await st.e.delay(s.consumer, st.e.params.routing_us * t.routing_rounds +
-                                          st.e.params.routing_token_us * (t.routing_rows - 1));
-      s.routed[t.layer] = 1;
-      wake_loader(st, s, s.loader_waits_for_routing);
+    if (t.computes_routing) {  // its last wait is the loader's: the consumers take the routing instead
+      co_await wait_all(st, s, waits.subspan(first, waits.size() - first - 1), j * 64 + 63, &t0);
+      while (!s.routed[t.layer]) {
+        s.consumer_waits_for_routing = true;
+        co_await st.e.block(s.consumer, "the loader's routing");
+      }
+    } else {
+      co_await wait_all(st, s, waits.subspan(first), j * 64 + 63, &t0);
     }
     co_await st.e.delay(s.consumer, t.cost_us);
     co_await consume(st, s, t.bytes);

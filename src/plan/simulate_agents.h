@@ -20,8 +20,8 @@ struct SmState {
   std::vector<std::pair<double, double>> waits;  // counter waits of the SM's waiter
 
   // loader
-  std::vector<char> routed;          // [layer]: the consumers computed the layer's routing
-  bool loader_waits_for_routing = false;
+  std::vector<char> routed;          // [layer]: the loader computed the layer's routing
+  bool consumer_waits_for_routing = false;
   std::vector<int64_t> l2_ahead;     // [task]: bytes from its start prefetched into L2
   int64_t l2_pending = 0;            // prefetched into L2, not yet read into the ring
 };

@@ -606,6 +606,75 @@ void check_down_after_up(const Plan& plan, const Graph& g) {
   }
 }
 
+// The megakernel's loader computes a layer's routing when its walk reaches the layer's first routed
+// task on the SM (cuda/megakernel/loader.cuh route_layer), into the one set of routing tables the
+// SM's consumers read:
+//   1. that task is an EXPERT_UP share whose last wait is the layer's router tiles (the loader
+//      waits on it before it reads the logits);
+//   2. on each list, the routed tasks come layer by layer (no routed task of a layer after one of a
+//      later layer), and every ROUTER tile of a routed layer depends (directly or through other
+//      tasks) on every EXPERT_DOWN share of the previous routed layer: by the time the loader may
+//      overwrite the tables, every SM's consumers are done with the previous layer's.
+void check_routing_order(const Plan& plan, const Producers& producers, const Graph& g) {
+  const PlanShape& s = plan.params.shape;
+  const int n = static_cast<int>(plan.tasks.size());
+  auto is = [&](int t, Op a) { return plan.tasks[t].op == static_cast<uint8_t>(a); };
+  auto routed = [&](int t) { return plan.tasks[t].layer >= 0 && (is(t, Op::kExpertUp) || is(t, Op::kExpertDown)); };
+  std::vector<std::vector<int>> downs(s.n_layers), routers(s.n_layers);
+  for (int i = 0; i < n; ++i) {
+    if (plan.tasks[i].layer < 0) continue;
+    if (is(i, Op::kExpertDown)) downs[plan.tasks[i].layer].push_back(i);
+    if (is(i, Op::kRouter)) routers[plan.tasks[i].layer].push_back(i);
+  }
+  std::vector<int> seen(n, -1);
+  // Marks (with `mark`) every task `from` reaches through dependencies, down to layer `floor`.
+  auto reach = [&](std::vector<int> stack, int mark, int floor) {
+    for (int v : stack) seen[v] = mark;
+    while (!stack.empty()) {
+      const int v = stack.back();
+      stack.pop_back();
+      for (int e = g.begin[v]; e < g.begin[v + 1]; ++e) {
+        const int d = g.deps[e];
+        if (seen[d] == mark || plan.tasks[d].layer < floor) continue;
+        seen[d] = mark;
+        stack.push_back(d);
+      }
+    }
+  };
+  std::set<std::pair<int32_t, int32_t>> checked;  // (counter, layer) of the last waits already searched
+  for (int sm = 0; sm < plan.n_sms(); ++sm) {
+    int last = -1;
+    for (int i = plan.list_begin[sm]; i < plan.list_begin[sm + 1]; ++i) {
+      if (!routed(i)) continue;
+      const Task& t = plan.tasks[i];
+      MD_REQUIRE(t.layer >= last, describe_task(plan, i), " comes after a routed task of layer ", last, " on SM ", sm);
+      if (t.layer == last) continue;
+      last = t.layer;
+      MD_REQUIRE(is(i, Op::kExpertUp) && t.n_waits >= 1, describe_task(plan, i), " is the first routed task of its layer on SM ",
+                 sm, " but not an expert-up share with a wait");
+      const int32_t c = t.wait[t.n_waits - 1].counter;
+      if (!checked.insert({c, t.layer}).second) continue;
+      std::vector<int> from(producers.tasks[c].begin(), producers.tasks[c].end());
+      reach(from, n + i, t.layer);
+      for (int r : routers[t.layer])
+        MD_REQUIRE(seen[r] == n + i, describe_task(plan, i), " is the first routed task of its layer on SM ", sm,
+                   " but its last wait does not imply ", describe_task(plan, r), ": the loader reads the logits after it");
+    }
+  }
+  int prev = -1;  // the previous routed layer
+  for (int L = 0; L < s.n_layers; ++L) {
+    if (downs[L].empty()) continue;
+    if (prev >= 0)
+      for (int r : routers[L]) {
+        reach({r}, r, prev);
+        for (int d : downs[prev])
+          MD_REQUIRE(seen[d] == r, describe_task(plan, r), " does not wait (directly or through other tasks) on ",
+                     describe_task(plan, d), ": the loader of that SM could overwrite routing tables in use");
+      }
+    prev = L;
+  }
+}
+
 void validate_plan(const Plan& plan) {
   check_structure(plan);
   check_attn_items(plan);
@@ -623,6 +692,7 @@ void validate_plan(const Plan& plan) {
   check_funnels(plan, graph);
   check_down_after_up(plan, graph);  // (first: its message is the more specific one)
   check_parallel_blocks(plan, graph);
+  check_routing_order(plan, producers, graph);
 }
 
 }  // namespace megadecode

@@ -24,7 +24,12 @@
 //      layer has routed or dense FFN tasks, not both;
 //  10. every down share waits, directly or through other tasks, on every up share of its layer (it
 //      reads activation rows any of them wrote); shared experts only in parallel plans, whole
-//      units, their activations' buffer large enough.
+//      units, their activations' buffer large enough;
+//  11. the routing order of the megakernel's loader (it routes a layer at its SM's first routed task
+//      of the layer, into one set of tables): on each list the routed tasks come layer by layer, the
+//      first of a layer is an expert-up share whose last wait implies every router tile of the
+//      layer, and every router tile of a routed layer waits, even through other tasks, on every
+//      down share of the previous routed layer.
 #pragma once
 
 #include "plan/plan.h"

@@ -9,12 +9,14 @@
 // through the mbarrier into the async proxy): scripts/gpu's sanitize part runs it under racecheck to
 // show that report on provably ordered code, and classes the megakernel's reports of the same
 // pattern (and only those) with it.
-// The second probe is the routing handoff: the 256 consumer threads write a table (the layer's
-// routing), meet at their named barrier, thread 0 arrives on an mbarrier the loader thread waits
-// on; the loader reads and checks every entry, then arrives on a second mbarrier the consumers
-// wait on before they write the next round. Ordered both ways through mbarriers only, which
-// racecheck does not follow either: its reports here are the pattern of the megakernel's routing
-// tables (written by compute_routing, read by the loader's job walk, ops.cuh JobWalk).
+// The second probe is the routing handoff: the loader warp writes a table (the layer's routing),
+// lane 0 arrives on an mbarrier the 256 consumer threads wait on; they read and check every entry,
+// meet at their named barrier, and thread 0 arrives on a second mbarrier the loader warp waits on
+// before it writes the next round. Ordered both ways through mbarriers only (in the megakernel the
+// second way runs through the step's counters: the router tiles the loader waits on come after
+// every SM's last routed task of the previous layer), which racecheck does not follow either: its
+// reports here are the pattern of the megakernel's routing tables (written by compute_routing in
+// the loader warp, read by the consumers' job walk, row maps and epilogues).
 #include <cstdint>
 #include <vector>
 
@@ -70,34 +72,30 @@ constexpr int kRounds = 16;
 __global__ void table_probe(uint32_t* bad) {
   __shared__ uint32_t table[kTableWords];
   __shared__ __align__(8) uint64_t ready, done;
-  const int warp = threadIdx.x >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     cuda::ptx::mbar_init(&ready, 1);
     cuda::ptx::mbar_init(&done, 1);
     cuda::ptx::fence_mbar_init();
   }
   __syncthreads();
-  if (warp == 8) {
-    if ((threadIdx.x & 31) == 0) {
-      uint32_t wrong = 0;
-      for (int r = 0; r < kRounds; ++r) {
-        cuda::ptx::mbar_wait(&ready, r & 1);
-        for (int i = 0; i < kTableWords; ++i) wrong += table[i] != static_cast<uint32_t>(r * 131 + i);
-        cuda::ptx::mbar_arrive(&done);
-      }
-      atomicAdd(bad, wrong);
+  if (warp == 8) {  // the loader warp writes each round's table
+    for (int r = 0; r < kRounds; ++r) {
+      if (r > 0) cuda::ptx::mbar_wait(&done, (r - 1) & 1);
+      for (int i = lane; i < kTableWords; i += 32) table[i] = static_cast<uint32_t>(r * 131 + i);
+      __syncwarp();
+      if (lane == 0) cuda::ptx::mbar_arrive(&ready);
     }
     return;
   }
+  uint32_t wrong = 0;
   for (int r = 0; r < kRounds; ++r) {
-    if (r > 0) {
-      if (threadIdx.x == 0) cuda::ptx::mbar_wait(&done, (r - 1) & 1);
-      asm volatile("bar.sync 1, 256;" ::: "memory");
-    }
-    for (int i = threadIdx.x; i < kTableWords; i += 256) table[i] = static_cast<uint32_t>(r * 131 + i);
+    cuda::ptx::mbar_wait(&ready, r & 1);
+    for (int i = threadIdx.x; i < kTableWords; i += 256) wrong += table[i] != static_cast<uint32_t>(r * 131 + i);
     asm volatile("bar.sync 1, 256;" ::: "memory");
-    if (threadIdx.x == 0) cuda::ptx::mbar_arrive(&ready);
+    if (threadIdx.x == 0) cuda::ptx::mbar_arrive(&done);
   }
+  atomicAdd(bad, wrong);
 }
 
 TEST(RacecheckProbe, RoutingTablesHandedOverThroughMbarriers) {
@@ -106,7 +104,7 @@ TEST(RacecheckProbe, RoutingTablesHandedOverThroughMbarriers) {
   bad.fill_bytes(0);
   table_probe<<<1, 288>>>(bad.get());
   CUDA_CHECK_LAST();
-  EXPECT_EQ(bad.download()[0], 0u) << "the loader read a table entry of the wrong round";
+  EXPECT_EQ(bad.download()[0], 0u) << "a consumer read a table entry of the wrong round";
 }
 
 TEST(RacecheckProbe, PageRingReadsEveryPageBeforeItsRefill) {

@@ -387,6 +387,18 @@ TEST(Validator, RejectsMalformedRecords) {
   expect_error(p, "has 3 of its", "seq 0 g0");
 }
 
+TEST(Validator, RejectsAFirstRoutedTaskWhoseLastWaitIsNotTheRouter) {
+  // The megakernel's loader reads the layer's logits after the last wait of the SM's first routed
+  // task of the layer: without the router wait there, nothing orders the read after the router tiles.
+  Fixture f = make_fixture();
+  Plan& p = f.plan;
+  const int up = task_with_arg(p, Op::kExpertUp, 1, 0);
+  ASSERT_GE(up, 0);
+  ASSERT_GE(p.tasks[up].n_waits, 2);
+  --p.tasks[up].n_waits;  // its last wait: the router tiles'
+  expect_error(p, "but its last wait does not imply", describe_task(p, up));
+}
+
 TEST(Validator, AcceptsEveryPolicy) {
   for (const std::string& name : policy_names())
     for (int n_sms : {1, 2, 5})

@@ -100,6 +100,10 @@ int bench_bandwidth(int argc, char** argv) {
       {"1 SM, release", 1, 16, 5, false, cuda::kStreamRelease}, {"1 SM, gemm", 1, 16, 5, false, cuda::kStreamGemm},
       {"1 SM, gemm+red", 1, 16, 5, false, cuda::kStreamGemmReduce},
       {"1 SM, L2 gemm+red", 1, 16, 5, true, cuda::kStreamGemmReduce},
+      {"1 SM, L2 release", 1, 16, 5, true, cuda::kStreamRelease},
+      {"1 SM, L2 gemm", 1, 16, 5, true, cuda::kStreamGemm},
+      {"1 SM, L2 gemm, no fence", 1, 16, 5, true, cuda::kStreamGemmNoFence},
+      {"1 SM, L2 gemm, unrolled", 1, 16, 5, true, cuda::kStreamGemmUnrolled},
       {"all, release", 0, 16, 5, false, cuda::kStreamRelease},  {"all, gemm", 0, 16, 5, false, cuda::kStreamGemm},
       {"all, gemm+red", 0, 16, 5, false, cuda::kStreamGemmReduce},
       {"all, gemm+red", 0, 16, 8, false, cuda::kStreamGemmReduce}};

@@ -36,10 +36,11 @@ struct Tile {
 
 // One page of k blocks dealt to the warps (kb on warp kb % 8), one token group: the megakernel's
 // page loop at batch <= 8.
+template <bool kUnrolled>
 __device__ __forceinline__ void consume_page(float (&acc)[1][1][4], const uint8_t* page, int warp) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const uint8_t* xrow = page + Tile::kWBytes + g * Tile::kXPitch + t * 4;
-#pragma unroll 1
+#pragma unroll(kUnrolled ? Tile::kStageKB / kConsumerWarps : 1)
   for (int kb = warp; kb < Tile::kStageKB; kb += kConsumerWarps) {
     const uint32_t b0[1] = {*reinterpret_cast<const uint32_t*>(xrow + kb * 32)};
     const uint32_t b1[1] = {*reinterpret_cast<const uint32_t*>(xrow + kb * 32 + 16)};
@@ -111,10 +112,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     ptx::mbar_wait(&full[slot], static_cast<uint32_t>((i / slots) & 1));
     if (consumer == kStreamTouch || consumer == kStreamRelease) {
       touch += reinterpret_cast<const float*>(page)[lane];
+    } else if (consumer == kStreamGemmUnrolled) {
+      consume_page<true>(acc, page, warp);
     } else {
-      consume_page(acc, page, warp);
+      consume_page<false>(acc, page, warp);
     }
-    if (gemm) ptx::fence_proxy_async_shared();  // the megakernel's release of a page
+    if (gemm && consumer != kStreamGemmNoFence) ptx::fence_proxy_async_shared();  // the megakernel's release of a page
     __syncwarp();
     if (lane == 0) ptx::mbar_arrive(&empty[slot]);
     // The megakernel's epilogue per 16-row block (4 pages at k = 2048): warp partials summed in

@@ -13,6 +13,8 @@ enum StreamConsumer : int {
                           // 8 warps each read a word, fence.proxy.async and release it
   kStreamGemm = 2,        // ... and run the MMAs (gemm_consume_stage)
   kStreamGemmReduce = 3,  // ... and reduce the 8 warps' partials every 16-row block (4 pages)
+  kStreamGemmNoFence = 4,   // kStreamGemm without the fence.proxy.async before each release
+  kStreamGemmUnrolled = 5,  // kStreamGemm with the page's k loop unrolled (its loads issued ahead)
 };
 
 struct StreamShape {

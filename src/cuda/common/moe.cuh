@@ -30,6 +30,38 @@ __device__ __forceinline__ void warp_best(float& best, int& best_e) {
   best = key_value(top);
 }
 
+// One warp: the top_k largest of its values (lane l holds v[j] of expert l + 32 j) in descending
+// order, ties to the lower expert index; each pick is replaced by `gone`, which no value that may be
+// picked equals or undercuts. Lane r < top_k gets the r-th pick (my_val, my_id); an id of 0x7fffffff
+// where fewer than top_k values beat `gone`.
+template <int kPer>
+__device__ __forceinline__ void warp_topk(float (&v)[kPer], int top_k, float gone, float& my_val, int& my_id) {
+  const int lane = threadIdx.x & 31;
+  my_val = 0.0f;
+  my_id = 0;
+  for (int r = 0; r < top_k; ++r) {
+    // This lane's best (largest value, then lowest index; own indices increase with j).
+    float best = gone;
+    int best_e = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (v[j] > best) {
+        best = v[j];
+        best_e = lane + 32 * j;
+      }
+    warp_best(best, best_e);
+    if ((best_e & 31) == lane) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        if (lane + 32 * j == best_e) v[j] = gone;
+    }
+    if (lane == r) {
+      my_val = best;
+      my_id = best_e;
+    }
+  }
+}
+
 // One warp: softmax over logits[0..n_experts) in fp32, the top_k largest probabilities (ties to the
 // lower expert index) in descending order, optionally renormalised (sum in top-k order).
 // Lane 0 writes ids[0..top_k) and weights[0..top_k).
@@ -59,29 +91,9 @@ __device__ inline void router_topk_warp(const float* logits, int n_experts, int 
 #pragma unroll
   for (int j = 0; j < kPer; ++j)
     if (v[j] >= 0.0f) v[j] *= inv;
-  float my_pick = 0.0f;  // lane r keeps the r-th pick (top_k <= 32)
-  int my_id = 0;
-  for (int r = 0; r < top_k; ++r) {
-    // This lane's best (largest p, then lowest index; own indices increase with j).
-    float best = -2.0f;
-    int best_e = 0x7fffffff;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j)
-      if (v[j] > best) {
-        best = v[j];
-        best_e = lane + 32 * j;
-      }
-    warp_best(best, best_e);
-    if ((best_e & 31) == lane) {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j)
-        if (lane + 32 * j == best_e) v[j] = -2.0f;
-    }
-    if (lane == r) {
-      my_pick = best;
-      my_id = best_e;
-    }
-  }
+  float my_pick;  // lane r keeps the r-th pick (top_k <= 32)
+  int my_id;
+  warp_topk(v, top_k, -2.0f, my_pick, my_id);
   float picked_sum = 0.0f;  // in top-k order, identical in every lane
   for (int r = 0; r < top_k; ++r) picked_sum += __shfl_sync(0xffffffffu, my_pick, r);
   if (lane < top_k) {
@@ -110,29 +122,9 @@ __device__ inline void router_sigmoid_topk_warp(const float* logits, int n_exper
     nan |= v[j] != v[j];
   }
   nan = __any_sync(0xffffffffu, nan);
-  float my_logit = 0.0f;  // lane r keeps the r-th pick (top_k <= 32)
-  int my_id = 0;
-  for (int r = 0; r < top_k; ++r) {
-    // This lane's best (largest logit, then lowest index; own indices increase with j).
-    float best = -INFINITY;
-    int best_e = 0x7fffffff;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j)
-      if (v[j] > best) {
-        best = v[j];
-        best_e = lane + 32 * j;
-      }
-    warp_best(best, best_e);
-    if ((best_e & 31) == lane) {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j)
-        if (lane + 32 * j == best_e) v[j] = -INFINITY;
-    }
-    if (lane == r) {
-      my_logit = best;
-      my_id = best_e;
-    }
-  }
+  float my_logit;  // lane r keeps the r-th pick (top_k <= 32)
+  int my_id;
+  warp_topk(v, top_k, -INFINITY, my_logit, my_id);
   const float my_w = 1.0f / (1.0f + expf(-my_logit));
   float picked_sum = 0.0f;  // in top-k order, identical in every lane
   for (int r = 0; r < top_k; ++r) picked_sum += __shfl_sync(0xffffffffu, my_w, r);

@@ -1,11 +1,13 @@
-// The megakernel's loader (warp 8, lane 0). It walks the SM's task list in order and streams the
-// weight pages of every GEMM job into the page ring, one bulk copy per page (evict-first), as soon
-// as a slot is free: it never waits on a counter, so the next tasks' weights land while the
-// consumers wait for activations. The only thing it waits for besides slots is a layer's routing,
-// which the consumers compute on the SM (routing.cuh) at the layer's first routed task; with
-// kMkL2Prefetch it prefetches its later static tiles' weights into L2 (evict-last) meanwhile (off
-// by default: measured slower on the H200, docs/perf/notes.md). Job geometry: the consumers'
-// (ops.cuh JobWalk, plan/gemm_geometry.h page loops), so both walk one page sequence.
+// The megakernel's loader (warp 8: lane 0 issues, the whole warp walks). It walks the SM's task list
+// in order and streams the weight pages of every GEMM job into the page ring, one bulk copy per page
+// (evict-first), as soon as a slot is free: it never waits on a counter for a page, so the next
+// tasks' weights land while the consumers wait for activations. At a layer's first routed task it
+// waits for the layer's router tiles and computes the routing itself (routing.cuh, the whole warp),
+// hands the tables to the consumers (route_bar) and streams the experts' pages at once, wherever
+// the consumers are: on an SM busy with an attention item they land during it. With kMkL2Prefetch
+// it prefetches its later static tiles' weights into L2 (evict-last) before that wait (off by
+// default: measured slower on the H200, docs/perf/notes.md). Job geometry: the consumers' (ops.cuh
+// JobWalk, plan/gemm_geometry.h page loops), so both walk one page sequence.
 #pragma once
 
 #include <cstdint>
@@ -25,13 +27,12 @@ template <int kNT>
 struct Loader {
   const MkParams& p;
   Ring ring;
-  const RouteSmem& route;
-  uint64_t* route_bar;
+  RouteSmem& route;
+  uint64_t* route_bar;  // the loader arrives once per routing it computed (release of the tables)
   const volatile int32_t* consumer_task;  // kMkLoaderInOrder: the task the consumers are on
   uint64_t evict_first, evict_last;
   uint32_t w_seq = 0;     // pages issued
   uint32_t slot = 0, phase = 0;  // the next slot to fill; phase of its next completion
-  int n_routings = 0;     // routing phases waited for
   int routed_layer = -1;
   int l2_next = 0;        // the first task the L2 prefetch has not covered
 
@@ -46,14 +47,16 @@ struct Loader {
     const uint32_t per = static_cast<uint32_t>(g.page_kb) * kTileBytes;
     return walk_pages(g, j.rb_end - j.rb_begin, [&](int32_t rb0, int32_t nrb, int32_t kb0) {
       if (!wait_slot()) return false;
-      const uint16_t* group = j.w + tile_offset(j.rb_begin + rb0, g.n_kb, 0);
-      uint8_t* page = ring.pages + static_cast<size_t>(slot) * kPageBytes;
-      ptx::mbar_arrive_expect_tx(&ring.full[slot], nrb * per);
-      if (g.page_kb == g.n_kb) {  // whole rows: one contiguous range
-        ptx::bulk_g2s(page, group, nrb * per, &ring.full[slot], evict_first);
-      } else {
-        for (int m = 0; m < nrb; ++m)
-          ptx::bulk_g2s(page + m * per, group + tile_offset(m, g.n_kb, kb0), per, &ring.full[slot], evict_first);
+      if ((threadIdx.x & 31) == 0) {
+        const uint16_t* group = j.w + tile_offset(j.rb_begin + rb0, g.n_kb, 0);
+        uint8_t* page = ring.pages + static_cast<size_t>(slot) * kPageBytes;
+        ptx::mbar_arrive_expect_tx(&ring.full[slot], nrb * per);
+        if (g.page_kb == g.n_kb) {  // whole rows: one contiguous range
+          ptx::bulk_g2s(page, group, nrb * per, &ring.full[slot], evict_first);
+        } else {
+          for (int m = 0; m < nrb; ++m)
+            ptx::bulk_g2s(page + m * per, group + tile_offset(m, g.n_kb, kb0), per, &ring.full[slot], evict_first);
+        }
       }
       ++w_seq;
       if (++slot == static_cast<uint32_t>(ring.n_slots)) {
@@ -84,15 +87,37 @@ struct Loader {
     l2_next = j;
   }
 
-  // The layer's routing: computed by the consumers at the layer's first routed task of the launch.
-  __device__ bool wait_routing(int layer, int cur, int end) {
-    if (routed_layer == layer) return true;
-    const uint32_t parity = n_routings & 1;
-    if (!mbar_test_wait(route_bar, parity)) prefetch_l2(cur, end);
-    if (!mbar_wait_bounded(p, route_bar, parity, 400)) return false;
-    ++n_routings;
+  // The layer's routing, at the layer's first routed task `cur` of the launch: the whole warp waits
+  // for the router tiles, computes the tables and hands them to the consumers. The task is an
+  // expert-up share, whose last wait is the router tiles' (ops.cuh op_gemm), or, in a launch of one
+  // wave (cuda-ops), an expert-down share, whose waits (every up share) come after them. The
+  // consumers finished with the previous layer's tables before the router tiles could finish (their
+  // inputs come after this SM's last routed task of that layer: validator check_routing_order), so
+  // one set of tables is enough and the consumers never see two routings' arrivals at once.
+  __device__ bool route_layer(int cur, int end) {
+    const Task& t = p.tasks[cur];  // (from the list: no local copy)
+    const int layer = t.layer;
+    const int lane = threadIdx.x & 31;
+    const bool up = static_cast<Op>(t.op) == Op::kExpertUp;
+    if (t.n_waits < 1) {
+      if (lane == 0) set_error(p, kMkBadShape, -1, t.op, t.n_waits, cur, kMkDetailUnknownOp);
+      return false;
+    }
+    if (lane == 0) prefetch_l2(cur, end);
+    bool ok = true;
+    if (lane == 0)
+      for (int k = up ? t.n_waits - 1 : 0; k < t.n_waits && ok; ++k)
+        ok = wait_counter_quiet(p, p.tasks[cur].wait[k].counter, p.tasks[cur].wait[k].target, cur);
+    ok = __shfl_sync(0xffffffffu, ok, 0);
+    __syncwarp();  // memory order among the lanes: lane 0's acquire is handed on
+    if (!ok) return false;
+    if (!compute_routing(p, layer, route)) {
+      if (lane == 0) set_error(p, kMkBadInput, -1, layer, p.plan.shape.n_experts, cur, -2);
+      return false;
+    }
+    if (lane == 0) ptx::mbar_arrive(route_bar);  // release: the tables (the warp met in compute_routing)
     routed_layer = layer;
-    return route.bad == 0;
+    return true;
   }
 
   __device__ bool wait_consumers(int task) {
@@ -161,13 +186,13 @@ struct Loader {
       const Op op = static_cast<Op>(t.op);
       if ((p.flags & kMkLoaderInOrder) && !wait_consumers(i)) return false;
       if (!megakernel_runs(op)) {  // the consumers refuse it too: stream nothing for it or after it
-        set_error(p, kMkBadShape, -1, t.op, kNumOps, i, kMkDetailUnknownOp);
+        if ((threadIdx.x & 31) == 0) set_error(p, kMkBadShape, -1, t.op, kNumOps, i, kMkDetailUnknownOp);
         return false;
       }
       // Attention items load their K/V themselves; SAMPLE reads no weights.
-      if (op == Op::kAttn) prefetch_attn(t);
+      if (op == Op::kAttn && (threadIdx.x & 31) == 0) prefetch_attn(t);
       if (op == Op::kAttn || op == Op::kSample) continue;
-      if (op_is_routed(op) && !wait_routing(t.layer, i, end)) return false;
+      if (op_is_routed(op) && routed_layer != t.layer && !route_layer(i, end)) return false;
       JobWalk walk;  // the consumers' job sequence (ops.cuh)
       walk.start(p, t, route);
       const GemmGeo& g = p.geo[walk.kind];

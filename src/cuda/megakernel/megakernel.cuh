@@ -1,9 +1,10 @@
 // The persistent decode megakernel: grid = SM count, one CTA per SM (all resident), 288 threads:
 // warps 0..7 are the consumers (they walk the SM's task list: counter waits, activation prologues,
-// the GEMM math from the page ring, attention items, routing, epilogues, arrivals), warp 8 lane 0
-// is the loader (loader.cuh: the same task list, streaming weight pages ahead of the consumers).
-// The two meet only at the ring's mbarriers and at each layer's routing. One launch runs tasks
-// [list_begin[s], list_end[s]) of every SM s: the whole step (cuda-mk) or one wave (cuda-ops).
+// the GEMM math from the page ring, attention items, epilogues, arrivals), warp 8 is the loader
+// (loader.cuh: the same task list, streaming weight pages ahead of the consumers, and each layer's
+// routing). The two meet only at the ring's mbarriers and at each layer's routing (route_bar). One
+// launch runs tasks [list_begin[s], list_end[s]) of every SM s: the whole step (cuda-mk) or one
+// wave (cuda-ops).
 // Shared memory: smem.cuh.
 #pragma once
 
@@ -79,6 +80,8 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
     *consumer_task = -1;
     route.layer = -1;
     route.bad = 0;
+    route.taken_layer = -1;
+    route.taken = 0;
     ptx::fence_mbar_init();
   }
   __syncthreads();
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
   const int begin = p.list_begin[sm], end = p.list_end[sm];
   Loader<kNT> loader{p, ring, route, route_bar, consumer_task, ptx::policy_evict_first(), ptx::policy_evict_last()};
   if ((threadIdx.x >> 5) == kLoaderWarp) {
-    if ((threadIdx.x & 31) == 0) (void)loader.run(begin, end);
+    (void)loader.run(begin, end);  // the whole warp: lane 0 issues, every lane computes the routing
   } else {
     float* red0 = reinterpret_cast<float*>(smem + S::kRedOffset);
     float* red1 = S::kTwoRedBuffers ? reinterpret_cast<float*>(smem + S::kUnionOffset + S::kRed2Offset) : red0;

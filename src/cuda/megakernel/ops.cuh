@@ -29,7 +29,7 @@ struct ConsumerCtx {
   Ring ring;
   RingPos rp;             // the next page to consume
   RouteSmem& route;
-  uint64_t* route_bar;    // the loader waits on it for each routing
+  uint64_t* route_bar;    // the loader's arrival per routing it computed (the tables' release)
   RedBuffers red;         // GEMM reduction scratch
   uint8_t* area;          // the union: attention scratch | sampler scratch | activation area
   Fill* fill;             // the current task's activation fill (shared memory)
@@ -145,21 +145,22 @@ __device__ __forceinline__ bool wait_task(ConsumerCtx<kNT>& c, const Task& t, in
   return !consumer_any(!wait_counters(c.p, t, task, first, last));
 }
 
-// The layer's routing into shared memory if it is not there yet (the first routed task of a layer
-// in this launch), then the loader is told. Consumer side of loader.cuh's routing wait.
+// The layer's routing tables, from the loader (loader.cuh route_layer), at the layer's first routed
+// task of this launch: every consumer thread waits for the loader's arrival (acquire).
 template <int kNT>
 __device__ __forceinline__ bool ensure_routing(ConsumerCtx<kNT>& c, const Task& t, int layer, int task) {
-  if (c.route.layer == layer) return true;  // uniform: written before a consumer barrier
+  if (c.route.taken_layer == layer) return true;  // uniform: written before a consumer barrier
+  const uint32_t taken = c.route.taken;
   TraceClock phase;
   phase.start(c.p);
-  const bool ok = compute_routing(c.p, layer, c.route);
+  const bool ok = mbar_wait_bounded(c.p, c.route_bar, taken & 1u, 400);
   phase.stop(c.p, t, task, kPhaseRouting);
-  if (threadIdx.x == 0) ptx::mbar_arrive(c.route_bar);  // release: the tables to the loader
-  if (!ok) {
-    if (threadIdx.x == 0) set_error(c.p, kMkBadInput, -1, layer, c.p.plan.shape.n_experts, task, -2);
-    return false;
+  consumer_sync();  // every thread read taken_layer and taken
+  if (threadIdx.x == 0) {
+    c.route.taken_layer = layer;
+    c.route.taken = taken + 1;
   }
-  return true;
+  return ok;
 }
 
 // The activation fill and the epilogue of a GEMM task, as data. Thread 0 writes the fill (shared
@@ -310,9 +311,9 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   Epilogue epi;
   gemm_setup(c, t, g, epi);
   // h is complete after the O-proj tiles: the up task's norm runs while the router tiles do. Its
-  // router wait is its last. (Parallel blocks: its first wait is the previous layer's down shares,
-  // after which x is final; at layer 0 it has only the router's wait, and the embedding fill comes
-  // before it.)
+  // router wait is its last, and the loader's (it computes the routing after it): the consumers take
+  // the routing instead. (Parallel blocks: its first wait is the previous layer's down shares, after
+  // which x is final; at layer 0 it has only the router's wait, and the embedding fill comes before it.)
   const int first = up ? t.n_waits - 1 : t.n_waits;
   if (!wait_task(c, t, task, 0, first)) return false;  // (also publishes the fill)
   // The embedding rows: every token id must be in the vocabulary before a fill reads them. Parallel
@@ -335,7 +336,8 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
     consumer_sync();
     phase.stop(p, t, task, kPhaseFill);
   }
-  if (!wait_task(c, t, task, first, t.n_waits)) return false;
+  // (An up share's router wait is the loader's: the routing's arrival implies it.)
+  if (!up && !wait_task(c, t, task, first, t.n_waits)) return false;
   if ((up || down) && !ensure_routing(c, t, t.layer, task)) return false;
   const RouteSmem& r = c.route;
   int s0 = 0, s1 = 0;  // down: the slots [s0, s1) the activation area holds
@@ -363,16 +365,22 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
           s0 = j0;
           s1 = down_group_end([&](int32_t i) { return r.offset[r.active[i]] + r.count[r.active[i]]; }, r.n_active,
                               tj.ei + 1, j0, j1, g.rows_cap);
+          TraceClock phase;
+          phase.start(p);
           fill_window(c.fill, 0, s0, s1 - s0);  // the last job's readers met in its final barrier
           consumer_sync();
+          phase.stop(p, t, task, kPhaseFill);
         }
         act.row_off = j0 - s0;
       }
     }
     ok &= consume_job<kNT>(p, t, task, c.ring, c.rp, g, tj.job, act, c.red, c.fill, B, epi);
     if (down && walk.at != tj.job.rb_begin) {  // the row block's last job: its every (token, k) is in comb
+      TraceClock comb;
+      comb.start(p);
       consumer_sync();
       moe_combine(p, r, c.combine(), tj.job.rb_begin, t.layer);
+      comb.stop(p, t, task, kPhaseCombine);
     }
   }
   return ok;

@@ -122,6 +122,27 @@ __device__ inline bool wait_counter(const MkParams& p, int32_t counter, int32_t 
   }
 }
 
+// The loader's wait (one thread) for a counter the consumers' work does not need yet: it may last
+// the whole of an attention item, so it polls with relaxed loads and backs off (an acquire poll
+// invalidates the SM's L1 under the consumers' loads each time), then acquires once. false: the
+// step failed (a timeout here, recorded in the error word, or another SM's failure).
+__device__ inline bool wait_counter_quiet(const MkParams& p, int32_t counter, int32_t target, int32_t task) {
+  const int32_t* c = counter_ptr(p, counter);
+  const int64_t t0 = globaltimer_ns();
+  for (uint32_t spin = 0; ld_relaxed_gpu(c) < target; ++spin) {
+    __nanosleep(128);
+    if ((spin & 15) == 15) {
+      if (step_failed(p)) return false;
+      if (globaltimer_ns() - t0 > p.timeout_ns) {
+        set_error(p, kMkWaitTimeout, counter, ld_relaxed_gpu(c), target, task, -3);
+        return false;
+      }
+    }
+  }
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  return true;
+}
+
 // ---- trace hooks (trace.h; consumer thread 0, nothing when tracing is off) ----
 
 // Times one interval of task `task` for the trace: start(), then record() (role 0: the task itself;

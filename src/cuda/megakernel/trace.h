@@ -3,7 +3,7 @@
 // atomics): role 0, one record per task (from the consumers' start of it to its arrivals); role 1,
 // the parts of a task: each counter wait that had to poll, and each phase (TracePhase) — a wait for
 // a weight page that had not landed, an activation fill, the routing, the attention prologue and
-// split merge. Parts nest inside their task's record.
+// split merge, an expert down share's combines. Parts nest inside their task's record.
 // Timestamps: both %globaltimer (ns, comparable across SMs, possibly coarse) and clock64 (SM
 // cycles, fine, per-SM origin); the host maps clock64 onto globaltimer per SM by least squares
 // (bench/decode_trace.cpp). Tracing costs nothing when MkParams::trace is null: every hook is one
@@ -25,7 +25,8 @@ enum TracePhase : int32_t {
   kPhaseRouting = 2,     // the layer's routing tables computed on the SM
   kPhaseAttnPrologue = 3,  // attention item: q/k norm, RoPE, append, q terms
   kPhaseAttnMerge = 4,   // attention item: the warps' merge, the publish, the split merge
-  kNumTracePhases = 5,
+  kPhaseCombine = 5,     // expert down: a row block's top-k combine with the residual
+  kNumTracePhases = 6,
 };
 inline constexpr int kTraceRoles = 2;
 
