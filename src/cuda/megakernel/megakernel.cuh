@@ -78,8 +78,6 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
     }
     ptx::mbar_init(route_bar, 1);
     *consumer_task = -1;
-    route.layer = -1;
-    route.bad = 0;
     route.taken_layer = -1;
     route.taken = 0;
     ptx::fence_mbar_init();

@@ -19,15 +19,13 @@ constexpr int kMaxExperts = kRouterMaxExperts;  // 256
 static_assert(kMaxExperts == 8 * 32, "compute_routing: 8 experts per lane of one warp");
 
 struct RouteSmem {
-  int32_t layer;     // whose routing the tables hold (-1: none yet in this launch)
   int32_t n_active;  // experts with at least one token
-  int32_t bad;       // a top-k choice was no expert (non-finite logits)
   // The consumers' side (the loader never touches it): the layer whose routing they took last (-1:
   // none) and how many they took (route_bar phases). Consumer thread 0 writes them before the
   // consumers' next barrier.
   int32_t taken_layer;
   uint32_t taken;
-  int32_t pad[3];
+  int32_t pad;
   int16_t active[kMaxExperts];       // active experts, ascending
   int16_t offset[kMaxExperts + 1];   // first slot of each expert; offset[E] = B * K
   int16_t count[kMaxExperts];        // tokens of each expert
@@ -101,7 +99,6 @@ __device__ __noinline__ bool compute_routing(const MkParams& p, int layer, Route
   if (lane == 31) {
     r.offset[E] = static_cast<int16_t>(tot_before);
     r.n_active = act_before;
-    r.bad = bad ? 1 : 0;
   }
   // Slots: each expert's choices in (token, k) order, expert-major (plan/moe_split.h).
   {
@@ -129,7 +126,6 @@ __device__ __noinline__ bool compute_routing(const MkParams& p, int layer, Route
       p.route_ids[at] = r.ids[i];
       p.route_w[at] = r.w[i];
     }
-  if (lane == 0) r.layer = layer;
   __syncwarp();
   return !bad;
 }
