@@ -53,6 +53,8 @@ std::vector<Variant> ablation_variants(const BackendOptions& base) {
   v.push_back(variant("l2-prefetch", base, "cuda-mk", d.policy, cuda::kMkL2Prefetch));
   v.push_back(variant("poll-backoff", base, "cuda-mk", d.policy, cuda::kMkPollBackoff));
   v.push_back(variant("kv-prefetch", base, "cuda-mk", d.policy, cuda::kMkKvPrefetch));
+  v.push_back(variant("inflight-1", base, "cuda-mk", d.policy, cuda::kMkInflight1));
+  v.push_back(variant("inflight-2", base, "cuda-mk", d.policy, cuda::kMkInflight2));
   v.push_back(variant("cuda-ops", base, "cuda-ops", d.policy, 0));
   return v;
 }

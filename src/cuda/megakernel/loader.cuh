@@ -33,11 +33,24 @@ struct Loader {
   uint64_t evict_first, evict_last;
   uint32_t w_seq = 0;     // pages issued
   uint32_t slot = 0, phase = 0;  // the next slot to fill; phase of its next completion
+  uint32_t l_seq = 0, l_slot = 0, l_phase = 0;  // kMkInflight*: the oldest page not seen landed
   int routed_layer = -1;
   int l2_next = 0;        // the first task the L2 prefetch has not covered
 
-  // The next slot is free (its previous page consumed by all 8 consumer warps).
+  // The next slot is free (its previous page consumed by all 8 consumer warps) and, with
+  // kMkInflight1/2, fewer than that many pages are issued and not landed. (The oldest such page's
+  // slot holds it until it is consumed, and the cap is below the ring's length, so its full
+  // barrier is at that page's phase.)
   __device__ bool wait_slot() {
+    const uint32_t cap = (p.flags & kMkInflight1) ? 1u : ((p.flags & kMkInflight2) ? 2u : 0u);
+    while (cap != 0 && w_seq - l_seq >= cap) {
+      if (!mbar_wait_bounded(p, &ring.full[l_slot], l_phase, 300 + static_cast<int>(l_slot))) return false;
+      ++l_seq;
+      if (++l_slot == static_cast<uint32_t>(ring.n_slots)) {
+        l_slot = 0;
+        l_phase ^= 1u;
+      }
+    }
     if (w_seq < static_cast<uint32_t>(ring.n_slots)) return true;
     return mbar_wait_bounded(p, &ring.empty[slot], phase ^ 1u, 200 + static_cast<int>(slot));
   }

@@ -99,6 +99,9 @@ enum MkFlag : uint32_t {
   kMkPollBackoff = 1u << 2,    // counter polls back off 32 -> 256 ns (the first kernel's) instead of spinning
   kMkKvPrefetch = 1u << 3,     // the loader prefetches each attention item's K and V rows into L2 as it
                                // passes the item (ahead of the item's QKV wait)
+  kMkInflight1 = 1u << 4,      // the loader keeps at most one page issued and not landed (else as many
+  kMkInflight2 = 1u << 5,      // as the ring has free slots); kMkInflight2: two. Every SM's bulk copies
+                               // in flight queue ahead of its small loads (counters, fills, logits)
 };
 
 // Kernel parameters (passed by value, < 4 KB).
