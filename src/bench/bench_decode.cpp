@@ -13,6 +13,7 @@
 #include "bench/decode_report.h"
 #include "core/args.h"
 #include "core/check.h"
+#include "cuda/megakernel/flags.h"
 #include "kv/kv_cache.h"
 #include "engine/kv_pools.h"
 #include "model/presets.h"
@@ -24,18 +25,42 @@ const char* const kDecodeBenchUsage =
     "usage: megadecode bench decode [--preset qwen3-30b-a3b] [--context 8192[,L2..]] [--batch 1,2,4,8,16,32,64]\n"
     "         [--points CTX:B,...] [--steps 100] [--warmup 10] [--backends mk,ops,batched,cuda] [--policy default]\n"
     "         [--ablations] [--ablation-batch 1,8] [--trace FILE] [--trace-batch 1] [--json FILE]\n"
-    "         [--seed S] [--block-size 16] [--ceiling-mib 4096]\n"
+    "         [--seed S] [--block-size 16] [--ceiling-mib 4096] [--switches NAME,...]\n"
     "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points:\n"
     "  mk (cuda-mk) and ops (cuda-ops) at batches <= 64, batched (cuda-batched) and cuda (the engine's\n"
     "  per-step choice of the two paths) at every batch up to 1024.\n"
     "  --ablations: at --ablation-batch and the first context, one change each: the policies grid-sync\n"
     "  and long-splits, the loader issuing a task's pages only once its consumers start it, an L2\n"
     "  prefetch in the routing gap, polls backing off to 256 ns, K/V prefetch, cuda-ops.\n"
-    "  --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n";
+    "  --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n"
+    "  --switches: megakernel switches for the main sweep and the trace (the ablations' names: loader-in-order,\n"
+    "  l2-prefetch, poll-backoff, kv-prefetch, inflight-1, inflight-2).\n";
 
 namespace {
 
 int64_t blocks_for(int batch, int context, int bs) { return int64_t{batch} * ((context + bs - 1) / bs); }
+
+// "inflight-2,kv-prefetch" -> their MkFlag bits.
+uint32_t parse_mk_switches(const std::string& list) {
+  uint32_t flags = 0;
+  for (size_t pos = 0; pos < list.size();) {
+    size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    const std::string name = list.substr(pos, end - pos);
+    std::string known;
+    bool found = false;
+    for (const cuda::MkSwitch& sw : cuda::kMkSwitches) {
+      known += known.empty() ? sw.name : std::string(", ") + sw.name;
+      if (name == sw.name) {
+        flags |= sw.flag;
+        found = true;
+      }
+    }
+    MD_REQUIRE(found, "--switches: unknown switch \"", name, "\" (known: ", known, ")");
+    pos = end + 1;
+  }
+  return flags;
+}
 
 }  // namespace
 
@@ -77,7 +102,7 @@ int64_t DecodeBenchOptions::ring_block_bytes() const {
 DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   Args args(argc, argv,
             {"preset", "context", "batch", "points", "steps", "warmup", "backends", "policy", "ablation-batch",
-             "trace", "trace-batch", "json", "seed", "block-size", "ceiling-mib"},
+             "trace", "trace-batch", "json", "seed", "block-size", "ceiling-mib", "switches"},
             {"ablations", "help"});
   DecodeBenchOptions o;
   o.help = args.flag("help");
@@ -100,6 +125,7 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
   o.backend.policy = args.get("policy", o.backend.policy);
   (void)policy_by_name(o.backend.policy);  // Error naming the known ones
+  o.backend.kernel_flags = parse_mk_switches(args.get("switches", ""));
   o.ablations = args.flag("ablations");
   o.ablation_batches.clear();
   for (int64_t b : args.get_int_list("ablation-batch", {1, 8})) {

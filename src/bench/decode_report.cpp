@@ -66,8 +66,10 @@ std::string format_decode_table(const std::string& title, std::span<const nlohma
                 "context", "step ms", "p10..p90", "tok/s", "MB/step", "GB/s", "%floor", "floor ms", "experts");
   out += line;
   for (const nlohmann::json& r : records) {
-    const std::string variant = r.value("ablation", std::string()).empty() ? r.value("policy", std::string("default"))
-                                                                            : r.value("ablation", std::string());
+    // (the main sweep under --switches: its policy marked with a '+')
+    const std::string main = r.value("policy", std::string("default")) + (r.value("kernel_flags", 0u) != 0 ? "+" : "");
+    const std::string variant =
+        r.value("ablation", std::string()).empty() ? main : r.value("ablation", std::string());
     char spread[32];
     std::snprintf(spread, sizeof spread, "%.3f..%.3f", r.value("step_ms_p10", 0.0), r.value("step_ms_p90", 0.0));
     std::snprintf(line, sizeof line, "%-14s %-12s %-10s %5d %7d %9.3f %9s %9.1f %9.1f %8.1f %6.1f%% %8.3f %7.1f\n",

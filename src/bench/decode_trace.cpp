@@ -101,23 +101,34 @@ const char* trace_phase_name(int32_t phase) {
   }
 }
 
+const char* loader_phase_name(int32_t phase) {
+  switch (phase) {
+    case kLoaderRouterWait: return "loader: router wait";
+    case kLoaderRouting: return "loader: routing";
+    case kLoaderSlotWait: return "loader: ring wait";
+    default: return "loader?";
+  }
+}
+
 nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan& plan, int64_t dropped,
                                const nlohmann::json& meta, TraceSummary* summary) {
   const int n_sms = plan.n_sms();
   std::vector<std::vector<const TraceRecord*>> by_sm(n_sms);
   for (const TraceRecord& r : records) {
     MD_REQUIRE(r.sm >= 0 && r.sm < n_sms, "trace record of SM ", r.sm, " outside the plan's ", n_sms, " SMs");
-    MD_REQUIRE(r.kind == kTraceWork || r.kind == kTraceWait || r.kind == kTracePhase, "trace record of unknown kind ",
-               r.kind);
+    MD_REQUIRE(r.kind == kTraceWork || r.kind == kTraceWait || r.kind == kTracePhase || r.kind == kTraceLoader,
+               "trace record of unknown kind ", r.kind);
     MD_REQUIRE(r.op >= 0 && r.op < kNumOps, "trace record of unknown op ", r.op);
     MD_REQUIRE(r.kind != kTracePhase || (r.arg0 >= 0 && r.arg0 < kNumTracePhases), "trace record of unknown phase ",
                r.arg0);
+    MD_REQUIRE(r.kind != kTraceLoader || (r.arg0 >= 0 && r.arg0 < kNumLoaderPhases),
+               "trace record of unknown loader phase ", r.arg0);
     by_sm[r.sm].push_back(&r);
   }
   TraceSummary s;
   s.n_sms = n_sms;
   s.dropped = dropped;
-  std::vector<std::vector<Slice>> work(n_sms), parts(n_sms);
+  std::vector<std::vector<Slice>> work(n_sms), parts(n_sms), loader(n_sms);
   double t_min = std::numeric_limits<double>::max(), t_max = std::numeric_limits<double>::lowest();
   int64_t gran = 0;
   std::vector<double> ghz;
@@ -127,13 +138,13 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
     for (const TraceRecord* r : by_sm[sm]) {
       double t0 = map(r->c_begin, r->g_begin), t1 = map(r->c_end, r->g_end);
       if (t1 < t0) t1 = t0;
-      (r->kind == kTraceWork ? work : parts)[sm].push_back({t0, t1, r});
+      (r->kind == kTraceWork ? work : (r->kind == kTraceLoader ? loader : parts))[sm].push_back({t0, t1, r});
       t_min = std::min(t_min, t0);
       t_max = std::max(t_max, t1);
       const int64_t dg = r->g_end - r->g_begin;
       if (dg > 0 && (gran == 0 || dg < gran)) gran = dg;
     }
-    for (auto* v : {&work[sm], &parts[sm]})
+    for (auto* v : {&work[sm], &parts[sm], &loader[sm]})
       std::sort(v->begin(), v->end(), [](const Slice& x, const Slice& y) { return x.t0 < y.t0; });
   }
   if (records.empty()) t_min = t_max = 0;
@@ -152,9 +163,10 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
   };
   meta_event(0, -1, "process_name", "SMs: tasks (op Lx)");
   meta_event(1, -1, "process_name", "SMs: counter waits and phases inside the tasks");
+  meta_event(2, -1, "process_name", "SMs: the loader warp (router waits, routing, ring waits)");
   double in_tasks = 0, waits = 0, pages = 0;
   for (int sm = 0; sm < n_sms; ++sm) {
-    for (int pid = 0; pid < 2; ++pid) {
+    for (int pid = 0; pid < 3; ++pid) {
       meta_event(pid, sm, "thread_name", "SM " + std::to_string(sm));
       ev.push_back({{"ph", "M"}, {"pid", pid}, {"tid", sm}, {"name", "thread_sort_index"}, {"args", {{"sort_index", sm}}}});
     }
@@ -189,6 +201,13 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
                     {"cat", w.r->kind == kTraceWait ? "wait" : "phase"}, {"ts", us(w.t0)}, {"dur", round_ns(d)},
                     {"args", args}});
     }
+    for (const Slice& w : loader[sm]) {
+      ++s.n_loader;
+      s.loader_us[w.r->arg0] += (w.t1 - w.t0) * 1e-3;
+      ev.push_back({{"ph", "X"}, {"pid", 2}, {"tid", sm}, {"name", loader_phase_name(w.r->arg0)}, {"cat", "loader"},
+                    {"ts", us(w.t0)}, {"dur", round_ns(w.t1 - w.t0)},
+                    {"args", {{"task", w.r->task}, {"at", work_name(*w.r)}}}});
+    }
   }
   // The timeline from the events just written (its waves start after the tasks' counter waits).
   const auto slices = trace_work_slices(ev);
@@ -209,6 +228,9 @@ nlohmann::json trace_to_chrome(std::span<const TraceRecord> records, const Plan&
   other["busy_frac"] = s.busy_frac;
   other["wait_frac"] = s.wait_frac;
   other["page_frac"] = s.page_frac;
+  other["loader_us_per_sm"] = {{"router_wait", s.loader_us[kLoaderRouterWait] / std::max(1, n_sms)},
+                               {"routing", s.loader_us[kLoaderRouting] / std::max(1, n_sms)},
+                               {"ring_wait", s.loader_us[kLoaderSlotWait] / std::max(1, n_sms)}};
   other["idle_frac"] = s.idle_frac;
   other["globaltimer_granularity_ns"] = s.timer_granularity_ns;
   other["sm_clock_ghz"] = s.sm_clock_ghz;
@@ -257,6 +279,13 @@ std::string format_trace_summary(const TraceSummary& s) {
                   op.c_str(), static_cast<long long>(o.n_tasks), sm_us > 0 ? 100 * t / sm_us : 0.0, o.task_us / n,
                   o.wait_us / n, o.phase_us[kPhasePage] / n, o.phase_us[kPhaseFill] / n, o.phase_us[kPhaseRouting] / n,
                   o.phase_us[kPhaseAttnPrologue] / n, o.phase_us[kPhaseAttnMerge] / n, o.phase_us[kPhaseCombine] / n);
+    out += line;
+  }
+  if (s.n_loader > 0) {
+    std::snprintf(line, sizeof line,
+                  "  loader warps: %lld records; us per SM over the step: router waits %.1f, routing %.1f, ring waits %.1f\n",
+                  static_cast<long long>(s.n_loader), s.loader_us[kLoaderRouterWait] / s.n_sms,
+                  s.loader_us[kLoaderRouting] / s.n_sms, s.loader_us[kLoaderSlotWait] / s.n_sms);
     out += line;
   }
   if (!s.layer_timeline.empty()) out += format_layer_timeline({s.layer_us, s.layer_timeline});

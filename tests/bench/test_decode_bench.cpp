@@ -283,9 +283,11 @@ TraceCase trace_case() {
   const int qkv = static_cast<int>(Op::kQkv), oproj = static_cast<int>(Op::kOProj);
   for (int sm = 0; sm < 2; ++sm) {
     // Every 10 us: a QKV task 0..4 us (its fill 1..2, a page wait 2..3), nothing 4..5, an O-proj
-    // task 5..10 us whose counter wait is 5..8 (whole microseconds: the timer's quantum).
+    // task 5..10 us whose counter wait is 5..8 (whole microseconds: the timer's quantum); the
+    // loader waits for a ring slot 3..4 at the O-proj task.
     for (int i = 0; i < 20; ++i) {
       const int64_t at = i * 10000;
+      t.recs.push_back(rec(sm, kTraceLoader, oproj, at + 3000, at + 4000, kLoaderSlotWait));
       t.recs.push_back(rec(sm, kTraceWork, qkv, at, at + 4000));
       t.recs.push_back(rec(sm, kTracePhase, qkv, at + 1000, at + 2000, kPhaseFill));
       t.recs.push_back(rec(sm, kTracePhase, qkv, at + 2000, at + 3000, kPhasePage));
@@ -301,7 +303,7 @@ TEST(DecodeTrace, ChromeJsonNestsWaitsAndPhasesInTasks) {
   TraceSummary s;
   const nlohmann::json j = trace_to_chrome(t.recs, t.plan, 3, {{"backend", "cuda-mk"}}, &s);
   ASSERT_TRUE(j.contains("traceEvents"));
-  int tasks = 0, waits = 0, fills = 0, pages = 0, meta = 0;
+  int tasks = 0, waits = 0, fills = 0, pages = 0, meta = 0, loader = 0;
   for (const nlohmann::json& e : j["traceEvents"]) {
     ASSERT_TRUE(e.contains("ph") && e.contains("pid") && e.contains("name"));
     if (e["ph"] == "M") {
@@ -316,6 +318,12 @@ TEST(DecodeTrace, ChromeJsonNestsWaitsAndPhasesInTasks) {
       ++tasks;
       EXPECT_TRUE(e["cat"] == "qkv" || e["cat"] == "o_proj");
       EXPECT_NEAR(dur, e["cat"] == "qkv" ? 4.0 : 5.0, 1e-6);  // recovered from clock64, not the 1 us timer
+    } else if (e["pid"] == 2) {
+      ++loader;
+      EXPECT_EQ(e["cat"], "loader");
+      EXPECT_EQ(e["name"], "loader: ring wait");
+      EXPECT_NEAR(dur, 1.0, 1e-6);
+      EXPECT_NEAR(std::fmod(ts, 10.0), 3.0, 1e-6);
     } else if (e["cat"] == "wait") {
       ++waits;
       EXPECT_NEAR(dur, 3.0, 1e-6);
@@ -337,7 +345,11 @@ TEST(DecodeTrace, ChromeJsonNestsWaitsAndPhasesInTasks) {
   EXPECT_EQ(waits, 40);
   EXPECT_EQ(fills, 40);
   EXPECT_EQ(pages, 40);
-  EXPECT_EQ(meta, 2 + 2 * 2 * 2);
+  EXPECT_EQ(loader, 40);
+  EXPECT_EQ(meta, 3 + 2 * 3 * 2);
+  EXPECT_EQ(s.n_loader, 40);
+  EXPECT_NEAR(s.loader_us[kLoaderSlotWait], 40.0, 1e-6);
+  EXPECT_NEAR(s.loader_us[kLoaderRouting], 0.0, 1e-9);
   EXPECT_NEAR(s.step_us, 200.0, 1e-6);
   EXPECT_NEAR(s.busy_frac, 0.5, 1e-9);  // 9 us of tasks per 10, less 3 of waits and 1 of pages
   EXPECT_NEAR(s.wait_frac, 0.3, 1e-9);
@@ -360,13 +372,16 @@ TEST(DecodeTrace, ChromeJsonNestsWaitsAndPhasesInTasks) {
   EXPECT_NE(text.find("o_proj"), std::string::npos) << text;
   EXPECT_NE(text.find("waiting for pages 10.0%"), std::string::npos) << text;
   EXPECT_NE(text.find("SM clock 2.00 GHz"), std::string::npos) << text;
-  // Records naming an SM outside the plan, an unknown kind, phase or op are refused.
-  for (int bad = 0; bad < 4; ++bad) {
+  EXPECT_NE(text.find("ring waits 20.0"), std::string::npos) << text;  // per SM
+  EXPECT_NEAR(j["otherData"]["loader_us_per_sm"]["ring_wait"].get<double>(), 20.0, 1e-6);
+  // Records naming an SM outside the plan, an unknown kind, phase, loader phase or op are refused.
+  for (int bad = 0; bad < 5; ++bad) {
     std::vector<TraceRecord> recs = t.recs;
-    if (bad == 0) recs[0].sm = 7;
-    if (bad == 1) recs[0].kind = 9;
-    if (bad == 2) recs[1].arg0 = kNumTracePhases;
-    if (bad == 3) recs[0].op = kNumOps;
+    if (bad == 0) recs[1].sm = 7;
+    if (bad == 1) recs[1].kind = 9;
+    if (bad == 2) recs[2].arg0 = kNumTracePhases;
+    if (bad == 3) recs[1].op = kNumOps;
+    if (bad == 4) recs[0].arg0 = kNumLoaderPhases;
     EXPECT_THROW(trace_to_chrome(recs, t.plan, 0, {}), Error) << bad;
   }
 }

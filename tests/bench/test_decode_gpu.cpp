@@ -77,10 +77,13 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
         const Plan& plan = be.last_plan();
         std::map<int, int> work_per_task;
         int attn_items = 0;
+        int routings = 0, up_shares = 0;
+        for (const Task& t : plan.tasks) up_shares += t.op == static_cast<uint8_t>(Op::kExpertUp);
         for (const TraceRecord& t : recs) {
           ASSERT_TRUE(t.sm >= 0 && t.sm < plan.n_sms());
           ASSERT_LE(t.c_begin, t.c_end);
           ASSERT_LE(t.g_begin, t.g_end);
+          routings += t.kind == kTraceLoader && t.arg0 == kLoaderRouting;
           if (t.kind != kTraceWork) continue;
           if (t.op == static_cast<int>(Op::kAttn)) ++attn_items;
           ++work_per_task[t.task];
@@ -89,6 +92,7 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
         for (size_t i = 0; i < plan.tasks.size(); ++i)  // one record per task, attention items included
           EXPECT_EQ(work_per_task[static_cast<int>(i)], 1) << describe_task(plan, static_cast<int>(i));
         EXPECT_EQ(work_per_task.size(), plan.tasks.size());
+        EXPECT_EQ(routings, up_shares);  // every SM's loader routes each layer once, at its up share
         TraceSummary s;
         const nlohmann::json j = trace_to_chrome(recs, plan, dropped, {{"batch", batch}}, &s);
         EXPECT_GT(s.step_us, 0.0);

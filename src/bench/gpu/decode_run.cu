@@ -49,12 +49,7 @@ std::vector<Variant> ablation_variants(const BackendOptions& base) {
   const BackendOptions d;
   std::vector<Variant> v;
   for (const std::string& p : policy_names()) v.push_back(variant(p, base, "cuda-mk", p, 0));
-  v.push_back(variant("loader-in-order", base, "cuda-mk", d.policy, cuda::kMkLoaderInOrder));
-  v.push_back(variant("l2-prefetch", base, "cuda-mk", d.policy, cuda::kMkL2Prefetch));
-  v.push_back(variant("poll-backoff", base, "cuda-mk", d.policy, cuda::kMkPollBackoff));
-  v.push_back(variant("kv-prefetch", base, "cuda-mk", d.policy, cuda::kMkKvPrefetch));
-  v.push_back(variant("inflight-1", base, "cuda-mk", d.policy, cuda::kMkInflight1));
-  v.push_back(variant("inflight-2", base, "cuda-mk", d.policy, cuda::kMkInflight2));
+  for (const cuda::MkSwitch& sw : cuda::kMkSwitches) v.push_back(variant(sw.name, base, "cuda-mk", d.policy, sw.flag));
   v.push_back(variant("cuda-ops", base, "cuda-ops", d.policy, 0));
   return v;
 }
@@ -121,7 +116,7 @@ int bench_decode(int argc, char** argv) {
   for (const auto& [ctx, b] : o.points) max_batch = std::max(max_batch, b);
   std::vector<Variant> mains;
   for (const std::string& name : o.backends) {
-    Variant v = variant(name, o.backend, name, o.backend.policy, 0);
+    Variant v = variant(name, o.backend, name, o.backend.policy, o.backend.kernel_flags);
     v.options.max_batch = max_batch;
     mains.push_back(v);
   }

@@ -35,14 +35,30 @@ struct Loader {
   uint32_t slot = 0, phase = 0;  // the next slot to fill; phase of its next completion
   uint32_t l_seq = 0, l_slot = 0, l_phase = 0;  // kMkInflight*: the oldest page not seen landed
   int routed_layer = -1;
+  int cur_task = 0;       // the task the walk is at (trace records)
   int l2_next = 0;        // the first task the L2 prefetch has not covered
 
   // The next slot is free (its previous page consumed by all 8 consumer warps) and, with
   // kMkInflight1/2, fewer than that many pages are issued and not landed. (The oldest such page's
   // slot holds it until it is consumed, and the cap is below the ring's length, so its full
   // barrier is at that page's phase.)
+  __device__ uint32_t inflight_cap() const {
+    return (p.flags & kMkInflight1) ? 1u : ((p.flags & kMkInflight2) ? 2u : 0u);
+  }
+  __device__ bool slot_ready() {
+    const uint32_t cap = inflight_cap();
+    return (cap == 0 || w_seq - l_seq < cap || mbar_test_wait(&ring.full[l_slot], l_phase)) &&
+           (w_seq < static_cast<uint32_t>(ring.n_slots) || mbar_test_wait(&ring.empty[slot], phase ^ 1u));
+  }
   __device__ bool wait_slot() {
-    const uint32_t cap = (p.flags & kMkInflight1) ? 1u : ((p.flags & kMkInflight2) ? 2u : 0u);
+    TraceClock clock;  // (a wait that blocked, for the trace)
+    clock.start_loader(p, p.trace != nullptr && !slot_ready());
+    const bool ok = wait_slot_untimed();
+    clock.stop_loader(p, p.tasks[cur_task], cur_task, kLoaderSlotWait);
+    return ok;
+  }
+  __device__ bool wait_slot_untimed() {
+    const uint32_t cap = inflight_cap();
     while (cap != 0 && w_seq - l_seq >= cap) {
       if (!mbar_wait_bounded(p, &ring.full[l_slot], l_phase, 300 + static_cast<int>(l_slot))) return false;
       ++l_seq;
@@ -118,16 +134,21 @@ struct Loader {
     }
     if (lane == 0) prefetch_l2(cur, end);
     bool ok = true;
+    TraceClock clock;
+    clock.start_loader(p);
     if (lane == 0)
       for (int k = up ? t.n_waits - 1 : 0; k < t.n_waits && ok; ++k)
         ok = wait_counter_quiet(p, p.tasks[cur].wait[k].counter, p.tasks[cur].wait[k].target, cur);
+    clock.stop_loader(p, t, cur, kLoaderRouterWait);
     ok = __shfl_sync(0xffffffffu, ok, 0);
     __syncwarp();  // memory order among the lanes: lane 0's acquire is handed on
     if (!ok) return false;
+    clock.start_loader(p);
     if (!compute_routing(p, layer, route)) {
       if (lane == 0) set_error(p, kMkBadInput, -1, layer, p.plan.shape.n_experts, cur, -2);
       return false;
     }
+    clock.stop_loader(p, t, cur, kLoaderRouting);
     if (lane == 0) ptx::mbar_arrive(route_bar);  // release: the tables (the warp met in compute_routing)
     routed_layer = layer;
     return true;
@@ -197,6 +218,7 @@ struct Loader {
     for (int i = begin; i < end; ++i) {
       const Task t = p.tasks[i];
       const Op op = static_cast<Op>(t.op);
+      cur_task = i;
       if ((p.flags & kMkLoaderInOrder) && !wait_consumers(i)) return false;
       if (!megakernel_runs(op)) {  // the consumers refuse it too: stream nothing for it or after it
         if ((threadIdx.x & 31) == 0) set_error(p, kMkBadShape, -1, t.op, kNumOps, i, kMkDetailUnknownOp);

@@ -157,6 +157,17 @@ struct TraceClock {
       c0 = trace_clock();
     }
   }
+  // The loader warp's clock (its lane 0 records role 2).
+  __device__ __forceinline__ void start_loader(const MkParams& p, bool when = true) {
+    on = p.trace != nullptr && threadIdx.x == kLoaderWarp * 32 && when;
+    if (on) {
+      g0 = trace_gtime();
+      c0 = trace_clock();
+    }
+  }
+  __device__ __forceinline__ void stop_loader(const MkParams& p, const Task& t, int task, int phase) const {
+    record(p, 2, kTraceLoader, t, task, phase);
+  }
   __device__ __forceinline__ void record(const MkParams& p, int role, int32_t kind, const Task& t, int task, int32_t a0,
                                          int32_t a1 = 0, int32_t a2 = 0) const {
     if (!on) return;

@@ -2,8 +2,10 @@
 // and the host, plus the device-side writer. Consumer thread 0 writes two arrays per SM (no
 // atomics): role 0, one record per task (from the consumers' start of it to its arrivals); role 1,
 // the parts of a task: each counter wait that had to poll, and each phase (TracePhase) — a wait for
-// a weight page that had not landed, an activation fill, the routing, the attention prologue and
-// split merge, an expert down share's combines. Parts nest inside their task's record.
+// a weight page that had not landed, an activation fill, the consumers' wait for the routing, the
+// attention prologue and split merge, an expert down share's combines. Parts nest inside their
+// task's record. The loader warp's lane 0 writes role 2: its waits that blocked and its routing
+// (LoaderPhase), each naming the task its walk was at.
 // Timestamps: both %globaltimer (ns, comparable across SMs, possibly coarse) and clock64 (SM
 // cycles, fine, per-SM origin); the host maps clock64 onto globaltimer per SM by least squares
 // (bench/decode_trace.cpp). Tracing costs nothing when MkParams::trace is null: every hook is one
@@ -18,6 +20,7 @@ enum TraceKind : int32_t {
   kTraceWork = 0,   // a task
   kTraceWait = 1,   // a counter wait inside a task that had to poll
   kTracePhase = 2,  // a phase of a task (arg0: TracePhase)
+  kTraceLoader = 3, // the loader warp (role 2) at a task of its walk (arg0: LoaderPhase)
 };
 enum TracePhase : int32_t {
   kPhasePage = 0,        // the consumers waited for a weight page to land in the ring
@@ -28,7 +31,14 @@ enum TracePhase : int32_t {
   kPhaseCombine = 5,     // expert down: a row block's top-k combine with the residual
   kNumTracePhases = 6,
 };
-inline constexpr int kTraceRoles = 2;
+// What the loader warp's lane 0 records (role 2): where its walk waited, and its routing.
+enum LoaderPhase : int32_t {
+  kLoaderRouterWait = 0,  // the wait for the layer's router tiles before its routing (when it polled)
+  kLoaderRouting = 1,     // the routing tables computed (routing.cuh compute_routing)
+  kLoaderSlotWait = 2,    // a wait for a free ring slot or, with kMkInflight*, for a page to land
+  kNumLoaderPhases = 3,
+};
+inline constexpr int kTraceRoles = 3;
 
 // One interval. Buffer layout: records[(sm * kTraceRoles + role) * capacity + i], i < count;
 // counts[sm * kTraceRoles + role] keeps counting past the capacity (the host reports the drops).

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "plan/gemm_geometry.h"
+#include "cuda/megakernel/flags.h"
 #include "cuda/megakernel/trace.h"
 #include "plan/task.h"
 
@@ -89,20 +90,6 @@ struct MkError {
   int32_t pad;
 };
 static_assert(sizeof(MkError) == 32);
-
-// Benchmark switches (MkParams::flags; 0 in production). Ablations of `bench decode --ablations`.
-enum MkFlag : uint32_t {
-  kMkLoaderInOrder = 1u << 0,  // the loader issues a task's weight pages only once the consumers
-                               // started it (no streaming ahead of the dependencies)
-  kMkL2Prefetch = 1u << 1,     // L2 prefetch of the next tasks' weights during the routing gap (off by
-                               // default: on the H200 it made batch 1 at 8K 10 % slower, 7.13 vs 6.39 ms)
-  kMkPollBackoff = 1u << 2,    // counter polls back off 32 -> 256 ns (the first kernel's) instead of spinning
-  kMkKvPrefetch = 1u << 3,     // the loader prefetches each attention item's K and V rows into L2 as it
-                               // passes the item (ahead of the item's QKV wait)
-  kMkInflight1 = 1u << 4,      // the loader keeps at most one page issued and not landed (else as many
-  kMkInflight2 = 1u << 5,      // as the ring has free slots); kMkInflight2: two. Every SM's bulk copies
-                               // in flight queue ahead of its small loads (counters, fills, logits)
-};
 
 // Kernel parameters (passed by value, < 4 KB).
 struct MkParams {
