@@ -75,7 +75,7 @@ void tile_expert_up(const StepView& v, Sync&, const Task& task) {
   const LayerRouting r = route_layer(v);
   const std::vector<std::vector<float>> hn = ffn_input(v, L);
   const int32_t routed_units = static_cast<int32_t>(r.active.size()) * s.up_units;
-  const MoeShare share = moe_share(routed_units + s.shared_units, task.arg[0], task.arg[1]);
+  const MoeShare share = moe_share(routed_units + s.shared_units, task.arg[0], task.arg[1], task.arg[2]);
   std::vector<float> gate_row(H), up_row(H);
   for (int32_t u = share.begin; u < share.end; ++u) {
     if (u >= routed_units) {  // a unit of the shared experts' MLP: every token
@@ -108,7 +108,7 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
   const int L = task.layer, H = s.hidden, I = s.moe_inter, K = s.top_k;
   const LayerRouting r = route_layer(v);
-  const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1]);
+  const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1], task.arg[2]);
   if (v.route_experts != nullptr && task.arg[0] == 0)  // share 0 records the layer's routing
     for (int t = 0; t < s.batch; ++t)
       for (int k = 0; k < K; ++k) {
@@ -142,9 +142,9 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
 }
 
 // The dense FFN (parallel blocks' dense layers): up share s of S takes the units
-// moe_share(dense_units, s, S) of the MLP's gate/up rows (8 + 8 columns each):
+// moe_share(dense_units, a0, a1, T) of the MLP's gate/up rows (8 + 8 columns each):
 // act[t, col] = silu(gate . xn) * (up . xn); down share s takes the hidden row blocks
-// moe_share(down_rbs, s, S): x[t, r] = (x[t, r] + o[t, r]) + down_r . act[t] (cpu-ref's swiglu and
+// moe_share(down_rbs, a0, a1, T): x[t, r] = (x[t, r] + o[t, r]) + down_r . act[t] (cpu-ref's swiglu and
 // order, bit for bit).
 void tile_dense_up(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
@@ -152,7 +152,7 @@ void tile_dense_up(const StepView& v, Sync&, const Task& task) {
   MD_REQUIRE(I > 0 && v.config->layers[L].ffn == FfnKind::kDense, "dense up share at L", L, ", not a dense layer");
   const std::vector<std::vector<float>> xn = ffn_input(v, L);
   const LayerWeights& w = v.weights->layers[L];
-  const MoeShare share = moe_share(s.dense_units, task.arg[0], task.arg[1]);
+  const MoeShare share = moe_share(s.dense_units, task.arg[0], task.arg[1], task.arg[2]);
   std::vector<float> gate_row(H), up_row(H);
   for (int col = share.begin * 8; col < std::min(I, share.end * 8); ++col) {
     ref::load_row(w.mlp_gate, col, gate_row.data());
@@ -167,7 +167,7 @@ void tile_dense_down(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
   const int L = task.layer, H = s.hidden, I = s.dense_inter;
   MD_REQUIRE(I > 0 && s.parallel, "dense down share at L", L, " of a plan without parallel dense layers");
-  const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1]);
+  const MoeShare rbs = moe_share(s.down_rbs, task.arg[0], task.arg[1], task.arg[2]);
   std::vector<float> row(I);
   const std::vector<float> emb = L == 0 ? embedding(v) : std::vector<float>{};
   for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {

@@ -63,7 +63,7 @@ std::string describe_task(const Plan& plan, int task) {
     case Op::kExpertUp:
     case Op::kExpertDown:
     case Op::kDenseUp:
-    case Op::kDenseDown: return cat(where, " share ", t.arg[0], " of ", t.arg[1], ")");
+    case Op::kDenseDown: return cat(where, " share ", t.arg[0], "..", t.arg[1], " of ", t.arg[2], ")");
   }
   return where + ")";
 }

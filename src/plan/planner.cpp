@@ -70,11 +70,12 @@ void layer_waves(const PlanShape& s, const CounterLayout& c, int L, std::vector<
   for (int sm = 0; sm < s.n_sms; ++sm) {
     // The up share's prologue normalises h (after every O-proj tile), its routing reads every
     // router tile's logits.
-    up.tasks.push_back(make_task(Op::kExpertUp, L, {sm, s.n_sms},
+    up.tasks.push_back(make_task(Op::kExpertUp, L, {sm, sm + 1, s.n_sms},
                                  {{C(c.oproj_done), s.n_oproj_tasks}, {C(c.router_done), s.n_router_tasks}},
                                  {{C(c.up_done), 1}}));
     up.sm.push_back(sm);
-    down.tasks.push_back(make_task(Op::kExpertDown, L, {sm, s.n_sms}, {{C(c.up_done), s.n_sms}}, {{C(c.down_done), 1}}));
+    down.tasks.push_back(
+        make_task(Op::kExpertDown, L, {sm, sm + 1, s.n_sms}, {{C(c.up_done), s.n_sms}}, {{C(c.down_done), 1}}));
     down.sm.push_back(sm);
   }
   out.push_back(std::move(up));
@@ -123,11 +124,11 @@ void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, boo
     // Routed up shares normalise the layer input (after the previous layer: the fill can run before
     // the routing is known, as in sequential blocks after O-proj), then read the router tiles'
     // logits (their last wait); dense up shares only the layer input.
-    Task u = input_task(up_op, {sm, s.n_sms}, C(c.up_done));
+    Task u = input_task(up_op, {sm, sm + 1, s.n_sms}, C(c.up_done));
     if (!dense) u.wait[u.n_waits++] = {C(c.router_done), s.n_router_tasks};
     up.tasks.push_back(u);
     up.sm.push_back(sm);
-    down.tasks.push_back(make_task(down_op, L, {sm, s.n_sms},
+    down.tasks.push_back(make_task(down_op, L, {sm, sm + 1, s.n_sms},
                                    {{C(c.up_done), s.n_sms}, {C(c.oproj_done), s.n_oproj_tasks}}, {{C(c.down_done), 1}}));
     down.sm.push_back(sm);
   }
@@ -279,10 +280,13 @@ void check_ring_tables(const BatchState& batch, int ring_len) {
   }
 }
 
-PlanSkeleton plan_skeleton(const PlanShape& s, const std::vector<LayerSpec>& layers) {
+PlanSkeleton plan_skeleton(const PlanShape& s, const std::vector<LayerSpec>& layers, const Policy& policy) {
   MD_CHECK(static_cast<int>(layers.size()) == s.n_layers);
+  MD_REQUIRE(policy.up_balance_tokens_per_unit >= 0, "policy ", policy.name, ": up_balance_tokens_per_unit ",
+             policy.up_balance_tokens_per_unit, " < 0");
   PlanSkeleton sk;
   sk.shape = s;
+  sk.up_balance_tokens_per_unit = s.parallel ? policy.up_balance_tokens_per_unit : 0.0;
   int n_waves = (s.lm_head ? 1 : 0) + (s.sample ? 1 : 0);
   for (int L = 0; L < s.n_layers; ++L) n_waves += layer_wave_count(s, layers, L);
   sk.counters = counter_layout(s, n_waves);
@@ -327,7 +331,7 @@ Plan make_plan(const ModelConfig& config, const BatchState& batch, const Policy&
   check_ring_tables(batch, s.ring_len);
   plan.attn_items = plan_attention_items(config, batch, policy);
   s.n_full_items = s.parallel ? count_full_items(config, batch, policy) : 0;
-  const PlanSkeleton sk = plan_skeleton(s, config.layers);
+  const PlanSkeleton sk = plan_skeleton(s, config.layers, policy);
   assemble_plan(sk, plan.attn_items, s.n_full_items, place_attention_sets(plan.attn_items, s.n_full_items, s.n_sms), plan);
   s.n_attn_items = static_cast<int32_t>(plan.attn_items.size());
   plan.params.shape = s;

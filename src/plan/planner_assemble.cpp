@@ -2,6 +2,7 @@
 // static segments, giving the per-SM lists, the waves, the counter totals and the attention items'
 // dynamic arrivals (for the validator and the emulator's end-of-step checks).
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <queue>
@@ -66,6 +67,56 @@ ItemSet item_set(const std::vector<AttnItem>& items, const std::vector<int>& rel
   return set;
 }
 
+// Parallel blocks: weights the expert-up shares of every routed layer (args a0, a1, T:
+// plan/moe_split.h) so that they end together. An SM whose list holds attention items of the layer
+// runs them before its up share (the other SMs start theirs when the routing is known); its items'
+// key positions count as delta = positions / tokens_per_unit up units ahead of it. With U the
+// expected units of the layer (every expert's units at the expected number of active experts of
+// random routing, plus the shared experts'), a share's part is avg + mean(delta) - delta (avg =
+// U / SMs), at least a tenth of avg, as integer weights. The split changes which SM computes a
+// unit, not how: the step's bits do not depend on it.
+void balance_up_shares(const PlanSkeleton& sk, const std::vector<AttnItem>& items, const ItemSet (&sets)[2],
+                       Plan& plan) {
+  const PlanShape& s = sk.shape;
+  const int n_sms = s.n_sms;
+  const double per_unit = sk.up_balance_tokens_per_unit;
+  if (per_unit <= 0) return;
+  const double E = s.n_experts, K = s.top_k;
+  const double active = E * (1.0 - std::pow(1.0 - K / E, s.batch));
+  const double avg = (active * s.up_units + s.shared_units) / n_sms;
+  // [layer][sm]: the SM's up share task (-1: none, a dense layer)
+  std::vector<int32_t> up(static_cast<size_t>(s.n_layers) * n_sms, -1);
+  for (int m = 0; m < n_sms; ++m)
+    for (int32_t i = plan.list_begin[m]; i < plan.list_begin[m + 1]; ++i)
+      if (plan.tasks[i].op == static_cast<uint8_t>(Op::kExpertUp))
+        up[static_cast<size_t>(plan.tasks[i].layer) * n_sms + m] = i;
+  std::vector<double> delta(n_sms);
+  for (int L = 0; L < s.n_layers; ++L) {
+    if (up[static_cast<size_t>(L) * n_sms] < 0) continue;
+    const ItemSet& set = sets[(sk.attn_flags[L] & kAttnSliding) ? 1 : 0];
+    double mean = 0;
+    for (int m = 0; m < n_sms; ++m) {
+      const int r = ((m - sk.attn_cursor[L]) % n_sms + n_sms) % n_sms;
+      int64_t positions = 0;
+      for (int32_t j = set.rel_begin[r]; j < set.rel_begin[r + 1]; ++j)
+        positions += items[set.rel_items[j]].pos_end - items[set.rel_items[j]].pos_begin;
+      delta[m] = static_cast<double>(positions) / per_unit;
+      mean += delta[m] / n_sms;
+    }
+    int32_t at = 0;
+    for (int m = 0; m < n_sms; ++m) {
+      const double part = std::max(0.1 * avg, avg + mean - delta[m]);
+      const int32_t w = std::max<int32_t>(1, static_cast<int32_t>(std::lround(1000.0 * part / avg)));
+      Task& t = plan.tasks[up[static_cast<size_t>(L) * n_sms + m]];
+      MD_CHECK(t.arg[0] == m && t.arg[1] == m + 1 && t.arg[2] == n_sms, "an up share the skeleton did not deal");
+      t.arg[0] = at;
+      at += w;
+      t.arg[1] = at;
+    }
+    for (int m = 0; m < n_sms; ++m) plan.tasks[up[static_cast<size_t>(L) * n_sms + m]].arg[2] = at;
+  }
+}
+
 }  // namespace
 
 void assemble_plan(const PlanSkeleton& sk, const std::vector<AttnItem>& items, int n_full_items,
@@ -124,6 +175,7 @@ void assemble_plan(const PlanSkeleton& sk, const std::vector<AttnItem>& items, i
   }
   plan.list_begin[n_sms] = static_cast<int32_t>(t);
   MD_CHECK(t == total);
+  balance_up_shares(sk, items, sets, plan);
 
   plan.waves = sk.waves;
   for (int L = 0; L < n_layers; ++L) plan.waves[sk.attn_wave[L]].n_tasks = set_of(L).size();

@@ -34,9 +34,10 @@ struct PlanSkeleton {
   std::vector<int32_t> seg_begin;    // [n_sms * (n_layers + 1) + 1]
   std::vector<CounterInfo> counter_info;  // kinds; totals of the static arrivals only
   std::vector<uint8_t> attn_flags;        // [n_layers] the ATTN tasks' flags (kAttnSliding, kAttnNoRope)
+  double up_balance_tokens_per_unit = 0;  // Policy's (parallel blocks; 0: equal up shares)
 };
 // `layers`: the model's layer specs (ATTN flags, dense or MoE FFN; parallel blocks only).
-PlanSkeleton plan_skeleton(const PlanShape& s, const std::vector<LayerSpec>& layers);
+PlanSkeleton plan_skeleton(const PlanShape& s, const std::vector<LayerSpec>& layers, const Policy& policy);
 // Items [0, count_full_items) of plan_attention_items serve the full layers, the rest the sliding ones.
 int count_full_items(const ModelConfig& c, const BatchState& batch, const Policy& p);
 // Layer L's ATTN task for item `item` of KV group `group`.

@@ -4,7 +4,7 @@
 
 namespace megadecode {
 
-std::vector<std::string> policy_names() { return {"default", "grid-sync", "long-splits", "router-after-attn"}; }
+std::vector<std::string> policy_names() { return {"default", "grid-sync", "long-splits", "router-after-attn", "equal-up-shares"}; }
 
 Policy policy_by_name(const std::string& name) {
   Policy p;
@@ -16,6 +16,10 @@ Policy policy_by_name(const std::string& name) {
   }
   if (name == "router-after-attn") {
     p.router_after_attn = true;
+    return p;
+  }
+  if (name == "equal-up-shares") {
+    p.up_balance_tokens_per_unit = 0.0;
     return p;
   }
   if (name == "long-splits") {

@@ -7,6 +7,8 @@
 //             twice the K/V, so fewer items pay the item's fixed cost (the timing model predicts
 //             batch 8 at 8K 20 % faster and batch 1 unchanged: docs/perf/notes.md). Like the
 //             default, a sequence's split depends on its own context only.
+//   equal-up-shares  parallel blocks only: every SM's expert-up share the same size (default:
+//             smaller on the SMs that run the layer's attention items, up_balance_tokens_per_unit).
 //   router-after-attn  parallel blocks (cohere2_moe) only: the router tiles wait for the layer's
 //             attention (waves QKV, ATTN, ROUTER, ...), so routing and the expert stream no longer
 //             overlap attention: the ablation that shows the overlap's gain. Sequential blocks
@@ -34,6 +36,13 @@ struct Policy {
   // whole KV blocks.
   int attn_min_split_tokens = 256;
   int attn_max_splits = 64;
+
+  // Parallel blocks (cohere2_moe): an SM's expert-up share streams its pages after its attention
+  // items of the layer, the other SMs' as soon as the routing is known. The up shares are weighted
+  // so that all of them end together (planner_assemble.cpp balance_up_shares): an SM's items
+  // count as their key positions / up_balance_tokens_per_unit up units of work ahead of its share.
+  // 0: equal shares.
+  double up_balance_tokens_per_unit = 32.0;
 };
 
 Policy policy_by_name(const std::string& name);  // Error naming the known ones

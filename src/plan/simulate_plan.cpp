@@ -21,11 +21,11 @@ int64_t oproj_bytes(const PlanShape& s, const Task& t) {
 }
 // A dense FFN share's weight bytes (plan/moe_split.h: units of 8 gate + 8 up rows; down row blocks).
 int64_t dense_up_bytes(const PlanShape& s, const Task& t) {
-  const MoeShare u = moe_share(s.dense_units, t.arg[0], t.arg[1]);
+  const MoeShare u = moe_share(s.dense_units, t.arg[0], t.arg[1], t.arg[2]);
   return span(u.begin, u.end) * 16 * s.hidden * 2;
 }
 int64_t dense_down_bytes(const PlanShape& s, const Task& t) {
-  const MoeShare r = moe_share(s.down_rbs, t.arg[0], t.arg[1]);
+  const MoeShare r = moe_share(s.down_rbs, t.arg[0], t.arg[1], t.arg[2]);
   return span(r.begin, r.end) * 16 * static_cast<int64_t>(s.dense_inter) * 2;
 }
 // Tokens of a SAMPLE task, which its per-token cost multiplies.
@@ -100,14 +100,14 @@ struct LayerRouting {
       }
   }
 };
-Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], const LayerRouting& lr, Op op, int share,
-                   int n) {
+Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], const LayerRouting& lr, Op op,
+                   const Task& t) {
   const int32_t n_active = static_cast<int32_t>(lr.count.size());
   Share sh;
   if (op == Op::kExpertUp) {
     // Routed units, then the shared experts' (one more job when the share reaches them).
     const int32_t routed = n_active * s.up_units;
-    const MoeShare u = moe_share(routed + s.shared_units, share, n);
+    const MoeShare u = moe_share(routed + s.shared_units, t.arg[0], t.arg[1], t.arg[2]);
     const int64_t units = u.end - u.begin;
     const int32_t r_end = std::min(u.end, routed);
     sh.bytes = units * 16 * s.hidden * 2;
@@ -116,7 +116,7 @@ Share expert_share(const PlanShape& s, const GemmGeo (&geo)[kNumGemmKinds], cons
     sh.fills = windows > 1 ? units * windows : 0;
     return sh;
   }
-  const MoeShare r = moe_share(s.down_rbs, share, n);
+  const MoeShare r = moe_share(s.down_rbs, t.arg[0], t.arg[1], t.arg[2]);
   const GemmGeo& g = geo[kGemmDown];
   int32_t rb = r.begin, ei = 0, tok = 0, s0 = 0, s1 = 0;
   DownJob job;
@@ -188,7 +188,7 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
           // units or down row blocks. The kernel walks both as one job over the range (ops.cuh
           // JobWalk) in its kGemmDenseUp / kGemmDenseDown geometry, refilling per window alike.
           if (op == Op::kDenseUp || op == Op::kDenseDown) {
-            const MoeShare u = moe_share(op == Op::kDenseUp ? s.dense_units : s.down_rbs, t.arg[0], t.arg[1]);
+            const MoeShare u = moe_share(op == Op::kDenseUp ? s.dense_units : s.down_rbs, t.arg[0], t.arg[1], t.arg[2]);
             st.cost_us += p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(u.begin, u.end)));
           } else {
             st.cost_us += p.fill_us * static_cast<double>(tile_refills(geo[gemm_kind(op)], span(t.arg[0], t.arg[1])));
@@ -196,7 +196,7 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
           break;
         case SimClass::kTiny: st.cost_us = us * static_cast<double>(row(op).amount(s, t)); break;
         case SimClass::kRouted: {
-          const Share sh = expert_share(s, geo, routing[t.layer], op, t.arg[0], t.arg[1]);
+          const Share sh = expert_share(s, geo, routing[t.layer], op, t);
           st.bytes = sh.bytes;
           st.cost_us = us + p.job_us * static_cast<double>(sh.jobs) + p.fill_us * static_cast<double>(sh.fills);
           if (op == Op::kExpertUp) {

@@ -20,11 +20,11 @@ int64_t task_weight_bytes(const PlanShape& s, const Task& t) {
     case Op::kLmHead: return rbs * 16 * s.hidden * 2;
     case Op::kOProj: return rbs * 16 * static_cast<int64_t>(s.n_heads) * s.head_dim * 2;
     case Op::kDenseUp: {  // a share of the dense MLP's units (8 gate + 8 up rows)
-      const MoeShare u = moe_share(s.dense_units, t.arg[0], t.arg[1]);
+      const MoeShare u = moe_share(s.dense_units, t.arg[0], t.arg[1], t.arg[2]);
       return int64_t{u.end - u.begin} * 16 * s.hidden * 2;
     }
     case Op::kDenseDown: {
-      const MoeShare r = moe_share(s.down_rbs, t.arg[0], t.arg[1]);
+      const MoeShare r = moe_share(s.down_rbs, t.arg[0], t.arg[1], t.arg[2]);
       return int64_t{r.end - r.begin} * 16 * s.dense_inter * 2;
     }
     default: return 0;

@@ -47,7 +47,7 @@ const Plan& StepPlanner::plan(const BatchState& batch) {
   s.n_full_items = s.parallel ? count_full_items(config_, batch, policy_) : 0;
   update_ = PlanUpdate{};
   if (!skeleton_ || skeleton_->shape.batch != s.batch || skeleton_->shape.kv_block_size != s.kv_block_size) {
-    skeleton_ = std::make_unique<PlanSkeleton>(plan_skeleton(s, config_.layers));
+    skeleton_ = std::make_unique<PlanSkeleton>(plan_skeleton(s, config_.layers, policy_));
     plan_ = Plan{};
     plan_.policy = policy_.name;
     splits_.clear();

@@ -3,6 +3,7 @@
 #include "plan/validator.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 #include <utility>
@@ -180,8 +181,26 @@ void check_qkv_group(const Plan& plan, int i) {
   MD_REQUIRE(arrives, describe_task(plan, i), ": does not arrive on ", counter_name(plan, own));
 }
 
-// GEMM tiles cover their op's row blocks exactly once per layer; the MoE shares 0..n-1 of each
-// layer exist once each (the routing formula gives every share its work).
+// The shares of one op and layer (args a0, a1, T: plan/moe_split.h) tile the weight units [0, T)
+// exactly: the routing formula then gives every item to one share.
+void check_share_tiling(const Plan& plan, int op, int layer, std::vector<std::array<int32_t, 3>>& shares) {
+  std::sort(shares.begin(), shares.end());
+  int32_t at = 0;
+  const int32_t total = plan.tasks[shares.front()[2]].arg[2];
+  for (const auto& [a0, a1, i] : shares) {
+    const Task& t = plan.tasks[i];
+    MD_REQUIRE(t.arg[2] == total, describe_task(plan, i), ": its layer's other shares divide ", total, " units, not ",
+               t.arg[2]);
+    MD_REQUIRE(a0 == at, "plan: L", layer, " ", op_name(static_cast<Op>(op)), " units ", std::min(a0, at), "..",
+               std::max(a0, at), a0 > at ? " of no share (before " : " of two shares (", describe_task(plan, i), ")");
+    at = a1;
+  }
+  MD_REQUIRE(at == total, "plan: L", layer, " ", op_name(static_cast<Op>(op)), " units ", at, "..", total,
+             " of no share (after ", describe_task(plan, shares.back()[2]), ")");
+}
+
+// GEMM tiles cover their op's row blocks exactly once per layer; the MoE shares of each layer tile
+// their weight units (check_share_tiling).
 void check_tiles_and_shares(const Plan& plan) {
   const PlanShape& s = plan.params.shape;
   auto rows_of = [&](Op op) -> int {
@@ -195,6 +214,7 @@ void check_tiles_and_shares(const Plan& plan) {
   };
   // (op, layer) -> the tasks that do each row block / share
   std::map<std::pair<int, int>, std::vector<std::vector<int>>> covered;
+  std::map<std::pair<int, int>, std::vector<std::array<int32_t, 3>>> shares;  // (op, layer) -> (a0, a1, task)
   for (int i = 0; i < static_cast<int>(plan.tasks.size()); ++i) {
     const Task& t = plan.tasks[i];
     const Op op = static_cast<Op>(t.op);
@@ -206,14 +226,12 @@ void check_tiles_and_shares(const Plan& plan) {
       for (int rb = t.arg[0]; rb < t.arg[1]; ++rb) v[rb].push_back(i);
       if (op == Op::kQkv) check_qkv_group(plan, i);
     } else if (op_is_share(op)) {
-      MD_REQUIRE(t.arg[1] >= 1 && t.arg[0] >= 0 && t.arg[0] < t.arg[1], describe_task(plan, i), ": bad share");
-      auto& v = covered[{t.op, t.layer}];
-      if (v.empty()) v.resize(t.arg[1]);
-      MD_REQUIRE(static_cast<int>(v.size()) == t.arg[1], describe_task(plan, i), ": its layer's other shares count ",
-                 v.size(), ", not ", t.arg[1]);
-      v[t.arg[0]].push_back(i);
+      MD_REQUIRE(t.arg[0] >= 0 && t.arg[0] < t.arg[1] && t.arg[1] <= t.arg[2], describe_task(plan, i),
+                 ": bad share (units ", t.arg[0], "..", t.arg[1], " of ", t.arg[2], ")");
+      shares[{t.op, t.layer}].push_back({t.arg[0], t.arg[1], i});
     }
   }
+  for (auto& [key, v] : shares) check_share_tiling(plan, key.first, key.second, v);
   for (const auto& [key, v] : covered) {
     const Op op = static_cast<Op>(key.first);
     for (size_t k = 0; k < v.size(); ++k) {
@@ -224,11 +242,9 @@ void check_tiles_and_shares(const Plan& plan) {
         if (k > 0 && !v[k - 1].empty()) near = cat("after ", describe_task(plan, v[k - 1].back()));
         if (k + 1 < v.size() && !v[k + 1].empty())
           near += cat(near.empty() ? "" : ", ", "before ", describe_task(plan, v[k + 1].front()));
-        who = op_is_share(op) ? ": no task of the layer has it"
-                               : cat(": no tile covers it", near.empty() ? "" : cat(" (", near, ")"));
+        who = cat(": no tile covers it", near.empty() ? "" : cat(" (", near, ")"));
       }
-      throw Error(cat("plan: L", key.second, " ", op_name(op), op_is_share(op) ? " share " : " row block ", k, " runs ",
-                      v[k].size(), " times", who));
+      throw Error(cat("plan: L", key.second, " ", op_name(op), " row block ", k, " runs ", v[k].size(), " times", who));
     }
   }
 }

@@ -257,7 +257,7 @@ ShareShape share_shape(const PlanShape& s, const RoutingLog& routing) {
       for (int k = 0; k < s.top_k; ++k) active.insert(t.experts[L * s.top_k + k]);
     const int32_t units = static_cast<int32_t>(active.size()) * s.up_units;
     for (int sh = 0; sh < s.n_sms; ++sh) {
-      const MoeShare u = moe_share(units, sh, s.n_sms), d = moe_share(s.down_rbs, sh, s.n_sms);
+      const MoeShare u = moe_share(units, sh, sh + 1, s.n_sms), d = moe_share(s.down_rbs, sh, sh + 1, s.n_sms);
       out.straddling += u.end > u.begin && u.begin / s.up_units != (u.end - 1) / s.up_units;
       out.empty_up += u.end == u.begin;
       out.empty_down += d.end == d.begin;

@@ -173,7 +173,7 @@ TEST(EmulatorErrors, UncomputedRowsReachingTheRoutingAreAnError) {
       if (op == Op::kExpertDown) {
         // Share 3 of 4 takes the down row block of share 3 of 5 (row block 2): row block 3 of x is
         // left out, which the next layer's QKV prologue reads.
-        f.plan.tasks[test::find_task(f.plan, op, layer, 3)].arg[1] = 5;
+        f.plan.tasks[test::find_task(f.plan, op, layer, 3)].arg[2] = 5;
         routed_layer = layer + 1;
       } else {
         f.drop_last_row_block(op, layer);

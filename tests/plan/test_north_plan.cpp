@@ -347,6 +347,48 @@ TEST(NorthPlan, BadRingTablesAreErrors) {
 // The full shape: 13 full and 36 sliding layers of 4096; at 32K and batch 1 the step reads
 // (13 x 32768 + 36 x 4096) / (49 x 32768) of full attention's KV; at 8K and 32K, batch 1 and 8,
 // the plan validates and the timing model runs.
+// The expert-up shares of a parallel block lean away from the SMs that run the layer's attention
+// items (planner_assemble.cpp balance_up_shares): at batch 1 and 8K every SM with an item of a
+// layer has a smaller share than every SM without one; the shares tile their units (the validator),
+// and equal-up-shares gives every SM (s, s + 1, S). The simulated steps of both are printed.
+TEST(NorthPlan, UpSharesLeanAwayFromTheAttentionSms) {
+  const ModelConfig c = preset_config("north-mini-code");
+  const NorthBatch b = north_batch(c, {8192}, 16);
+  const Plan plan = make_plan(c, b.state, policy_by_name("default"), PlanOptions{.n_sms = 132});
+  ASSERT_NO_THROW(validate_plan(plan)) << validation_error(plan);
+  const Plan equal = make_plan(c, b.state, policy_by_name("equal-up-shares"), PlanOptions{.n_sms = 132});
+  ASSERT_NO_THROW(validate_plan(equal)) << validation_error(equal);
+  int layers = 0, sliding = 0;
+  for (int L = 0; L < c.n_layers; ++L) {
+    if (c.layers[L].ffn != FfnKind::kMoe) continue;
+    int32_t attn_max = 0, other_min = 1 << 30, with = 0;
+    for (int m = 0; m < 132; ++m) {
+      const Task& t = plan.tasks[test::find_task(plan, Op::kExpertUp, L, m)];
+      const Task& e = equal.tasks[test::find_task(equal, Op::kExpertUp, L, m)];
+      ASSERT_EQ(e.arg[0], m);
+      ASSERT_EQ(e.arg[1], m + 1);
+      ASSERT_EQ(e.arg[2], 132);
+      const int32_t w = t.arg[1] - t.arg[0];
+      ASSERT_GT(w, 0);
+      if (test::tasks_of(plan, Op::kAttn, L, m).empty()) {
+        other_min = std::min(other_min, w);
+      } else {
+        attn_max = std::max(attn_max, w);
+        ++with;
+      }
+    }
+    ++layers;
+    if (with < 132) {
+      EXPECT_LT(attn_max, other_min) << "L" << L << ": " << with << " SMs with items";
+      sliding += c.layers[L].sliding_window > 0;
+    }
+  }
+  EXPECT_GT(layers, 40);
+  EXPECT_EQ(sliding, 36);  // (the full layers' 128 items leave 4 SMs without one: they lean too)
+  std::printf("north-mini-code batch 1 8K on the H100 model: balanced up shares %.1f us, equal %.1f us\n",
+              simulate_plan(plan, v3_h100_params()).step_us, simulate_plan(equal, v3_h100_params()).step_us);
+}
+
 TEST(NorthPlan, FullShapeReadsTheWindowOnlyAndSimulates) {
   const ModelConfig c = preset_config("north-mini-code");
   int full = 0, sliding = 0;

@@ -77,8 +77,8 @@ void check_coverage(const Plan& plan, const Policy& policy) {
       mark(t.layer, op, s.n_attn_items, t.arg[0], t.arg[0] + 1);
     } else {
       ASSERT_TRUE(op_is_routed(op));
-      ASSERT_EQ(t.arg[1], s.n_sms) << "one share per SM";
-      mark(t.layer, op, s.n_sms, t.arg[0], t.arg[0] + 1);
+      ASSERT_EQ(t.arg[2], s.n_sms) << "one share per SM";
+      mark(t.layer, op, s.n_sms, t.arg[0], t.arg[1]);
     }
   }
   for (const auto& [key, v] : hits)
@@ -349,8 +349,8 @@ TEST(MoeSplit, SharesCoverTheItemsOnceAndEvenly) {
     const int32_t n = static_cast<int32_t>(rng.below(iter % 10 == 0 ? 1 << 20 : 300));
     const int32_t shares = 1 + static_cast<int32_t>(rng.below(iter % 7 == 0 ? 4096 : 140));
     int32_t next = 0, lo = n, hi = 0;
-    for (int32_t s = 0; s < shares; ++s) {
-      const MoeShare sh = moe_share(n, s, shares);
+    for (int32_t s = 0; s < shares; ++s) {  // equal shares
+      const MoeShare sh = moe_share(n, s, s + 1, shares);
       ASSERT_EQ(sh.begin, next) << "seed " << seed << " n " << n << " shares " << shares << " share " << s;
       ASSERT_LE(sh.begin, sh.end);
       lo = std::min(lo, sh.end - sh.begin);
@@ -359,9 +359,21 @@ TEST(MoeSplit, SharesCoverTheItemsOnceAndEvenly) {
     }
     ASSERT_EQ(next, n);
     ASSERT_LE(hi - lo, 1) << "n " << n << " shares " << shares;
+    // Weighted shares: contiguous, each within one item of its weight's part.
+    std::vector<int32_t> at(1, 0);
+    for (int32_t s = 0; s < shares; ++s) at.push_back(at.back() + 1 + static_cast<int32_t>(rng.below(2000)));
+    next = 0;
+    for (int32_t s = 0; s < shares; ++s) {
+      const MoeShare sh = moe_share(n, at[s], at[s + 1], at.back());
+      ASSERT_EQ(sh.begin, next) << "seed " << seed << " n " << n << " share " << s;
+      const double want = static_cast<double>(n) * (at[s + 1] - at[s]) / at.back();
+      ASSERT_LT(std::abs((sh.end - sh.begin) - want), 1.0) << "seed " << seed << " n " << n << " share " << s;
+      next = sh.end;
+    }
+    ASSERT_EQ(next, n);
   }
   // Large counts do not overflow: 132 SMs of 128 experts x 96 units x 2^14.
-  EXPECT_EQ(moe_share(128 * 96 << 14, 131, 132).end, 128 * 96 << 14);
+  EXPECT_EQ(moe_share(128 * 96 << 14, 131, 132, 132).end, 128 * 96 << 14);
 }
 
 TEST(Planner, LayoutsAreDisjointAndAligned) {

@@ -236,25 +236,32 @@ TEST(Validator, RejectsMissingOrDuplicatedMoeShares) {
     {
       Fixture f = make_fixture();
       Plan& p = f.plan;
-      const int a = find_task(p, op, 1, 0), b = find_task(p, op, 1, 1);
-      p.tasks[b].arg[0] = 0;  // SM 1 runs share 0 too: share 1 is missing
-      expect_error(p, cat("L1 ", op_name(op), " share 0 runs 2 times"), describe_task(p, a));
-      expect_error(p, "runs 2 times", describe_task(p, b));
+      const int b = find_task(p, op, 1, 1);
+      ASSERT_EQ(p.tasks[b].arg[0], 1);
+      ASSERT_EQ(p.tasks[b].arg[2], 2);
+      p.tasks[b].arg[0] = 0;  // SM 1 runs units 0..2: unit 0 is SM 0's too
+      expect_error(p, cat("L1 ", op_name(op), " units 0..1 of two shares"), describe_task(p, b));
     }
     {
       Fixture f = make_fixture(3);
       Plan& p = f.plan;
-      p.tasks[find_task(p, op, 2, 2)].arg[0] = 1;
-      p.tasks[find_task(p, op, 2, 1)].arg[0] = 2;
-      p.tasks[find_task(p, op, 2, 0)].arg[0] = 2;  // share 0 of L2 nobody's
-      expect_error(p, cat("L2 ", op_name(op), " share 0 runs 0 times"), "no task of the layer has it");
+      for (int sm = 0; sm < 3; ++sm) {  // every share one unit later, of 4: unit 0 of L2 nobody's
+        Task& t = p.tasks[find_task(p, op, 2, sm)];
+        ++t.arg[0];
+        ++t.arg[1];
+        t.arg[2] = 4;
+      }
+      expect_error(p, cat("L2 ", op_name(op), " units 0..1 of no share (before "),
+                   describe_task(p, find_task(p, op, 2, 0)));
     }
     {
       Fixture f = make_fixture();
       Plan& p = f.plan;
       const int b = find_task(p, op, 0, 1);
-      p.tasks[b].arg[1] = 3;
-      expect_error(p, "other shares count 2, not 3", describe_task(p, b));
+      p.tasks[b].arg[2] = 3;
+      expect_error(p, "other shares divide 2 units, not 3", describe_task(p, b));
+      p.tasks[find_task(p, op, 0, 0)].arg[2] = 3;  // units 2..3 nobody's
+      expect_error(p, cat("L0 ", op_name(op), " units 2..3 of no share (after "), describe_task(p, b));
       p.tasks[b].arg[0] = 3;
       expect_error(p, "bad share", describe_task(p, b));
     }

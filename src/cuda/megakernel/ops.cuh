@@ -54,8 +54,8 @@ __device__ __forceinline__ const uint16_t* tile_matrix(const MkParams& p, const 
 }
 
 // moe_share (its 64-bit divisions) out of line: one copy for the consumers' and the loader's walks.
-__device__ __noinline__ MoeShare share_of(int32_t n, int32_t share, int32_t n_shares) {
-  return moe_share(n, share, n_shares);
+__device__ __noinline__ MoeShare share_of(int32_t n, const Task& t) {
+  return moe_share(n, t.arg[0], t.arg[1], t.arg[2]);
 }
 
 constexpr int32_t kDownNoChunks = 1 << 30;  // a rows_cap no expert reaches
@@ -72,9 +72,9 @@ struct TaskJob {
 //   EXPERT_UP: its share of the (active expert x up unit) list, one job per expert it touches;
 //   EXPERT_DOWN: (row block of its share, active expert, chunk of the expert's tokens that fits
 //   the activation area): plan/gemm_geometry.h down_walk_next;
-//   DENSE_UP: one job, the units moe_share(dense_units, share, shares) of the MLP's up matrix (a
+//   DENSE_UP: one job, the units moe_share(dense_units, a0, a1, T) of the MLP's up matrix (a
 //   unit = one row block: 8 gate + 8 up rows); DENSE_DOWN: one job, the hidden row blocks
-//   moe_share(down_rbs, share, shares) of its down matrix (the emulator's tile_dense_up/down).
+//   moe_share(down_rbs, a0, a1, T) of its down matrix (the emulator's tile_dense_up/down).
 // Expert jobs need the layer's routing in `r`.
 struct JobWalk {
   int32_t kind;  // GemmKind
@@ -91,16 +91,16 @@ struct JobWalk {
     ei = 0;
     tok = 0;
     if (kind == kGemmUp) {
-      const MoeShare u = share_of(r.n_active * s.up_units, t.arg[0], t.arg[1]);
+      const MoeShare u = share_of(r.n_active * s.up_units, t);
       at = u.begin;
       end = u.end;
       ei = u.begin / s.up_units;
     } else if (kind == kGemmDown) {
-      const MoeShare rbs = share_of(s.down_rbs, t.arg[0], t.arg[1]);
+      const MoeShare rbs = share_of(s.down_rbs, t);
       at = rbs.begin;
       end = rbs.end;
     } else if (kind == kGemmDenseUp || kind == kGemmDenseDown) {
-      const MoeShare sh = share_of(kind == kGemmDenseUp ? s.dense_units : s.down_rbs, t.arg[0], t.arg[1]);
+      const MoeShare sh = share_of(kind == kGemmDenseUp ? s.dense_units : s.down_rbs, t);
       at = sh.begin;
       end = sh.end;
     }
