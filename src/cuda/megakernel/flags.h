@@ -15,10 +15,14 @@ enum MkFlag : uint32_t {
   kMkPollBackoff = 1u << 2,    // counter polls back off 32 -> 256 ns (the first kernel's) instead of spinning
   kMkKvPrefetch = 1u << 3,     // the loader prefetches each attention item's K and V rows into L2 as it
                                // passes the item (ahead of the item's QKV wait)
-  kMkInflight1 = 1u << 4,      // the loader keeps at most one page issued and not landed (else as many
-  kMkInflight2 = 1u << 5,      // as the ring has free slots); kMkInflight2: two. Every SM's bulk copies
-                               // in flight queue ahead of its small loads (counters, fills, logits)
+  // Bits 4-5: the loader keeps at most 1, 2 or 3 pages issued and not landed (0: as many as the
+  // ring has free slots). Every SM's bulk copies in flight queue ahead of its small loads (counter
+  // polls, fills, the router logits, attention merges).
+  kMkInflight1 = 1u << 4,
+  kMkInflight2 = 2u << 4,
+  kMkInflight3 = 3u << 4,
 };
+inline constexpr uint32_t mk_inflight_cap(uint32_t flags) { return (flags >> 4) & 3u; }
 // Their names (bench decode --switches, and its ablations in this order).
 struct MkSwitch {
   const char* name;
@@ -27,6 +31,7 @@ struct MkSwitch {
 inline constexpr MkSwitch kMkSwitches[] = {
     {"loader-in-order", kMkLoaderInOrder}, {"l2-prefetch", kMkL2Prefetch}, {"poll-backoff", kMkPollBackoff},
     {"kv-prefetch", kMkKvPrefetch},        {"inflight-1", kMkInflight1},   {"inflight-2", kMkInflight2},
+    {"inflight-3", kMkInflight3},
 };
 
 }  // namespace megadecode::cuda

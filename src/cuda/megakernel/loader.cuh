@@ -39,11 +39,13 @@ struct Loader {
   int l2_next = 0;        // the first task the L2 prefetch has not covered
 
   // The next slot is free (its previous page consumed by all 8 consumer warps) and, with
-  // kMkInflight1/2, fewer than that many pages are issued and not landed. (The oldest such page's
+  // kMkInflight1/2/3, fewer than that many pages are issued and not landed. (The oldest such page's
   // slot holds it until it is consumed, and the cap is below the ring's length, so its full
   // barrier is at that page's phase.)
+  // (A cap of the ring's length or more is no cap: the slot wait bounds the pages in flight.)
   __device__ uint32_t inflight_cap() const {
-    return (p.flags & kMkInflight1) ? 1u : ((p.flags & kMkInflight2) ? 2u : 0u);
+    const uint32_t cap = mk_inflight_cap(p.flags);
+    return cap < static_cast<uint32_t>(ring.n_slots) ? cap : 0u;
   }
   __device__ bool slot_ready() {
     const uint32_t cap = inflight_cap();
