@@ -2,7 +2,7 @@
 // latency path: best while each weight page serves a few rows) or the batched step (the many-row
 // GEMM engine, the throughput path: each expert's weights read once for all its rows). Chosen per
 // step from the batch. The crossover depends on the model and the GPU (H100, 8K: qwen3-30b-a3b runs
-// batched from batch 3, north-mini-code from 4; bench/results/decode-mk-*-h100-call1.json), so a
+// batched from batch 3, north-mini-code from 4; bench/results/decode-mk-*-h100-call2.json), so a
 // backend with both paths measures it when it starts (cuda/backend/path_calibration.h:
 // crossover_from over both paths' step times at batches 1..8) and sets it here; the default below
 // holds until then. Backends that have both paths ask it; nothing else decides.
@@ -21,7 +21,7 @@ struct DecodePathPolicy {
   // The megakernel's largest batch (its token groups); larger batches always run batched.
   int megakernel_max_batch = 64;
 
-  // Before (or without) a measurement: the H200 crossover at context 8192 (bench/results/
+  // Before (or without) a measurement: the H200 crossover at context 8192 (tests/data/
   // decode-h200.json, device call 4: batch 2 megakernel 6.36 ms vs batched 7.05; batch 4 10.52 vs 8.50).
   static constexpr int kDefaultCrossover = 4;
 

@@ -1,10 +1,10 @@
 // The timing model's defaults for the megakernel on the H200 (where each number comes from) and
 // SimParams <-> JSON. Sources: "phase" = the median of that phase or task in the v3 trace
-// (bench/results/trace-cuda-mk-v3-b1-ctx8192.json.gz, batch 1, 8K; a task's time after its waits,
+// (tests/data/trace-cuda-mk-v3-b1-ctx8192.json.gz, batch 1, 8K; a task's time after its waits,
 // regressed on its bytes where its sizes differ); "b8 phase" = the mean per task of a phase in
 // the batch-8 trace of the same kernel (trace-cuda-mk-v3-b8-ctx8192.json.gz of the 2026-12-02
 // run, otherData.ops), against the batch-1 one; "fit" = fitted to that trace's per-layer
-// timeline with the phases held, or to a step time of bench/results/decode-h200.json
+// timeline with the phases held, or to a step time of tests/data/decode-h200.json
 // (docs/perf/notes.md, "Timing model, v3"); "stream" = bench
 // bandwidth's page-stream microbenchmark (bench/results/bandwidth-h200.json); "assumed" = not
 // measured.
@@ -78,8 +78,8 @@ SimParams v3_h100_params() {
   // The same kernel on the H100 (80 GB HBM3, 132 SMs, the same SM clock): the memory system
   // scaled by the measured read ceilings (bench decode: 3130 GB/s against 4550 on the H200), the
   // consumer and synchronisation costs as on the H200. Checked against the H100 traces of both
-  // models at batch 1, 8K (bench/results/trace-cuda-mk-v3-{qwen,north}-b1-ctx8192-h100.json.gz;
-  // docs/perf/notes.md, "Megakernel v4: the H100 first").
+  // models at batch 1, 8K (the v3 kernel's traces of 2026-12-06, device call 1, since replaced in
+  // bench/results by newer ones: bench/results/index.json; docs/perf/notes.md, "Megakernel v4: the H100 first").
   SimParams p = v3_h200_params();
   const double ratio = 3130.0 / 4550.0;
   p.hbm_gbps *= ratio;

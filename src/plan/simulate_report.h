@@ -23,7 +23,7 @@ struct MeasuredTimeline {
 // Reads a Chrome trace written by `bench decode --trace` (plain or gzip-compressed JSON) and
 // takes its "otherData" (layer_timeline, layer_us, step_us), the timeline recomputed from the
 // events where trace_work_slices can (layer_timeline.h); a JSON object that is itself such an
-// "otherData" is accepted too (the timelines committed under bench/results). Error otherwise.
+// "otherData" is accepted too (the timelines committed under tests/data). Error otherwise.
 MeasuredTimeline read_measured_timeline(const std::string& path);
 
 // sim_params_from_json of a JSON file over `base`; Error naming the file when it is not JSON.

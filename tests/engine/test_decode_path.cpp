@@ -1,6 +1,7 @@
 // The decode path policy (engine/decode_path.h): the crossover derived from both paths' measured step
-// times, on the H100 figures that set it (bench/results/decode-mk-{qwen,north}-h100-call1.json) and
-// on random step times against a brute-force reading of the rule.
+// times, on the H100 figures that set it (2026-12-06 device call 1, docs/perf/notes.md "Megakernel v4:
+// the H100 first"; bench/results/index.json lists the current H100 files) and on random step times
+// against a brute-force reading of the rule.
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -35,7 +35,7 @@ namespace {
 
 constexpr int64_t kPage = 16384;
 
-std::string results_file(const std::string& name) { return std::string(MEGADECODE_SOURCE_DIR) + "/bench/results/" + name; }
+std::string results_file(const std::string& name) { return std::string(MEGADECODE_SOURCE_DIR) + "/tests/data/" + name; }
 
 // Everything instant and unlimited; each test turns on what it measures.
 SimParams ideal() {
@@ -716,13 +716,13 @@ TEST(SimulatePlan, ExpertSharesPayAJobPerExpertAndRoutingPerEightTokens) {
   }
 }
 
-// The model against every step time of bench/results/decode-h200.json (cuda-mk, the kernel the
+// The model against every step time of tests/data/decode-h200.json (cuda-mk, the kernel the
 // parameters were calibrated on): within 10 % at each batch and context measured (batch 8 at 20K
 // was 10.6 % low before the row costs and the attention item's measured length: notes,
 // "The batch-8 trace against the model").
 TEST(SimulatePlan, DefaultParamsPredictTheCommittedStepTimes) {
   std::ifstream in(results_file("decode-h200.json"));
-  ASSERT_TRUE(in) << "bench/results/decode-h200.json";
+  ASSERT_TRUE(in) << "tests/data/decode-h200.json";
   const nlohmann::json d = nlohmann::json::parse(in);
   int points = 0;
   for (const nlohmann::json& r : d["records"]) {
@@ -742,14 +742,14 @@ TEST(SimulatePlan, DefaultParamsPredictTheCommittedStepTimes) {
 }
 
 // The H100 parameters against the H100 measurements of both models on the current plan
-// (bench/results/decode-mk-{qwen,north}-h100-call2.json): every cuda-mk point at batch 1, 2, 4, 8 at
+// (tests/data/decode-mk-{qwen,north}-h100-call3.json): every cuda-mk point at batch 1, 2, 4, 8 at
 // 8K and batch 1 at 32K within 10 %.
 TEST(SimulatePlan, H100ParamsPredictTheH100StepTimesOfBothModels) {
   int points = 0;
   for (const auto& [preset, file] : {std::pair<std::string, std::string>{"qwen3-30b-a3b", "decode-mk-qwen-h100-call3.json"},
                                      {"north-mini-code", "decode-mk-north-h100-call3.json"}}) {
     std::ifstream in(results_file(file));
-    ASSERT_TRUE(in) << "bench/results/" << file;
+    ASSERT_TRUE(in) << "tests/data/" << file;
     const nlohmann::json d = nlohmann::json::parse(in);
     EXPECT_NE(d["device"].get<std::string>().find("H100"), std::string::npos) << file;
     for (const nlohmann::json& r : d["records"]) {
@@ -811,7 +811,7 @@ TEST(SimulatePlan, RandomPlansRunEveryTaskAndReadEveryByteOnce) {
   }
 }
 
-// The committed measurements of the first kernel (bench/results) still parse: the per-layer
+// The committed measurements of the first kernel (tests/data) still parse: the per-layer
 // timelines, and the trace they came from.
 TEST(MeasuredTimeline, ReadsTheCommittedTimelinesAndTrace) {
   for (const char* name : {"timeline-cuda-mk-tc-b1-ctx8192.json", "timeline-cuda-mk-scalar-b1-ctx8192.json"}) {
@@ -837,7 +837,7 @@ TEST(MeasuredTimeline, ReadsTheCommittedTimelinesAndTrace) {
   EXPECT_EQ(wave_timings_json(gz.timeline.waves), wave_timings_json(plain.timeline.waves));
   EXPECT_EQ(gz.timeline.layer_us, plain.timeline.layer_us);
   EXPECT_EQ(gz.meta["attention"], "tc");
-  EXPECT_THROW(read_measured_timeline(results_file("bandwidth-h200.json")), Error);  // no timeline
+  EXPECT_THROW(read_measured_timeline(results_file("decode-h200.json")), Error);  // no timeline
 }
 
 // The work slices of a trace's events: a task from the end of its last counter wait (same SM and
