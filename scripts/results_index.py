@@ -80,7 +80,7 @@ def render(entries):
         "`scripts/results_index.py` from `index.json` (edit that, then run the script);",
         "`scripts/results_index.py --check` (part of `scripts/test`) fails when the folder, the manifest",
         "and this file disagree. Superseded results are deleted from the tree: git history keeps them,",
-        "and `docs/perf/notes.md` is the dated log that cites them. Fixtures the tests read are in",
+        "and `docs/perf/journal/2026-12.md` is the dated log that cites them. Fixtures the tests read are in",
         "`tests/data`. \"commit\" is the commit that added this version of the file; `$OUT` is the",
         "device machine's output folder; `.peer/` holds git-ignored scripts carried to the device",
         "(their text is in the summaries that ran them).",

@@ -5,8 +5,8 @@
 // StepTimes give the host's phases. Reports steps/s and host us per step (the sum of the phases)
 // per batch; --json FILE writes them as records {"batch", "steps_per_s", "host_us_per_step", ...}.
 // --fresh-plan plans each step with make_plan (cuda-mk at 0f6c589), --no-overlap runs the plain
-// loop: the "before" of docs/perf/notes.md. --device-us T lets each step run T us on the "device";
-// --ragged gives the prompts lengths in [context / 2, context] instead of all --context.
+// loop: the "before" of docs/perf/journal/2026-12.md. --device-us T lets each step run T us on the
+// "device"; --ragged gives the prompts lengths in [context / 2, context] instead of all --context.
 #include <cstdio>
 #include <thread>
 

@@ -94,7 +94,7 @@ double forced_route_gap(std::span<const float> scores, std::span<const int32_t> 
 //    rounding. Measured: cpu-ref fp32 forced with cpu-ref device-rounding's routing, small preset,
 //    a 1,500-token prompt: 80 of 3,000 decisions differ, gaps 2.8e-5 .. 8.6e-3; on the H200,
 //    transformers vs cuda-mk 15 of 686 (largest 6.0e-3), prefill vs cpu-ref 32 of 2,002 (3.8e-3)
-//    (docs/perf/notes.md).
+//    (docs/perf/journal/2026-12.md).
 inline constexpr double kRouteNearTie = 5e-3;
 inline constexpr double kRouteNearTieMixed = 2e-2;
 

@@ -5,8 +5,8 @@
 //   grid-sync every task of wave w waits on all of wave w-1 (what kernel boundaries impose).
 //   long-splits  attention splits of at least 512 tokens (default: 256): half the items, each with
 //             twice the K/V, so fewer items pay the item's fixed cost (the timing model predicts
-//             batch 8 at 8K 20 % faster and batch 1 unchanged: docs/perf/notes.md). Like the
-//             default, a sequence's split depends on its own context only.
+//             batch 8 at 8K 20 % faster and batch 1 unchanged: docs/perf/journal/2026-12.md).
+//             Like the default, a sequence's split depends on its own context only.
 //   equal-up-shares  parallel blocks only: every SM's expert-up share the same size (default:
 //             smaller on the SMs that run the layer's attention items, up_balance_tokens_per_unit).
 //   router-after-attn  parallel blocks (cohere2_moe) only: the router tiles wait for the layer's

@@ -5,7 +5,7 @@
 // the batch-8 trace of the same kernel (trace-cuda-mk-v3-b8-ctx8192.json.gz of the 2026-12-02
 // run, otherData.ops), against the batch-1 one; "fit" = fitted to that trace's per-layer
 // timeline with the phases held, or to a step time of tests/data/decode-h200.json
-// (docs/perf/notes.md, "Timing model, v3"); "stream" = bench
+// (docs/perf/journal/2026-12.md, "Timing model, v3"); "stream" = bench
 // bandwidth's page-stream microbenchmark (bench/results/bandwidth-h200.json); "assumed" = not
 // measured.
 #include <nlohmann/json.hpp>
@@ -79,7 +79,8 @@ SimParams v3_h100_params() {
   // scaled by the measured read ceilings (bench decode: 3130 GB/s against 4550 on the H200), the
   // consumer and synchronisation costs as on the H200. Checked against the H100 traces of both
   // models at batch 1, 8K (the v3 kernel's traces of 2026-12-06, device call 1, since replaced in
-  // bench/results by newer ones: bench/results/index.json; docs/perf/notes.md, "Megakernel v4: the H100 first").
+  // bench/results by newer ones: bench/results/index.json; docs/perf/journal/2026-12.md,
+  // "Megakernel v4: the H100 first").
   SimParams p = v3_h200_params();
   const double ratio = 3130.0 / 4550.0;
   p.hbm_gbps *= ratio;

@@ -1,7 +1,7 @@
 // The decode path policy (engine/decode_path.h): the crossover derived from both paths' measured step
-// times, on the H100 figures that set it (2026-12-06 device call 1, docs/perf/notes.md "Megakernel v4:
-// the H100 first"; bench/results/index.json lists the current H100 files) and on random step times
-// against a brute-force reading of the rule.
+// times, on the H100 figures that set it (2026-12-06 device call 1, docs/perf/journal/2026-12.md
+// "Megakernel v4: the H100 first"; bench/results/index.json lists the current H100 files) and on
+// random step times against a brute-force reading of the rule.
 #include <gtest/gtest.h>
 
 #include <cstdio>

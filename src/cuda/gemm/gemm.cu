@@ -211,7 +211,7 @@ __device__ __forceinline__ void consume(const GemmArgs& a, const Shape& s, uint8
       if constexpr (kNT == 16) {
         // 128-token tiles multiply only the 16-token groups holding tokens (an expert's tile of 70
         // tokens: 80, not 128). The time hardly moves (the stage feed binds, not the MMAs:
-        // docs/perf/notes.md, 2026-12-04); the tensor work does.
+        // docs/perf/journal/2026-12.md, 2026-12-04); the tensor work does.
         switch (live16) {
           case 1: stage_mma<2>(acc, frag, x0); break;
           case 2: stage_mma<4>(acc, frag, x0); break;

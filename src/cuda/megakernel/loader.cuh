@@ -6,8 +6,8 @@
 // hands the tables to the consumers (route_bar) and streams the experts' pages at once, wherever
 // the consumers are: on an SM busy with an attention item they land during it. With kMkL2Prefetch
 // it prefetches its later static tiles' weights into L2 (evict-last) before that wait (off by
-// default: measured slower on the H200, docs/perf/notes.md). Job geometry: the consumers' (ops.cuh
-// JobWalk, plan/gemm_geometry.h page loops), so both walk one page sequence.
+// default: measured slower on the H200, docs/perf/journal/2026-12.md). Job geometry: the
+// consumers' (ops.cuh JobWalk, plan/gemm_geometry.h page loops), so both walk one page sequence.
 #pragma once
 
 #include <cstdint>
