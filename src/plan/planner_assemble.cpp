@@ -73,7 +73,7 @@ ItemSet item_set(const std::vector<AttnItem>& items, const std::vector<int>& rel
 // key positions count as delta = positions / tokens_per_unit up units ahead of it. With U the
 // expected units of the layer (every expert's units at the expected number of active experts of
 // random routing, plus the shared experts'), a share's part is avg + mean(delta) - delta (avg =
-// U / SMs), at least a tenth of avg, as integer weights. The split changes which SM computes a
+// U / SMs), within [avg / 10, 3 avg] (one SM's stream bounds how much it can take), as integer weights. The split changes which SM computes a
 // unit, not how: the step's bits do not depend on it.
 void balance_up_shares(const PlanSkeleton& sk, const std::vector<AttnItem>& items, const ItemSet (&sets)[2],
                        Plan& plan) {
@@ -105,7 +105,7 @@ void balance_up_shares(const PlanSkeleton& sk, const std::vector<AttnItem>& item
     }
     int32_t at = 0;
     for (int m = 0; m < n_sms; ++m) {
-      const double part = std::max(0.1 * avg, avg + mean - delta[m]);
+      const double part = std::clamp(avg + mean - delta[m], 0.1 * avg, 3.0 * avg);
       const int32_t w = std::max<int32_t>(1, static_cast<int32_t>(std::lround(1000.0 * part / avg)));
       Task& t = plan.tasks[up[static_cast<size_t>(L) * n_sms + m]];
       MD_CHECK(t.arg[0] == m && t.arg[1] == m + 1 && t.arg[2] == n_sms, "an up share the skeleton did not deal");

@@ -42,7 +42,7 @@ struct Policy {
   // so that all of them end together (planner_assemble.cpp balance_up_shares): an SM's items
   // count as their key positions / up_balance_tokens_per_unit up units of work ahead of its share.
   // 0: equal shares.
-  double up_balance_tokens_per_unit = 32.0;
+  double up_balance_tokens_per_unit = 86.0;
 };
 
 Policy policy_by_name(const std::string& name);  // Error naming the known ones
