@@ -29,24 +29,20 @@ const char* const kDecodeBenchUsage =
     "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points:\n"
     "  mk (cuda-mk) and ops (cuda-ops) at batches <= 64, batched (cuda-batched) and cuda (the engine's\n"
     "  per-step choice of the two paths) at every batch up to 1024.\n"
-    "  --ablations: at --ablation-batch and the first context, one change each: the policies grid-sync\n"
-    "  and long-splits, the loader issuing a task's pages only once its consumers start it, an L2\n"
-    "  prefetch in the routing gap, polls backing off to 256 ns, K/V prefetch, cuda-ops.\n"
+    "  --ablations: at --ablation-batch and the first context, one change each: every plan policy\n"
+    "  (default among them), every switch of --switches, cuda-ops.\n"
     "  --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n"
-    "  --switches: megakernel switches for the main sweep and the trace (the ablations' names: loader-in-order,\n"
-    "  l2-prefetch, poll-backoff, kv-prefetch, inflight-1, inflight-2).\n";
+    "  --switches: megakernel switches for the main sweep and the trace (cuda/megakernel/flags.h: loader-in-order,\n"
+    "  l2-prefetch, poll-backoff, kv-prefetch, inflight-1, inflight-2, inflight-3).\n";
 
 namespace {
 
 int64_t blocks_for(int batch, int context, int bs) { return int64_t{batch} * ((context + bs - 1) / bs); }
 
-// "inflight-2,kv-prefetch" -> their MkFlag bits.
-uint32_t parse_mk_switches(const std::string& list) {
+// {"inflight-2", "kv-prefetch"} -> their MkFlag bits.
+uint32_t mk_switch_flags(const std::vector<std::string>& names) {
   uint32_t flags = 0;
-  for (size_t pos = 0; pos < list.size();) {
-    size_t end = list.find(',', pos);
-    if (end == std::string::npos) end = list.size();
-    const std::string name = list.substr(pos, end - pos);
+  for (const std::string& name : names) {
     std::string known;
     bool found = false;
     for (const cuda::MkSwitch& sw : cuda::kMkSwitches) {
@@ -57,7 +53,6 @@ uint32_t parse_mk_switches(const std::string& list) {
       }
     }
     MD_REQUIRE(found, "--switches: unknown switch \"", name, "\" (known: ", known, ")");
-    pos = end + 1;
   }
   return flags;
 }
@@ -125,7 +120,7 @@ DecodeBenchOptions parse_decode_bench_args(int argc, char** argv) {
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
   o.backend.policy = args.get("policy", o.backend.policy);
   (void)policy_by_name(o.backend.policy);  // Error naming the known ones
-  o.backend.kernel_flags = parse_mk_switches(args.get("switches", ""));
+  o.backend.kernel_flags = mk_switch_flags(args.get_list("switches", {}));
   o.ablations = args.flag("ablations");
   o.ablation_batches.clear();
   for (int64_t b : args.get_int_list("ablation-batch", {1, 8})) {

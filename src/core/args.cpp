@@ -83,20 +83,27 @@ double Args::get_double(const std::string& name, double fallback) const {
   }
 }
 
-std::vector<int64_t> Args::get_int_list(const std::string& name, const std::vector<int64_t>& fallback) const {
+std::vector<std::string> Args::get_list(const std::string& name, const std::vector<std::string>& fallback) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
-  std::vector<int64_t> out;
+  std::vector<std::string> out;
   std::string item;
   for (size_t i = 0; i <= it->second.size(); ++i) {
     if (i == it->second.size() || it->second[i] == ',') {
       MD_REQUIRE(!item.empty(), "--", name, ": empty item in \"", it->second, "\"");
-      out.push_back(parse_int(name, item));
+      out.push_back(item);
       item.clear();
     } else {
       item += it->second[i];
     }
   }
+  return out;
+}
+
+std::vector<int64_t> Args::get_int_list(const std::string& name, const std::vector<int64_t>& fallback) const {
+  if (!has(name)) return fallback;
+  std::vector<int64_t> out;
+  for (const std::string& item : get_list(name, {})) out.push_back(parse_int(name, item));
   return out;
 }
 

@@ -26,6 +26,8 @@ class Args {
   double get_double(const std::string& name, double fallback) const;
   bool flag(const std::string& name) const { return bools_.count(name) != 0; }
   const std::vector<std::string>& positional() const { return positional_; }
+  // A comma-separated list, e.g. --switches a,b (an empty item is an Error naming the flag).
+  std::vector<std::string> get_list(const std::string& name, const std::vector<std::string>& fallback) const;
   // A comma-separated list of integers, e.g. --batch 1,2,4.
   std::vector<int64_t> get_int_list(const std::string& name, const std::vector<int64_t>& fallback) const;
 

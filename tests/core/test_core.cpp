@@ -84,6 +84,11 @@ TEST(Args, ParsesFlagsAndRejectsUnknown) {
   const char* argv[] = {"pos", "--batch", "1,2,4", "--ctx=97", "--json"};
   Args args(5, const_cast<char**>(argv), {"batch", "ctx"}, {"json"});
   EXPECT_EQ(args.get_int_list("batch", {}), (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(args.get_list("batch", {}), (std::vector<std::string>{"1", "2", "4"}));
+  EXPECT_EQ(args.get_list("missing", {"x"}), (std::vector<std::string>{"x"}));
+  const char* holes[] = {"--names", "a,,b"};
+  Args a3(2, const_cast<char**>(holes), {"names"}, {});
+  EXPECT_THROW(a3.get_list("names", {}), Error);
   EXPECT_EQ(args.get_int("ctx", 0), 97);
   EXPECT_TRUE(args.flag("json"));
   EXPECT_EQ(args.positional().size(), 1u);

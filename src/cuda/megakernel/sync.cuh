@@ -150,16 +150,13 @@ __device__ inline bool wait_counter_quiet(const MkParams& p, int32_t counter, in
 struct TraceClock {
   int64_t g0 = 0, c0 = 0;
   bool on = false;
-  __device__ __forceinline__ void start(const MkParams& p, bool when = true) {
-    on = p.trace != nullptr && threadIdx.x == 0 && when;
-    if (on) {
-      g0 = trace_gtime();
-      c0 = trace_clock();
-    }
-  }
+  __device__ __forceinline__ void start(const MkParams& p, bool when = true) { start_in(p, 0, when); }
   // The loader warp's clock (its lane 0 records role 2).
   __device__ __forceinline__ void start_loader(const MkParams& p, bool when = true) {
-    on = p.trace != nullptr && threadIdx.x == kLoaderWarp * 32 && when;
+    start_in(p, kLoaderWarp * 32, when);
+  }
+  __device__ __forceinline__ void start_in(const MkParams& p, int thread, bool when) {
+    on = p.trace != nullptr && static_cast<int>(threadIdx.x) == thread && when;
     if (on) {
       g0 = trace_gtime();
       c0 = trace_clock();
