@@ -29,8 +29,9 @@ const char* const kDecodeBenchUsage =
     "  Measures the read ceiling, then each backend at every (context, batch) of the grid plus --points:\n"
     "  mk (cuda-mk) and ops (cuda-ops) at batches <= 64, batched (cuda-batched) and cuda (the engine's\n"
     "  per-step choice of the two paths) at every batch up to 1024.\n"
-    "  --ablations: at --ablation-batch and the first context, one change each: every plan policy\n"
-    "  (default among them), every switch of --switches, cuda-ops.\n"
+    "  --ablations: at --ablation-batch and the first context, one change each to --policy and --switches:\n"
+    "  none, every other plan policy, every switch not on (an inflight cap replaces one), none of the\n"
+    "  switches, cuda-ops.\n"
     "  --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n"
     "  --switches: megakernel switches for the main sweep and the trace (cuda/megakernel/flags.h: loader-in-order,\n"
     "  l2-prefetch, poll-backoff, kv-prefetch, inflight-1, inflight-2, inflight-3).\n";

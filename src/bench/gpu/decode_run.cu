@@ -44,13 +44,20 @@ Variant variant(const std::string& name, const BackendOptions& base, const std::
   return {name, o};
 }
 
-// Each ablation changes one thing of the defaults (BackendOptions{}, the main sweep's block size).
+// Each ablation changes one thing of the main sweep's options (--policy, --switches, its block
+// size): none (named as the main rows), every other plan policy, every switch not already on, and
+// with switches on, none of them.
 std::vector<Variant> ablation_variants(const BackendOptions& base) {
-  const BackendOptions d;
   std::vector<Variant> v;
-  for (const std::string& p : policy_names()) v.push_back(variant(p, base, "cuda-mk", p, 0));
-  for (const cuda::MkSwitch& sw : cuda::kMkSwitches) v.push_back(variant(sw.name, base, "cuda-mk", d.policy, sw.flag));
-  v.push_back(variant("cuda-ops", base, "cuda-ops", d.policy, 0));
+  const uint32_t flags = base.kernel_flags;
+  v.push_back(variant(base.policy + (flags != 0 ? "+" : ""), base, "cuda-mk", base.policy, flags));
+  for (const std::string& p : policy_names())
+    if (p != base.policy) v.push_back(variant(p, base, "cuda-mk", p, flags));
+  if (flags != 0) v.push_back(variant("no-switches", base, "cuda-mk", base.policy, 0));
+  for (const cuda::MkSwitch& sw : cuda::kMkSwitches)
+    if (cuda::mk_with_switch(flags, sw.flag) != flags)
+      v.push_back(variant(sw.name, base, "cuda-mk", base.policy, cuda::mk_with_switch(flags, sw.flag)));
+  v.push_back(variant("cuda-ops", base, "cuda-ops", base.policy, flags));
   return v;
 }
 

@@ -22,7 +22,12 @@ enum MkFlag : uint32_t {
   kMkInflight2 = 2u << 4,
   kMkInflight3 = 3u << 4,
 };
+inline constexpr uint32_t kMkInflightMask = 3u << 4;
 inline constexpr uint32_t mk_inflight_cap(uint32_t flags) { return (flags >> 4) & 3u; }
+// `flags` with switch `sw` on: an inflight cap replaces the one in `flags`, other bits add.
+inline constexpr uint32_t mk_with_switch(uint32_t flags, uint32_t sw) {
+  return (sw & kMkInflightMask) != 0 ? (flags & ~kMkInflightMask) | sw : flags | sw;
+}
 // Their names (bench decode --switches, and its ablations in this order).
 struct MkSwitch {
   const char* name;
