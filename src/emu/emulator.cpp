@@ -32,8 +32,8 @@ void run_tasks(const StepView& v, const Plan& plan, Worker& w, int begin, int en
     const Task& t = plan.tasks[i];
     w.begin_task(i);
     w.pause();
-    for (int j = 0; j < early_waits(t); ++j) w.wait(t.wait[j].counter, t.wait[j].target);
-    dispatch(v, w, t);  // (a kLateLastWait tile makes its last wait itself, before its writes)
+    for (int j = 0; j < t.n_waits; ++j) w.wait(t.wait[j].counter, t.wait[j].target);
+    dispatch(v, w, t);
     w.pause();
     for (int j = 0; j < t.n_arrives; ++j) w.arrive(t.arrive[j].counter, t.arrive[j].amount);
   }

@@ -104,7 +104,7 @@ void tile_expert_up(const StepView& v, Sync&, const Task& task) {
   }
 }
 
-void tile_expert_down(const StepView& v, Sync& sync, const Task& task) {
+void tile_expert_down(const StepView& v, Sync&, const Task& task) {
   const PlanShape& s = v.shape();
   const int L = task.layer, H = s.hidden, I = s.moe_inter, K = s.top_k;
   const LayerRouting r = route_layer(v);
@@ -119,11 +119,7 @@ void tile_expert_down(const StepView& v, Sync& sync, const Task& task) {
   const int S = s.shared_inter;
   std::vector<float> row(I), shared_row(S);
   const std::vector<float> emb = s.parallel && L == 0 ? embedding(v) : std::vector<float>{};
-  // F of every (row, token) of the share first; a kLateLastWait share then waits for the O-proj
-  // tiles, as the GPU does before its combine, and only then reads o_out and writes x.
-  const int r0 = rbs.begin * 16, r1 = std::max(r0, std::min(H, rbs.end * 16));
-  std::vector<float> f(static_cast<size_t>(r1 - r0) * s.batch);
-  for (int rr = r0; rr < r1; ++rr) {
+  for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {
     if (S > 0) ref::load_row(v.weights->layers[L].shared.down, rr, shared_row.data());
     for (int t = 0; t < s.batch; ++t) {
       float moe = 0.0f;
@@ -136,19 +132,13 @@ void tile_expert_down(const StepView& v, Sync& sync, const Task& task) {
         const float sum = moe + ref::dot(shared_row.data(), v.shared_act + static_cast<size_t>(t) * S, S);
         moe = s.shared_average ? sum * 0.5f : sum;
       }
-      f[static_cast<size_t>(rr - r0) * s.batch + t] = moe;
-    }
-  }
-  for (int j = early_waits(task); j < task.n_waits; ++j) sync.wait(task.wait[j].counter, task.wait[j].target);
-  for (int rr = r0; rr < r1; ++rr)
-    for (int t = 0; t < s.batch; ++t) {
-      const float moe = f[static_cast<size_t>(rr - r0) * s.batch + t];
       const size_t at = static_cast<size_t>(t) * H + rr;
       if (s.parallel)
         v.x[at] = ((L == 0 ? emb[at] : v.x[at]) + v.o_out[at]) + moe;  // cpu-ref's order: (x + o) + F
       else
         v.x[at] = v.h[at] + moe;
     }
+  }
 }
 
 // The dense FFN (parallel blocks' dense layers): up share s of S takes the units

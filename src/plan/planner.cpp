@@ -90,8 +90,7 @@ void layer_waves(const PlanShape& s, const CounterLayout& c, int L, std::vector<
 // while the down shares wait for the last up share, and O-proj's weight pages stream while the up
 // share computes (router-after-attn: QKV, ATTN, ROUTER, ...; a dense layer: QKV, ATTN, DENSE_UP,
 // O_PROJ, DENSE_DOWN).
-void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, bool dense, bool late_oproj_wait,
-                          std::vector<WaveBuild>& out) {
+void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, bool dense, std::vector<WaveBuild>& out) {
   auto C = [&](int32_t offset) { return layer_counter(c, L, offset); };
   const int G = s.n_kv_heads;
   const Wait after_prev_layer{L > 0 ? layer_counter(c, L - 1, c.down_done) : -1, s.n_sms};
@@ -129,10 +128,8 @@ void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, boo
     if (!dense) u.wait[u.n_waits++] = {C(c.router_done), s.n_router_tasks};
     up.tasks.push_back(u);
     up.sm.push_back(sm);
-    Task d = make_task(down_op, L, {sm, sm + 1, s.n_sms}, {{C(c.up_done), s.n_sms}, {C(c.oproj_done), s.n_oproj_tasks}},
-                       {{C(c.down_done), 1}});
-    if (late_oproj_wait && !dense) d.flags = kLateLastWait;  // its GEMM beside the O-proj tail
-    down.tasks.push_back(d);
+    down.tasks.push_back(make_task(down_op, L, {sm, sm + 1, s.n_sms},
+                                   {{C(c.up_done), s.n_sms}, {C(c.oproj_done), s.n_oproj_tasks}}, {{C(c.down_done), 1}}));
     down.sm.push_back(sm);
   }
   out.push_back(std::move(up));
@@ -296,8 +293,7 @@ PlanSkeleton plan_skeleton(const PlanShape& s, const std::vector<LayerSpec>& lay
   std::vector<WaveBuild> waves;
   for (int L = 0; L < s.n_layers; ++L) {
     if (s.parallel)
-      parallel_layer_waves(s, sk.counters, L, layers[L].ffn == FfnKind::kDense,
-                           policy.late_oproj_wait && !s.grid_sync, waves);  // (grid-sync: waits added last)
+      parallel_layer_waves(s, sk.counters, L, layers[L].ffn == FfnKind::kDense, waves);
     else
       layer_waves(s, sk.counters, L, waves);
     uint8_t flags = 0;

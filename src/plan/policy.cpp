@@ -4,8 +4,7 @@
 
 namespace megadecode {
 
-std::vector<std::string> policy_names() { return {"default", "grid-sync", "long-splits", "router-after-attn", "equal-up-shares",
-                                                   "early-oproj-wait"}; }
+std::vector<std::string> policy_names() { return {"default", "grid-sync", "long-splits", "router-after-attn", "equal-up-shares"}; }
 
 Policy policy_by_name(const std::string& name) {
   Policy p;
@@ -21,10 +20,6 @@ Policy policy_by_name(const std::string& name) {
   }
   if (name == "equal-up-shares") {
     p.up_balance_tokens_per_unit = 0.0;
-    return p;
-  }
-  if (name == "early-oproj-wait") {
-    p.late_oproj_wait = false;
     return p;
   }
   if (name == "long-splits") {

@@ -43,10 +43,6 @@ struct Policy {
   // count as their key positions / up_balance_tokens_per_unit up units of work ahead of its share.
   // 0: equal shares.
   double up_balance_tokens_per_unit = 86.0;
-
-  // Parallel blocks: an expert-down share waits for the O-proj tiles only before its combine
-  // (Task flag kLateLastWait), its GEMM beside their tail. false: before it starts.
-  bool late_oproj_wait = true;
 };
 
 Policy policy_by_name(const std::string& name);  // Error naming the known ones

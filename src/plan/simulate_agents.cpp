@@ -111,23 +111,20 @@ Co consumer(Step& st, SmState& s) {
     co_await st.e.delay(s.consumer, st.e.params.pickup_us);
     double t0 = st.e.now();
     const std::span<const SimWait> waits(t.waits);
-    const size_t late = std::min(waits.size(), static_cast<size_t>(std::max(0, t.late_waits)));
-    const std::span<const SimWait> early = waits.first(waits.size() - late);
-    const size_t first = std::min(early.size(), static_cast<size_t>(std::max(0, t.pre_after_waits)));
-    co_await wait_all(st, s, early.first(first), j * 64, &t0);
+    const size_t first = std::min(waits.size(), static_cast<size_t>(std::max(0, t.pre_after_waits)));
+    co_await wait_all(st, s, waits.first(first), j * 64, &t0);
     co_await st.e.delay(s.consumer, t.pre_us);
     if (t.computes_routing) {  // its last wait is the loader's: the consumers take the routing instead
-      co_await wait_all(st, s, early.subspan(first, early.size() - first - 1), j * 64 + 63, &t0);
+      co_await wait_all(st, s, waits.subspan(first, waits.size() - first - 1), j * 64 + 63, &t0);
       while (!s.routed[t.layer]) {
         s.consumer_waits_for_routing = true;
         co_await st.e.block(s.consumer, "the loader's routing");
       }
     } else {
-      co_await wait_all(st, s, early.subspan(first), j * 64 + 63, &t0);
+      co_await wait_all(st, s, waits.subspan(first), j * 64 + 63, &t0);
     }
     co_await st.e.delay(s.consumer, t.cost_us);
     co_await consume(st, s, t.bytes);
-    co_await wait_all(st, s, waits.last(late), j * 64 + 62, &t0);
     for (size_t k = 0; k < t.items.size(); ++k) {
       const SimItem& it = t.items[k];
       double i0 = st.e.now();

@@ -210,9 +210,6 @@ SimPlan sim_plan_from_plan(const Plan& plan, const SimParams& p) {
             if (geo[kGemmUp].n_windows() > 1) st.pre_us = 0;
             else st.pre_us += p.row_us[static_cast<int>(op)] * (rows - 1);
           }
-          // A kLateLastWait down share waits for the O-proj tiles only before its combine (ops.cuh
-          // op_gemm): its GEMM runs beside the O-proj tail.
-          st.late_waits = t.n_waits - early_waits(t);
           break;
         }
         case SimClass::kAttention: {

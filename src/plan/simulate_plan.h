@@ -54,8 +54,6 @@ struct SimTask {
   int64_t bytes = 0;     // the task's own pages (GEMM weights, an expert share's weights)
   double pre_us = 0;     // consumer time before its waits (after the first pre_after_waits of them)
   int pre_after_waits = 0;
-  int late_waits = 0;     // its last waits come after its pages (a parallel block's down share: the O-proj
-                         // tiles guard only its combine)
   double cost_us = 0;    // consumer time besides consuming pages, after them
   std::vector<SimItem> items;     // the task's own items (attention), run in order after its pages
   bool computes_routing = false;  // after its waits the consumers compute the layer's routing

@@ -75,8 +75,7 @@ struct Task {
   uint8_t op;         // Op
   uint8_t n_waits;    // <= kMaxWaits
   uint8_t n_arrives;  // <= kMaxArrives
-  uint8_t flags;      // ATTN: kAttnSliding | kAttnNoRope; EXPERT_DOWN: kLateLastWait; 0 otherwise
-                      // (and always for qwen3_moe)
+  uint8_t flags;      // ATTN: kAttnSliding | kAttnNoRope; 0 otherwise (and always for qwen3_moe)
   int16_t layer;      // -1 for ops after the last layer
   int16_t reserved;
   int32_t arg[4];
@@ -91,12 +90,6 @@ static_assert(sizeof(Task) == 64, "Task must stay one 64-byte record");
 // kv_block_size). kAttnNoRope: no rotary embedding on q and k (cohere2_moe's full layers).
 inline constexpr uint8_t kAttnSliding = 1;
 inline constexpr uint8_t kAttnNoRope = 2;
-// EXPERT_DOWN flag (parallel blocks): the task's last wait (every O-proj tile) guards only its
-// combine, the one step that reads o_out and writes x; its GEMM runs before that wait. Every
-// executor waits there (cuda-mk before each row block's combine, cpu-mk before its writes).
-inline constexpr uint8_t kLateLastWait = 4;
-// The waits a task makes before its op (the rest, kLateLastWait: one, before its writes).
-MD_HOST_DEVICE inline int early_waits(const Task& t) { return t.n_waits - ((t.flags & kLateLastWait) ? 1 : 0); }
 
 // One attention work item: query heads of KV group `group` of sequence `seq` against key
 // positions [pos_begin, pos_end). Items of one (seq, group) have split = 0..n_splits-1 and write

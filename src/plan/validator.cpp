@@ -55,17 +55,9 @@ void check_structure(const Plan& plan) {
     MD_REQUIRE(t.n_waits <= kMaxWaits && t.n_arrives <= kMaxArrives, describe_task(plan, i),
                ": too many waits or arrivals");
     MD_REQUIRE(t.layer >= -1 && t.layer < s.n_layers, describe_task(plan, i), ": layer out of range");
-    const bool attn = t.op == static_cast<uint8_t>(Op::kAttn), down = t.op == static_cast<uint8_t>(Op::kExpertDown);
-    const uint8_t allowed = !s.parallel ? 0 : attn ? (kAttnSliding | kAttnNoRope) : down ? kLateLastWait : 0;
+    const uint8_t allowed = t.op == static_cast<uint8_t>(Op::kAttn) && s.parallel ? (kAttnSliding | kAttnNoRope) : 0;
     MD_REQUIRE((t.flags & ~allowed) == 0, describe_task(plan, i), ": flags ", static_cast<int>(t.flags),
-               attn && allowed ? " outside kAttnSliding | kAttnNoRope"
-               : allowed       ? " outside kLateLastWait"
-                               : " on a task that takes none");
-    // The late wait is the O-proj tiles', the only one the combine needs beyond the GEMM's.
-    MD_REQUIRE(!(down && (t.flags & kLateLastWait)) ||
-                   (t.n_waits >= 1 && t.wait[t.n_waits - 1].counter ==
-                                          layer_counter(plan.params.counters, t.layer, plan.params.counters.oproj_done)),
-               describe_task(plan, i), ": kLateLastWait, but its last wait is not the layer's O-proj tiles");
+               allowed ? " outside kAttnSliding | kAttnNoRope" : " on a task that takes none");
     MD_REQUIRE(!(t.flags & kAttnSliding) || s.sliding_window > 0, describe_task(plan, i),
                ": sliding attention in a plan without a sliding window");
     MD_REQUIRE(s.parallel || (t.op != static_cast<uint8_t>(Op::kDenseUp) && t.op != static_cast<uint8_t>(Op::kDenseDown)),

@@ -89,8 +89,6 @@ void check_parallel_structure(const ModelConfig& c, const Plan& plan, const std:
       } else {
         EXPECT_LT(t.arg[0], s.n_full_items) << where;
       }
-    } else if (op == Op::kExpertDown) {  // its GEMM before the O-proj wait, unless the policy says not
-      EXPECT_EQ(t.flags, plan.policy == "early-oproj-wait" || plan.policy == "grid-sync" ? 0 : kLateLastWait) << where;
     } else {
       EXPECT_EQ(t.flags, 0) << where;
     }
@@ -190,21 +188,8 @@ TEST(NorthPlan, TheValidatorRejectsEachBrokenParallelRule) {
     Broken f;
     Task& t = f.plan.tasks[f.task(Op::kExpertDown, 3)];
     ASSERT_EQ(t.n_waits, 2);
-    ASSERT_EQ(t.flags, kLateLastWait);
     t.n_waits = 1;  // up_done only
-    t.flags = 0;
     expect_error(f.plan, "writes x = x + o + F but does not wait (directly or through other tasks) on");
-  }
-  {  // a late last wait that is not the O-proj tiles' (the GEMM would read unfinished up activations)
-    Broken f;
-    Task& t = f.plan.tasks[f.task(Op::kExpertDown, 3)];
-    std::swap(t.wait[0], t.wait[1]);
-    expect_error(f.plan, "kLateLastWait, but its last wait is not the layer's O-proj tiles");
-  }
-  {  // the flag on a task that takes none
-    Broken f;
-    f.plan.tasks[f.task(Op::kOProj, 3)].flags = kLateLastWait;
-    expect_error(f.plan, "on a task that takes none");
   }
   {  // an O-proj tile that does not wait for the attention would read an unfinished output
     Broken f;
@@ -287,9 +272,7 @@ TEST(NorthPlan, SharedExpertsRideInTheExpertShares) {
   ASSERT_EQ(validation_error(good), "");
   {  // a down share that no longer waits for the up shares
     Plan q = good;
-    Task& t = q.tasks[test::find_task(q, Op::kExpertDown, 2)];
-    t.n_waits = 0;
-    t.flags = 0;
+    q.tasks[test::find_task(q, Op::kExpertDown, 2)].n_waits = 0;
     expect_error(q, "whose activations it reads");
   }
   {  // no room for the shared MLP's activations

@@ -756,11 +756,9 @@ TEST(SimulatePlan, H100ParamsPredictTheH100StepTimesOfBothModels) {
       const int batch = r["batch"], context = r["context"];
       if (r["backend"] != "cuda-mk" || (batch != 1 && batch != 2 && batch != 4 && batch != 8)) continue;
       const double measured_ms = r["step_ms"];
-      // (The North points were measured before the down shares' late O-proj wait: its plan then.)
-      const std::string policy = preset == "north-mini-code" ? "early-oproj-wait" : "default";
       const nlohmann::json j = nlohmann::json::parse(
           test::run_plan({"--preset", preset, "--batch", std::to_string(batch), "--context", std::to_string(context),
-                          "--policy", policy, "--simulate", "--gpu", "h100", "--json"}));
+                          "--simulate", "--gpu", "h100", "--json"}));
       const double simulated_ms = j["simulation"]["step_us"].get<double>() / 1000;
       EXPECT_LE(std::abs(simulated_ms - measured_ms), 0.10 * measured_ms)
           << preset << " batch " << batch << ", context " << context << ": simulated " << simulated_ms

@@ -314,9 +314,7 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   // router wait is its last, and the loader's (it computes the routing after it): the consumers take
   // the routing instead. (Parallel blocks: its first wait is the previous layer's down shares, after
   // which x is final; at layer 0 it has only the router's wait, and the embedding fill comes before it.)
-  // A kLateLastWait down share (parallel blocks) waits for the O-proj tiles before its first combine.
-  const int early = early_waits(t);
-  const int first = up ? t.n_waits - 1 : early;
+  const int first = up ? t.n_waits - 1 : t.n_waits;
   if (!wait_task(c, t, task, 0, first)) return false;  // (also publishes the fill)
   // The embedding rows: every token id must be in the vocabulary before a fill reads them. Parallel
   // blocks' router, expert-up and dense-up tasks read them at layer 0 too, waiting on no QKV tile.
@@ -339,7 +337,7 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
     phase.stop(p, t, task, kPhaseFill);
   }
   // (An up share's router wait is the loader's: the routing's arrival implies it.)
-  bool late_done = early == t.n_waits;
+  if (!up && !wait_task(c, t, task, first, t.n_waits)) return false;
   if ((up || down) && !ensure_routing(c, t, t.layer, task)) return false;
   const RouteSmem& r = c.route;
   int s0 = 0, s1 = 0;  // down: the slots [s0, s1) the activation area holds
@@ -381,17 +379,10 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
       TraceClock comb;
       comb.start(p);
       consumer_sync();
-      if (!late_done) {  // (uniform: every consumer thread walks the same jobs)
-        if (!wait_task(c, t, task, early, t.n_waits)) return false;
-        late_done = true;
-      }
       moe_combine(p, r, c.combine(), tj.job.rb_begin, t.layer);
       comb.stop(p, t, task, kPhaseCombine);
     }
   }
-  // A share without a row block still waits: its arrival tells the next layer that the O-proj
-  // tiles are done too (their reads of the attention output before it is rewritten).
-  if (!late_done && !wait_task(c, t, task, early, t.n_waits)) return false;
   return ok;
 }
 
