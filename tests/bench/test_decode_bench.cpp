@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "bench/decode_bytes.h"
@@ -17,6 +18,7 @@
 #include "bench/decode_trace.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "cuda/megakernel/flags.h"
 #include "model/presets.h"
 #include "model/weights.h"
 #include "plan/planner.h"
@@ -246,6 +248,32 @@ TEST(DecodeOptions, BadFlagsAreErrors) {
       {"--trace-batch", "0"}, {"--block-size", "0"}, {"--ceiling-mib", "1"}, {"--preset", "nope"},
       {"--points", "1:"}, {"--bogus"}, {"--attention", "tc"}};  // --attention is gone: one attention item now
   for (const auto& words : bad) EXPECT_THROW(parse(words), Error) << words[0];
+}
+
+// --switches names megakernel switches; the loader's cap has a default (one page) that a cap
+// switch replaces, and a later cap replaces an earlier one.
+TEST(DecodeOptions, SwitchesAndTheLoaderCap) {
+  EXPECT_EQ(parse({"--switches", "inflight-2,kv-prefetch"}).backend.kernel_flags,
+            uint32_t{cuda::kMkInflight2} | uint32_t{cuda::kMkKvPrefetch});
+  EXPECT_EQ(parse({}).backend.kernel_flags, 0u);
+  EXPECT_EQ(cuda::mk_inflight_cap(0), cuda::kMkDefaultInflight);
+  EXPECT_EQ(cuda::kMkDefaultInflight, 1u);
+  EXPECT_EQ(cuda::mk_inflight_cap(cuda::kMkInflight2 | cuda::kMkPollBackoff), 2u);
+  EXPECT_EQ(cuda::mk_inflight_cap(cuda::kMkInflight3), 3u);
+  EXPECT_EQ(cuda::mk_inflight_cap(cuda::kMkInflightOff), 0u);
+  EXPECT_EQ(cuda::mk_with_switch(cuda::kMkInflight2 | cuda::kMkKvPrefetch, cuda::kMkInflight3),
+            uint32_t{cuda::kMkInflight3} | uint32_t{cuda::kMkKvPrefetch});
+  EXPECT_EQ(cuda::mk_with_switch(cuda::kMkInflight2, cuda::kMkPollBackoff),
+            uint32_t{cuda::kMkInflight2} | uint32_t{cuda::kMkPollBackoff});
+  std::set<std::string> names;
+  std::set<uint32_t> flags;
+  for (const cuda::MkSwitch& sw : cuda::kMkSwitches) {
+    EXPECT_TRUE(names.insert(sw.name).second) << sw.name;
+    EXPECT_TRUE(flags.insert(sw.flag).second) << sw.name;
+    EXPECT_NE(sw.flag, 0u) << sw.name;
+  }
+  EXPECT_THROW(parse({"--switches", "inflight-1"}), Error);  // the default is no switch
+  EXPECT_THROW(parse({"--switches", "kv-prefetch,nope"}), Error);
 }
 
 // A plan to name things by, and hand-made records on two SMs. clock64 = 2 * ns + per-SM offset,

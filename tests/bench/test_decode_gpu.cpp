@@ -58,8 +58,8 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
     const Batch b = make_batch(rng, c, batch, 16);
     std::vector<float> ref;
     for (uint32_t flags : {0u, uint32_t{cuda::kMkLoaderInOrder}, uint32_t{cuda::kMkL2Prefetch},
-                           uint32_t{cuda::kMkPollBackoff}, uint32_t{cuda::kMkKvPrefetch}, uint32_t{cuda::kMkInflight1},
-                           uint32_t{cuda::kMkInflight2}, uint32_t{cuda::kMkInflight3},
+                           uint32_t{cuda::kMkPollBackoff}, uint32_t{cuda::kMkKvPrefetch}, uint32_t{cuda::kMkInflight2},
+                           uint32_t{cuda::kMkInflight3}, uint32_t{cuda::kMkInflightOff},
                            uint32_t{cuda::kMkLoaderInOrder | cuda::kMkL2Prefetch | cuda::kMkKvPrefetch}}) {
       BackendOptions o;
       o.backend = "cuda-mk";

@@ -15,15 +15,22 @@ enum MkFlag : uint32_t {
   kMkPollBackoff = 1u << 2,    // counter polls back off 32 -> 256 ns (the first kernel's) instead of spinning
   kMkKvPrefetch = 1u << 3,     // the loader prefetches each attention item's K and V rows into L2 as it
                                // passes the item (ahead of the item's QKV wait)
-  // Bits 4-5: the loader keeps at most 1, 2 or 3 pages issued and not landed (0: as many as the
-  // ring has free slots). Every SM's bulk copies in flight queue ahead of its small loads (counter
-  // polls, fills, the router logits, attention merges).
-  kMkInflight1 = 1u << 4,
+  // Bits 4-6: the loader's cap on pages issued and not landed: 0 the default (kMkDefaultInflight),
+  // 2 or 3 that cap, 4 none (as many as the ring has free slots). Every SM's bulk copies in flight
+  // queue ahead of its small loads (counter polls, fills, the router logits, attention merges).
   kMkInflight2 = 2u << 4,
   kMkInflight3 = 3u << 4,
+  kMkInflightOff = 4u << 4,
 };
-inline constexpr uint32_t kMkInflightMask = 3u << 4;
-inline constexpr uint32_t mk_inflight_cap(uint32_t flags) { return (flags >> 4) & 3u; }
+inline constexpr uint32_t kMkInflightMask = 7u << 4;
+// The default: one page in flight per SM (H100, 8K, no cap -> 1: North b1 3.980 -> 3.877 ms,
+// b8 16.637 -> 15.355; qwen3 b1 4.454 -> 4.371; caps 2 and 3 between; bench/results/abl-*-h100.json).
+inline constexpr uint32_t kMkDefaultInflight = 1;
+// The cap of `flags` (0: none).
+inline constexpr uint32_t mk_inflight_cap(uint32_t flags) {
+  const uint32_t v = (flags & kMkInflightMask) >> 4;
+  return v == 0 ? kMkDefaultInflight : v >= 4 ? 0u : v;
+}
 // `flags` with switch `sw` on: an inflight cap replaces the one in `flags`, other bits add.
 inline constexpr uint32_t mk_with_switch(uint32_t flags, uint32_t sw) {
   return (sw & kMkInflightMask) != 0 ? (flags & ~kMkInflightMask) | sw : flags | sw;
@@ -35,8 +42,8 @@ struct MkSwitch {
 };
 inline constexpr MkSwitch kMkSwitches[] = {
     {"loader-in-order", kMkLoaderInOrder}, {"l2-prefetch", kMkL2Prefetch}, {"poll-backoff", kMkPollBackoff},
-    {"kv-prefetch", kMkKvPrefetch},        {"inflight-1", kMkInflight1},   {"inflight-2", kMkInflight2},
-    {"inflight-3", kMkInflight3},
+    {"kv-prefetch", kMkKvPrefetch},        {"inflight-2", kMkInflight2},   {"inflight-3", kMkInflight3},
+    {"inflight-off", kMkInflightOff},
 };
 
 }  // namespace megadecode::cuda

@@ -33,15 +33,15 @@ struct Loader {
   uint64_t evict_first, evict_last;
   uint32_t w_seq = 0;     // pages issued
   uint32_t slot = 0, phase = 0;  // the next slot to fill; phase of its next completion
-  uint32_t l_seq = 0, l_slot = 0, l_phase = 0;  // kMkInflight*: the oldest page not seen landed
+  uint32_t l_seq = 0, l_slot = 0, l_phase = 0;  // the cap's oldest page not seen landed
   int routed_layer = -1;
   int cur_task = 0;       // the task the walk is at (trace records)
   int l2_next = 0;        // the first task the L2 prefetch has not covered
 
-  // The next slot is free (its previous page consumed by all 8 consumer warps) and, with
-  // kMkInflight1/2/3, fewer than that many pages are issued and not landed. (The oldest such page's
-  // slot holds it until it is consumed, and the cap is below the ring's length, so its full
-  // barrier is at that page's phase.)
+  // The next slot is free (its previous page consumed by all 8 consumer warps) and fewer pages
+  // than the cap (flags.h mk_inflight_cap: one by default) are issued and not landed. (The oldest
+  // such page's slot holds it until it is consumed, and the cap is below the ring's length, so its
+  // full barrier is at that page's phase.)
   // (A cap of the ring's length or more is no cap: the slot wait bounds the pages in flight.)
   __device__ uint32_t inflight_cap() const {
     const uint32_t cap = mk_inflight_cap(p.flags);

@@ -35,7 +35,7 @@ enum TracePhase : int32_t {
 enum LoaderPhase : int32_t {
   kLoaderRouterWait = 0,  // the wait for the layer's router tiles before its routing (when it polled)
   kLoaderRouting = 1,     // the routing tables computed (routing.cuh compute_routing)
-  kLoaderSlotWait = 2,    // a wait for a free ring slot or, with kMkInflight*, for a page to land
+  kLoaderSlotWait = 2,    // a wait for a free ring slot or, under the loader's cap, for a page to land
   kNumLoaderPhases = 3,
 };
 inline constexpr int kTraceRoles = 3;
