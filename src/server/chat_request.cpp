@@ -119,15 +119,20 @@ ToolChoice parse_tool_choice(const json* v, const json& tools) {
   return choice;
 }
 
-// chat_template_kwargs: enable_thinking is the one variable the supported templates read beyond
-// the request's own fields; those may not be set here, everything else no template reads.
+// chat_template_kwargs: enable_thinking (Qwen3), reasoning and reasoning_effort (cmd4) are the
+// variables the supported templates read beyond the request's own fields; those may not be set
+// here, everything else no template reads.
 void parse_template_kwargs(const json& kwargs, ChatInput& input) {
   if (!kwargs.is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
   for (const auto& [key, value] : kwargs.items()) {
-    if (key == "enable_thinking") {
+    if (key == "enable_thinking" || key == "reasoning") {
       if (!value.is_boolean())
-        throw bad_request("'chat_template_kwargs.enable_thinking' must be a boolean", "chat_template_kwargs");
-      input.enable_thinking = value.get<bool>();
+        throw bad_request(cat("'chat_template_kwargs.", key, "' must be a boolean"), "chat_template_kwargs");
+      (key == "reasoning" ? input.reasoning : input.enable_thinking) = value.get<bool>();
+    } else if (key == "reasoning_effort") {
+      if (!value.is_string())
+        throw bad_request("'chat_template_kwargs.reasoning_effort' must be a string", "chat_template_kwargs");
+      input.reasoning_effort = value.get<std::string>();
     } else if (key == "tools" || key == "messages" || key == "add_generation_prompt" || key == "continue_final_message" ||
                key == "documents" || key == "chat_template" || key == "tokenize") {
       throw bad_request(cat("'chat_template_kwargs.", key, "' is not supported: use the request field of that name"),

@@ -50,10 +50,11 @@ ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags
     support.unavailable = cat("this model serves no chat: ", e.what());
     log_warn(support.unavailable);
   }
-  if (family) {
-    support.tool_format = *family == ChatFamily::kQwen3 ? ToolCallFormat::kHermes : ToolCallFormat::kQwen3Coder;
-    support.reasoning = *family == ChatFamily::kQwen3;
-  }
+  // cmd4 (North) renders, but its parsers (cohere_command4) are not here yet: no tool calls or
+  // reasoning are parsed from its output unless a flag names a parser.
+  if (family == ChatFamily::kQwen3) support.tool_format = ToolCallFormat::kHermes;
+  if (family == ChatFamily::kQwen3Coder) support.tool_format = ToolCallFormat::kQwen3Coder;
+  support.reasoning = family == ChatFamily::kQwen3;
   if (flags.tool_call_parser) {
     const std::string& name = *flags.tool_call_parser;
     support.tool_format = tool_call_format_from_name(name);

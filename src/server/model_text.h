@@ -26,7 +26,7 @@ struct ChatFlags {
 };
 
 // The model's chat template and formats: Qwen3 parses hermes tool calls and <think> reasoning,
-// Qwen3-Coder its XML tool calls. A model without a usable template serves no chat (the reason is
+// Qwen3-Coder its XML tool calls, cmd4 (North) nothing yet (its output is plain text). A model without a usable template serves no chat (the reason is
 // logged and returned by chat requests); a bad flag value or --chat-template file is an Error.
 ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags& flags);
 
