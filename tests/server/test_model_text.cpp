@@ -1,7 +1,8 @@
 // The ServedModel builders of server/model_text: the end tokens each gathers and in which order
 // (config.json, generation_config.json, then the tokenizer's), the defaults, and the model without
 // a tokenizer (--skip-tokenizer-init), whose decoders release no text and which, given no model
-// directory (--random-weights), reads no generation_config.json from anywhere.
+// directory (--random-weights), reads no generation_config.json from anywhere. Also North's cmd4
+// template named by --chat-template: rendered, its kwargs read, its refusals a 400.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -9,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "server/api_error.h"
+#include "server/chat_request.h"
 #include "server/model_text.h"
 #include "server_fixture.h"
 
@@ -86,6 +89,37 @@ TEST(ModelText, NoTextDecodersReleaseNothing) {
     ASSERT_NE(d, nullptr);
     for (int32_t t : {0, 65, testing::kFakeEos, 151645, 1 << 30}) EXPECT_EQ(d->push(t), "");
     EXPECT_EQ(d->flush(), "");
+  }
+}
+
+TEST(ModelText, ChatTemplateFlagServesCmd4) {
+  ChatFlags flags;
+  flags.chat_template = fs::path(MEGADECODE_SOURCE_DIR) / "tests/data/cmd4/cmd4-hf.jinja";
+  const ChatSupport support = chat_support(fs::temp_directory_path(), flags);
+  ASSERT_TRUE(support.render);
+  EXPECT_FALSE(support.tool_format);  // its parsers (cohere_command4) are not implemented yet
+  EXPECT_FALSE(support.reasoning);
+  ChatRequest chat = parse_chat_request(RequestJson::parse(
+      R"({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+          "chat_template_kwargs": {"reasoning_effort": "none"}})"));
+  const std::string prompt = render_chat(chat.input, support);
+  EXPECT_EQ(prompt.rfind("<BOS_TOKEN><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>", 0), 0u) << prompt;
+  const std::string tail = "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TEXT|>Be brief.<|END_TEXT|><|END_OF_TURN_TOKEN|>"
+                           "<|START_OF_TURN_TOKEN|><|USER_TOKEN|><|START_TEXT|>hi<|END_TEXT|><|END_OF_TURN_TOKEN|>"
+                           "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>";
+  EXPECT_EQ(prompt.substr(prompt.size() - tail.size()), tail);
+  EXPECT_THROW(parse_chat_request(RequestJson::parse(
+                   R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"reasoning": "yes"}})")),
+               ApiError);
+  // A tool result that answers no call: 400, naming the message.
+  chat = parse_chat_request(RequestJson::parse(
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "x", "content": "r"}]})"));
+  try {
+    render_chat(chat.input, support);
+    ADD_FAILURE() << "rendered";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(std::string(e.what()).find("message 1 (tool)"), std::string::npos) << e.what();
   }
 }
 
