@@ -8,7 +8,8 @@
 //   - a leading system message becomes the developer turn, which reads like any later system turn;
 //   - an assistant turn opens <|START_THINKING|>reasoning<|END_THINKING|> (empty without
 //     reasoning), then <|START_TEXT|>content<|END_TEXT|>, or with tool calls an
-//     <|START_ACTION|> JSON list whose ids are the calls' positions in the conversation;
+//     <|START_ACTION|> JSON list whose ids are the calls' positions in the conversation (the
+//     template has no place for an assistant's content beside tool calls: it is not rendered);
 //   - a run of tool messages is one <|START_TOOL_RESULT|> turn; each result's id is the position
 //     of the first call with its tool_call_id. The template renders a result that answers no call
 //     with an empty id; megadecode refuses it (the model could not tell what it answers).
