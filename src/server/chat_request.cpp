@@ -209,8 +209,11 @@ std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, Ch
     throw bad_request("a required or named 'tool_choice' needs add_generation_prompt", "tool_choice");
   std::string prompt = render_chat(chat.input, support);
   *output = ChatOutputOptions{};
-  // The model thinks unless the template switched it off, or a forced call skips it (below).
-  output->reasoning = support.reasoning && chat.input.enable_thinking != false;
+  // The model thinks unless the template switched it off (Qwen3's enable_thinking, cmd4's
+  // reasoning and reasoning_effort), or a forced call skips it (below).
+  const bool cmd4 = support.reasoning_format == ReasoningFormat::kCohereCommand4;
+  if (support.reasoning_format) output->reasoning_format = *support.reasoning_format;
+  output->reasoning = support.reasoning_format && (cmd4 ? cmd4_reasoning(chat.input) : chat.input.enable_thinking != false);
   output->include_reasoning = chat.include_reasoning;
   if (calls_wanted) {
     output->tool_format = support.tool_format;
@@ -220,7 +223,7 @@ std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, Ch
   if (forced) {
     // No grammar-constrained decoding here: a forced call is the prompt ending with its opening
     // (after an empty think block, as the template writes one when thinking is off).
-    if (output->reasoning) prompt += "<think>\n\n</think>\n\n";
+    if (output->reasoning) prompt += cmd4 ? "<|END_THINKING|>" : "<think>\n\n</think>\n\n";
     output->reasoning = false;
     output->primed = tool_call_opening(*support.tool_format, chat.tool_choice.name);
     prompt += output->primed;

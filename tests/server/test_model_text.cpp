@@ -97,8 +97,8 @@ TEST(ModelText, ChatTemplateFlagServesCmd4) {
   flags.chat_template = fs::path(MEGADECODE_SOURCE_DIR) / "tests/data/cmd4/cmd4-hf.jinja";
   const ChatSupport support = chat_support(fs::temp_directory_path(), flags);
   ASSERT_TRUE(support.render);
-  EXPECT_FALSE(support.tool_format);  // its parsers (cohere_command4) are not implemented yet
-  EXPECT_FALSE(support.reasoning);
+  EXPECT_EQ(support.tool_format, ToolCallFormat::kCohereCommand4);  // the family's parsers by default
+  EXPECT_EQ(support.reasoning_format, ReasoningFormat::kCohereCommand4);
   ChatRequest chat = parse_chat_request(RequestJson::parse(
       R"({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}],
           "chat_template_kwargs": {"reasoning_effort": "none"}})"));
@@ -121,6 +121,58 @@ TEST(ModelText, ChatTemplateFlagServesCmd4) {
     EXPECT_EQ(e.status, 400);
     EXPECT_NE(std::string(e.what()).find("message 1 (tool)"), std::string::npos) << e.what();
   }
+}
+
+// What prepare_chat makes of cmd4: reasoning on or off from its kwargs, the markers kept in the
+// text (they are special tokens), a forced call after a closed reasoning block, and the flags.
+TEST(ModelText, Cmd4ParsersFollowTheRequest) {
+  ChatFlags flags;
+  flags.chat_template = fs::path(MEGADECODE_SOURCE_DIR) / "tests/data/cmd4/cmd4-hf.jinja";
+  const ChatSupport support = chat_support(fs::temp_directory_path(), flags);
+  const std::string tools = R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])";
+  auto prepare = [&](const std::string& extra, ChatOutputOptions* out) {
+    const ChatRequest chat = parse_chat_request(
+        RequestJson::parse(R"({"messages": [{"role": "user", "content": "hi"}], "tools": )" + tools + extra + "}"));
+    return prepare_chat(chat, support, out);
+  };
+  ChatOutputOptions out;
+  std::string prompt = prepare("", &out);
+  EXPECT_TRUE(prompt.ends_with("<|CHATBOT_TOKEN|><|START_THINKING|>")) << prompt;
+  EXPECT_TRUE(out.reasoning);
+  EXPECT_EQ(out.reasoning_format, ReasoningFormat::kCohereCommand4);
+  EXPECT_EQ(out.tool_format, ToolCallFormat::kCohereCommand4);
+  EXPECT_TRUE(out.is_cmd4() && out.active());
+  prompt = prepare(R"(, "chat_template_kwargs": {"reasoning": false})", &out);
+  EXPECT_TRUE(prompt.ends_with("<|START_THINKING|><|END_THINKING|>")) << prompt;
+  EXPECT_FALSE(out.reasoning);
+  prompt = prepare(R"(, "tool_choice": {"type": "function", "function": {"name": "f"}})", &out);
+  EXPECT_TRUE(prompt.ends_with("<|START_THINKING|><|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
+                               "\"tool_name\": \"f\", \"parameters\": "))
+      << prompt;
+  EXPECT_FALSE(out.reasoning);
+  prompt = prepare(R"(, "tool_choice": "required", "chat_template_kwargs": {"reasoning_effort": "none"})", &out);
+  EXPECT_TRUE(prompt.ends_with("<|START_THINKING|><|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
+                               "\"tool_name\": \""))
+      << prompt;
+  prepare(R"(, "tool_choice": "none")", &out);
+  EXPECT_FALSE(out.tool_format);
+  EXPECT_TRUE(out.is_cmd4());  // the reasoning split still runs
+
+  ChatFlags off = flags;
+  off.reasoning_parser = "none";
+  off.tool_call_parser = "none";
+  const ChatSupport plain = chat_support(fs::temp_directory_path(), off);
+  EXPECT_FALSE(plain.reasoning_format);
+  EXPECT_FALSE(plain.tool_format);
+  ChatFlags qwen_names_cmd4;
+  qwen_names_cmd4.reasoning_parser = "cohere_command4";
+  qwen_names_cmd4.tool_call_parser = "cohere_command4";
+  const ChatSupport named = chat_support(fs::temp_directory_path(), qwen_names_cmd4);
+  EXPECT_EQ(named.reasoning_format, ReasoningFormat::kCohereCommand4);
+  EXPECT_EQ(named.tool_format, ToolCallFormat::kCohereCommand4);
+  ChatFlags bad;
+  bad.reasoning_parser = "cohere_command3";
+  EXPECT_THROW(chat_support(fs::temp_directory_path(), bad), Error);
 }
 
 }  // namespace
