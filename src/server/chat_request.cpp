@@ -211,9 +211,11 @@ std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, Ch
   *output = ChatOutputOptions{};
   // The model thinks unless the template switched it off (Qwen3's enable_thinking, cmd4's
   // reasoning and reasoning_effort), or a forced call skips it (below).
-  const bool cmd4 = support.reasoning_format == ReasoningFormat::kCohereCommand4;
+  const bool cmd4 = support.reasoning_format == ReasoningFormat::kCohereCommand4 ||
+                    support.tool_format == ToolCallFormat::kCohereCommand4;
+  const bool thinking = cmd4 ? cmd4_reasoning(chat.input) : chat.input.enable_thinking != false;
   if (support.reasoning_format) output->reasoning_format = *support.reasoning_format;
-  output->reasoning = support.reasoning_format && (cmd4 ? cmd4_reasoning(chat.input) : chat.input.enable_thinking != false);
+  output->reasoning = support.reasoning_format && thinking;
   output->include_reasoning = chat.include_reasoning;
   if (calls_wanted) {
     output->tool_format = support.tool_format;
@@ -222,8 +224,10 @@ std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, Ch
   }
   if (forced) {
     // No grammar-constrained decoding here: a forced call is the prompt ending with its opening
-    // (after an empty think block, as the template writes one when thinking is off).
-    if (output->reasoning) prompt += cmd4 ? "<|END_THINKING|>" : "<think>\n\n</think>\n\n";
+    // (after an empty think block, as the template writes one when thinking is off; cmd4's
+    // prompt always opens one, which is closed).
+    if (cmd4 && thinking) prompt += "<|END_THINKING|>";
+    if (!cmd4 && output->reasoning) prompt += "<think>\n\n</think>\n\n";
     output->reasoning = false;
     output->primed = tool_call_opening(*support.tool_format, chat.tool_choice.name);
     prompt += output->primed;

@@ -167,6 +167,17 @@ TEST(ModelText, Cmd4ParsersFollowTheRequest) {
   ChatFlags qwen_names_cmd4;
   qwen_names_cmd4.reasoning_parser = "cohere_command4";
   qwen_names_cmd4.tool_call_parser = "cohere_command4";
+  // The template's reasoning block is closed before a forced call whichever parsers run.
+  ChatFlags calls_only = flags;
+  calls_only.reasoning_parser = "none";
+  const ChatSupport calls = chat_support(fs::temp_directory_path(), calls_only);
+  const ChatRequest forced = parse_chat_request(RequestJson::parse(
+      R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "tools": )" + tools + "}"));
+  EXPECT_TRUE(prepare_chat(forced, calls, &out)
+                  .ends_with("<|START_THINKING|><|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
+                             "\"tool_name\": \""));
+  EXPECT_FALSE(out.reasoning);
+  EXPECT_TRUE(out.is_cmd4());
   const ChatSupport named = chat_support(fs::temp_directory_path(), qwen_names_cmd4);
   EXPECT_EQ(named.reasoning_format, ReasoningFormat::kCohereCommand4);
   EXPECT_EQ(named.tool_format, ToolCallFormat::kCohereCommand4);
