@@ -313,6 +313,11 @@ TEST(ServerChat, Cmd4ReasoningOffSplitMarkersAndToolChoice) {
   EXPECT_EQ(quick["choices"][0]["message"]["content"], "Hi there.");
   EXPECT_FALSE(quick["choices"][0]["message"].contains("reasoning_content"));
   EXPECT_TRUE(server.prompts().back().ends_with("<|START_THINKING|><|END_THINKING|>"));
+  // North's markers are special tokens, so cmd4 chat decodes special tokens (here Qwen3's).
+  server.on_text("Specials", "<|START_TEXT|>a<|im_start|>b<|END_TEXT|>");
+  auto [special, special_s] = both_ways(server, {{"messages", {user("Specials")}}, {"skip_special_tokens", true},
+                                                 {"chat_template_kwargs", {{"reasoning", false}}}});
+  EXPECT_EQ(special["choices"][0]["message"]["content"], "a<|im_start|>b");
   // Markers cut at odd places between tokens never leak.
   server.on("Split", server.encode_pieces({"Th", "ink.<|END_", "THINK", "ING|><|STA", "RT_TEXT|>Ans", "wer.<|END_TE", "XT|>"}));
   auto [split, split_s] = both_ways(server, {{"messages", {user("Split")}}});
