@@ -210,10 +210,12 @@ std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, Ch
   std::string prompt = render_chat(chat.input, support);
   *output = ChatOutputOptions{};
   // The model thinks unless the template switched it off (Qwen3's enable_thinking, cmd4's
-  // reasoning and reasoning_effort), or a forced call skips it (below).
+  // reasoning and reasoning_effort), or a forced call skips it (below). cmd4's output is in its
+  // reasoning only after a generation prompt (a continued message goes on in its text).
   const bool cmd4 = support.reasoning_format == ReasoningFormat::kCohereCommand4 ||
                     support.tool_format == ToolCallFormat::kCohereCommand4;
-  const bool thinking = cmd4 ? cmd4_reasoning(chat.input) : chat.input.enable_thinking != false;
+  const bool thinking =
+      cmd4 ? chat.input.add_generation_prompt && cmd4_reasoning(chat.input) : chat.input.enable_thinking != false;
   if (support.reasoning_format) output->reasoning_format = *support.reasoning_format;
   output->reasoning = support.reasoning_format && thinking;
   output->include_reasoning = chat.include_reasoning;

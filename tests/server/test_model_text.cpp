@@ -154,6 +154,13 @@ TEST(ModelText, Cmd4ParsersFollowTheRequest) {
   EXPECT_TRUE(prompt.ends_with("<|START_THINKING|><|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
                                "\"tool_name\": \""))
       << prompt;
+  // A continued answer goes on in the answer, not in reasoning.
+  const ChatRequest continued = parse_chat_request(RequestJson::parse(
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}],
+          "add_generation_prompt": false, "continue_final_message": true})"));
+  EXPECT_TRUE(prepare_chat(continued, support, &out).ends_with("<|START_TEXT|>Hel"));
+  EXPECT_FALSE(out.reasoning);
+  EXPECT_TRUE(out.is_cmd4());
   prepare(R"(, "tool_choice": "none")", &out);
   EXPECT_FALSE(out.tool_format);
   EXPECT_TRUE(out.is_cmd4());  // the reasoning split still runs
