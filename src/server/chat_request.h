@@ -35,14 +35,14 @@ ChatRequest parse_chat_request(const RequestJson& body);
 // A `messages` array (also read by /tokenize).
 std::vector<ChatMessage> parse_messages(const RequestJson& messages);
 
-// What the served model can do with chat: its template, its tool-call format and whether its
-// output carries <think> reasoning (the template family's defaults, or the server's flags).
+// What the served model can do with chat: its template, its tool-call format and how reasoning is
+// split off its output (the template family's defaults, or the server's flags).
 using ChatRenderer = std::function<std::string(const ChatInput& input)>;
 struct ChatSupport {
   ChatRenderer render;      // empty when the model has no usable template
   std::string unavailable;  // why, when render is empty
   std::optional<ToolCallFormat> tool_format;
-  bool reasoning = false;
+  std::optional<ReasoningFormat> reasoning_format;  // none: the output is all content
 };
 
 // The rendered conversation; ApiError 400 when the model has no template or the template refuses.

@@ -50,20 +50,22 @@ ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags
     support.unavailable = cat("this model serves no chat: ", e.what());
     log_warn(support.unavailable);
   }
-  if (family) {
-    support.tool_format = *family == ChatFamily::kQwen3 ? ToolCallFormat::kHermes : ToolCallFormat::kQwen3Coder;
-    support.reasoning = *family == ChatFamily::kQwen3;
-  }
+  if (family == ChatFamily::kQwen3) support.tool_format = ToolCallFormat::kHermes;
+  if (family == ChatFamily::kQwen3Coder) support.tool_format = ToolCallFormat::kQwen3Coder;
+  if (family == ChatFamily::kCmd4) support.tool_format = ToolCallFormat::kCohereCommand4;
+  if (family == ChatFamily::kQwen3) support.reasoning_format = ReasoningFormat::kQwen3;
+  if (family == ChatFamily::kCmd4) support.reasoning_format = ReasoningFormat::kCohereCommand4;
   if (flags.tool_call_parser) {
     const std::string& name = *flags.tool_call_parser;
     support.tool_format = tool_call_format_from_name(name);
-    MD_REQUIRE(support.tool_format || name == "none", "--tool-call-parser must be hermes, qwen3_coder (qwen3_xml) or ",
-               "none, got \"", name, "\"");
+    MD_REQUIRE(support.tool_format || name == "none", "--tool-call-parser must be hermes, qwen3_coder (qwen3_xml), ",
+               "cohere_command4 or none, got \"", name, "\"");
   }
   if (flags.reasoning_parser) {
     const std::string& name = *flags.reasoning_parser;
-    MD_REQUIRE(name == "qwen3" || name == "none", "--reasoning-parser must be qwen3 or none, got \"", name, "\"");
-    support.reasoning = name == "qwen3";
+    support.reasoning_format = reasoning_format_from_name(name);
+    MD_REQUIRE(support.reasoning_format || name == "none", "--reasoning-parser must be qwen3, cohere_command4 or none, ",
+               "got \"", name, "\"");
   }
   return support;
 }

@@ -21,13 +21,14 @@ namespace megadecode {
 // The server's chat flags (vLLM's names); unset ones follow the template's family.
 struct ChatFlags {
   std::optional<std::filesystem::path> chat_template;  // --chat-template FILE instead of the model's
-  std::optional<std::string> tool_call_parser;         // --tool-call-parser hermes|qwen3_coder|none
-  std::optional<std::string> reasoning_parser;         // --reasoning-parser qwen3|none
+  std::optional<std::string> tool_call_parser;  // --tool-call-parser hermes|qwen3_coder|cohere_command4|none
+  std::optional<std::string> reasoning_parser;  // --reasoning-parser qwen3|cohere_command4|none
 };
 
 // The model's chat template and formats: Qwen3 parses hermes tool calls and <think> reasoning,
-// Qwen3-Coder its XML tool calls. A model without a usable template serves no chat (the reason is
-// logged and returned by chat requests); a bad flag value or --chat-template file is an Error.
+// Qwen3-Coder its XML tool calls, cmd4 (North) its actions and reasoning channels
+// (cohere_command4). A model without a usable template serves no chat (the reason is logged and
+// returned by chat requests); a bad flag value or --chat-template file is an Error.
 ChatSupport chat_support(const std::filesystem::path& model_dir, const ChatFlags& flags);
 
 // The ServedModel for a model directory: generation_config.json defaults, end tokens from

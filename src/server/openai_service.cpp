@@ -231,7 +231,8 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
       s.stop.eos_token_ids = model_.eos_token_ids;
       s.stop.ignore_eos = r.ignore_eos;
       s.stop.include_stop_str_in_output = r.include_stop_str_in_output;
-      s.stop.skip_special_tokens = r.skip_special_tokens;
+      // cmd4's parsers read its markers, which are special tokens.
+      s.stop.skip_special_tokens = r.skip_special_tokens && !(chat && setup.chat_output.is_cmd4());
       s.logprobs = r.logprobs.value_or(-1);
       s.prompt_logprobs = r.echo && r.logprobs.has_value();
       s.arrival = arrival;

@@ -13,6 +13,16 @@ constexpr std::string_view kClose = "</think>";
 
 }  // namespace
 
+std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name) {
+  if (name == "qwen3") return ReasoningFormat::kQwen3;
+  if (name == "cohere_command4") return ReasoningFormat::kCohereCommand4;
+  return std::nullopt;
+}
+
+const char* reasoning_format_name(ReasoningFormat format) {
+  return format == ReasoningFormat::kQwen3 ? "qwen3" : "cohere_command4";
+}
+
 ReasoningParser::Output ReasoningParser::push(std::string_view text) {
   Output out;
   if (state_ == State::kContent) {

@@ -6,10 +6,17 @@
 // Threading: one instance per generated sequence, used by one thread at a time.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace megadecode {
+
+// The --reasoning-parser formats: Qwen3's <think> block (this class) and North's cmd4 markers
+// (Cmd4ReasoningParser, cmd4_reasoning_parser.h).
+enum class ReasoningFormat { kQwen3, kCohereCommand4 };
+std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name);  // "qwen3", "cohere_command4"
+const char* reasoning_format_name(ReasoningFormat format);
 
 class ReasoningParser {
  public:

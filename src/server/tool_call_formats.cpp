@@ -11,6 +11,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr ToolCallTags kToolCallTags{"<tool_call>", "</tool_call>"};
 constexpr ToolCallTags kFunctionTags{"<function=", "</function>"};
+constexpr ToolCallTags kActionTags{"<|START_ACTION|>", "<|END_ACTION|>"};
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -132,16 +133,43 @@ std::optional<ParsedToolCall> parse_function(std::string_view body, const Json& 
   return make_call(name, arguments);
 }
 
+// body: a JSON list of {"tool_call_id", "tool_name", "parameters"} (cmd4's action block). Every
+// element must be a call with a non-empty name and object parameters (absent or null: {}; a
+// string holding a JSON object is read as that object); an empty list is no action.
+std::optional<std::vector<ParsedToolCall>> parse_actions(std::string_view body) {
+  const Json j = Json::parse(trim_blank(body), nullptr, false);
+  if (j.is_discarded() || !j.is_array() || j.empty()) return std::nullopt;
+  std::vector<ParsedToolCall> calls;
+  for (const Json& action : j) {
+    if (!action.is_object()) return std::nullopt;
+    auto name = action.find("tool_name");
+    if (name == action.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return std::nullopt;
+    Json parameters = Json::object();
+    if (auto p = action.find("parameters"); p != action.end() && !p->is_null()) {
+      parameters = p->is_string() ? Json::parse(p->get<std::string>(), nullptr, false) : *p;
+      if (parameters.is_discarded() || !parameters.is_object()) return std::nullopt;
+    }
+    calls.push_back(make_call(name->get<std::string>(), parameters));
+  }
+  return calls;
+}
+
 }  // namespace
 
 std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) {
   if (name == "hermes") return ToolCallFormat::kHermes;
   if (name == "qwen3_coder" || name == "qwen3_xml") return ToolCallFormat::kQwen3Coder;
+  if (name == "cohere_command4") return ToolCallFormat::kCohereCommand4;
   return std::nullopt;
 }
 
 const char* tool_call_format_name(ToolCallFormat format) {
-  return format == ToolCallFormat::kHermes ? "hermes" : "qwen3_coder";
+  switch (format) {
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kQwen3Coder: return "qwen3_coder";
+    case ToolCallFormat::kCohereCommand4: return "cohere_command4";
+  }
+  return "";
 }
 
 std::string ParsedToolCall::arguments() const {
@@ -152,19 +180,32 @@ std::string ParsedToolCall::arguments() const {
 
 std::vector<ToolCallTags> tool_call_tags(ToolCallFormat format) {
   if (format == ToolCallFormat::kHermes) return {kToolCallTags};
+  if (format == ToolCallFormat::kCohereCommand4) return {kActionTags};
   return {kToolCallTags, kFunctionTags};
 }
 
-std::optional<ParsedToolCall> parse_tool_call(ToolCallFormat format, const ToolCallTags& tags, std::string_view body,
-                                              const Json& tools) {
-  if (format == ToolCallFormat::kHermes) return parse_hermes(body);
-  if (tags.open == kFunctionTags.open) return parse_function(std::string(body) + "</function>", tools);
+std::optional<std::vector<ParsedToolCall>> parse_tool_calls(ToolCallFormat format, const ToolCallTags& tags,
+                                                            std::string_view body, const Json& tools) {
+  if (format == ToolCallFormat::kCohereCommand4) return parse_actions(body);
+  std::optional<ParsedToolCall> call;
   std::string_view inner = trim_blank(body);
-  if (!consume(inner, "<function=")) return std::nullopt;
-  return parse_function(inner, tools);
+  if (format == ToolCallFormat::kHermes) {
+    call = parse_hermes(body);
+  } else if (tags.open == kFunctionTags.open) {
+    call = parse_function(std::string(body) + "</function>", tools);
+  } else if (consume(inner, "<function=")) {
+    call = parse_function(inner, tools);
+  }
+  if (!call) return std::nullopt;
+  return std::vector<ParsedToolCall>{std::move(*call)};
 }
 
 std::string tool_call_opening(ToolCallFormat format, std::string_view name) {
+  if (format == ToolCallFormat::kCohereCommand4) {  // the first call of the list, as the template writes it
+    const std::string head = "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": ";
+    if (name.empty()) return head + "\"";
+    return head + tv::to_json(std::string(name)) + ", \"parameters\": ";
+  }
   if (format == ToolCallFormat::kHermes) {
     if (name.empty()) return "<tool_call>\n{\"name\": \"";
     return "<tool_call>\n{\"name\": " + tv::to_json(std::string(name)) + ", \"arguments\": ";

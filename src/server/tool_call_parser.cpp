@@ -84,10 +84,12 @@ void ToolCallParser::emit_text(std::string_view text, Output& out) {
 
 void ToolCallParser::end_call(std::string_view body, bool closed, Output& out) {
   const ToolCallTags& tags = tags_[static_cast<size_t>(open_)];
-  if (auto call = parse_tool_call(format_, tags, body, tools_)) {
+  if (auto calls = parse_tool_calls(format_, tags, body, tools_)) {
     held_blank_.clear();
-    if (parallel_ || n_calls_ == 0) out.calls.push_back(std::move(*call));
-    ++n_calls_;
+    for (ParsedToolCall& call : *calls) {
+      if (parallel_ || n_calls_ == 0) out.calls.push_back(std::move(call));
+      ++n_calls_;
+    }
     return;
   }
   std::string raw(tags.open);

@@ -1,9 +1,9 @@
 // Finds the tool calls in generated text that arrives in pieces (tags may be split anywhere
 // between pieces). Text outside calls is content, released as soon as it cannot be the start of
-// a tag; a call is held until its closing tag and released whole, so a malformed call (or one cut
-// off at the end) is returned as the plain text it was, never half a call. Whitespace next to a
-// call is dropped (the text before a call is usually "\n\n"). With parallel_tool_calls false,
-// calls after the first are dropped, as vLLM does.
+// a tag; a call (for cohere_command4, an action block and all its calls) is held until its closing
+// tag and released whole, so a malformed one (or one cut off at the end) is returned as the plain
+// text it was, never half a call. Whitespace next to a call is dropped (the text before a call is
+// usually "\n\n"). With parallel_tool_calls false, calls after the first are dropped, as vLLM does.
 // Threading: one instance per generated sequence, used by one thread at a time.
 #pragma once
 

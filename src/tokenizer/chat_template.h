@@ -1,9 +1,11 @@
 // The chat template of a model: the conversation (system/user/assistant/tool messages, tool calls,
 // reasoning, the tools block, enable_thinking) rendered into the prompt text exactly as the
-// model's own Jinja template renders it under Python's jinja2. Two families are implemented, each
-// written out by hand in C++ (chat_template_qwen3.cpp, chat_template_qwen3_coder.cpp): Qwen3
-// (JSON tool calls, <think> reasoning) and Qwen3-Coder (XML tool calls). Any other template is
-// refused with an Error. Thread-safety: a ChatTemplate is immutable; render() may run anywhere.
+// model's own Jinja template renders it under Python's jinja2. Three families are implemented, each
+// written out by hand in C++ (chat_template_qwen3.cpp, chat_template_qwen3_coder.cpp,
+// chat_template_cmd4.cpp): Qwen3 (JSON tool calls, <think> reasoning), Qwen3-Coder (XML tool
+// calls) and cmd4, North Mini Code's (<|START_ACTION|> JSON tool calls, <|START_THINKING|>
+// reasoning). Any other template is refused with an Error. Thread-safety: a ChatTemplate is
+// immutable; render() may run anywhere.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +42,14 @@ struct ChatInput {
   // rule: cut the rendering right after the final message's text).
   bool continue_final_message = false;
   std::optional<bool> enable_thinking;  // chat_template_kwargs; unset is the template's default
+  // chat_template_kwargs of cmd4: `reasoning`, and `reasoning_effort`, whose "none" (any case)
+  // switches reasoning off when `reasoning` is unset. The other families ignore them.
+  std::optional<bool> reasoning;
+  std::optional<std::string> reasoning_effort;
 };
 
-enum class ChatFamily { kQwen3, kQwen3Coder };
-const char* chat_family_name(ChatFamily family);  // "qwen3", "qwen3_coder"
+enum class ChatFamily { kQwen3, kQwen3Coder, kCmd4 };
+const char* chat_family_name(ChatFamily family);  // "qwen3", "qwen3_coder", "cmd4"
 
 class ChatTemplate {
  public:
@@ -60,7 +66,8 @@ class ChatTemplate {
   bool exact() const { return exact_; }
 
   // The prompt text. Error for conversations the template cannot render (empty, unknown roles,
-  // a continued final message that the template drops, ...).
+  // a continued final message that the template drops, for cmd4 a tool result that answers no
+  // tool call, ...); the message's index is named where one message is at fault.
   std::string render(const ChatInput& input) const;
 
  private:
@@ -68,6 +75,10 @@ class ChatTemplate {
   ChatFamily family_;
   bool exact_;
 };
+
+// cmd4's `reasoning` variable: whether its generation prompt leaves reasoning open
+// (<|START_THINKING|>) rather than closed (<|START_THINKING|><|END_THINKING|>).
+bool cmd4_reasoning(const ChatInput& input);
 
 // The published templates' text fingerprints (FNV-1a, 64 bits, trailing newlines dropped).
 uint64_t chat_template_fingerprint(std::string_view text);

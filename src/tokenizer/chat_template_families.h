@@ -1,4 +1,4 @@
-// The two chat template families, each the C++ transcription of the model's Jinja template
+// The chat template families, each the C++ transcription of the model's Jinja template
 // (used by ChatTemplate::render, which validates the input first).
 #pragma once
 
@@ -10,5 +10,6 @@ namespace megadecode {
 
 std::string render_qwen3(const ChatInput& input);
 std::string render_qwen3_coder(const ChatInput& input);
+std::string render_cmd4(const ChatInput& input);
 
 }  // namespace megadecode

@@ -1,6 +1,7 @@
-// A test server that answers like a Qwen3 or Qwen3-Coder model: the scripted backend behind the
-// real Qwen3 tokenizer and the real chat template (Qwen3's from data/tokenizer/qwen3, or
-// Qwen3-Coder's from tests/data), with the template family's reasoning and tool-call parsing.
+// A test server that answers like a Qwen3, Qwen3-Coder or North (cmd4) model: the scripted backend
+// behind the real Qwen3 tokenizer and the real chat template (Qwen3's from data/tokenizer/qwen3,
+// Qwen3-Coder's and cmd4's from tests/data), with the template family's reasoning and tool-call
+// parsing. The Qwen3 tokenizer has no cmd4 markers: they reach the server as several tokens each.
 // Replies are scripted by marker: the rule whose marker occurs last in the prompt text wins. It
 // records every chat request body and every byte sent back, for end-to-end client tests.
 #pragma once
@@ -62,6 +63,9 @@ inline std::filesystem::path qwen3_tokenizer_dir() {
 inline std::filesystem::path qwen3_coder_template() {
   return std::filesystem::path(MEGADECODE_SOURCE_DIR) / "tests/data/qwen3_coder_chat_template.jinja";
 }
+inline std::filesystem::path cmd4_template() {
+  return std::filesystem::path(MEGADECODE_SOURCE_DIR) / "tests/data/cmd4/cmd4-hf.jinja";
+}
 
 class ScriptedServer {
  public:
@@ -77,9 +81,12 @@ class ScriptedServer {
     ec.scheduler = SchedulerConfig{.max_num_seqs = 8, .max_prefill_tokens = 2048, .prefix_caching = true,
                                    .check_invariants = false};
     engine_ = std::make_unique<Engine>(backend_, ec, streaming_decoders(*tokenizer_));
-    if (family == ChatFamily::kQwen3Coder) flags.chat_template = qwen3_coder_template();
+    if (family == ChatFamily::kQwen3Coder && !flags.chat_template) flags.chat_template = qwen3_coder_template();
+    if (family == ChatFamily::kCmd4 && !flags.chat_template) flags.chat_template = cmd4_template();
     ModelConfig config = backend_.config();
-    model_name_ = family == ChatFamily::kQwen3 ? "qwen3-scripted" : "qwen3-coder-scripted";
+    model_name_ = family == ChatFamily::kQwen3        ? "qwen3-scripted"
+                  : family == ChatFamily::kQwen3Coder ? "qwen3-coder-scripted"
+                                                      : "north-cmd4-scripted";
     service_ = std::make_unique<OpenAiService>(
         *engine_, served_model(qwen3_tokenizer_dir(), model_name_, config, *tokenizer_, flags));
     HttpServerConfig hc;

@@ -4,73 +4,17 @@
 // random multi-cuts with the seed printed) gives exactly what the whole text gives.
 #include <gtest/gtest.h>
 
-#include "core/rng.h"
-#include "server/chat_output.h"
+#include "chat_output_checks.h"
 
 namespace megadecode {
 namespace {
 
-using OJson = nlohmann::ordered_json;
+using testing::OJson;
+using testing::parse_every_way;
+using testing::Parsed;
+using testing::tools_options;
 
-struct Parsed {
-  std::string reasoning, content;
-  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
-  bool operator==(const Parsed&) const = default;
-};
-
-std::ostream& operator<<(std::ostream& os, const Parsed& p) {
-  os << "{reasoning \"" << p.reasoning << "\", content \"" << p.content << "\", calls [";
-  for (const auto& [name, args] : p.calls) os << name << args << " ";
-  return os << "]}";
-}
-
-void add(Parsed& p, ChatDelta d) {
-  p.reasoning += d.reasoning;
-  p.content += d.content;
-  for (const ParsedToolCall& c : d.calls) {
-    p.calls.emplace_back(c.name, c.arguments());
-    ASSERT_FALSE(c.argument_fragments.empty());
-  }
-}
-
-Parsed parse_pieces(const ChatOutputOptions& options, const std::vector<std::string>& pieces) {
-  ChatOutputParser parser(options);
-  Parsed p;
-  for (const std::string& piece : pieces) add(p, parser.push(piece));
-  add(p, parser.finish());
-  return p;
-}
-
-// Parses `text` whole, then cut at every byte and at random cuts; all must agree.
-Parsed parse_every_way(const ChatOutputOptions& options, const std::string& text, uint64_t seed) {
-  const Parsed whole = parse_pieces(options, {text});
-  for (size_t cut = 0; cut <= text.size(); ++cut)
-    EXPECT_EQ(parse_pieces(options, {text.substr(0, cut), text.substr(cut)}), whole) << "cut at " << cut << " of: " << text;
-  SplitMix64 rng(seed);
-  for (int trial = 0; trial < 50; ++trial) {
-    std::vector<std::string> pieces;
-    for (size_t at = 0; at < text.size();) {
-      const size_t n = std::min(text.size() - at, static_cast<size_t>(rng.below(6)));
-      pieces.push_back(text.substr(at, n));
-      at += n;
-    }
-    EXPECT_EQ(parse_pieces(options, pieces), whole) << "random pieces (seed " << seed << ") of: " << text;
-  }
-  return whole;
-}
-
-ChatOutputOptions tools_options(ToolCallFormat format, OJson tools = OJson::array()) {
-  ChatOutputOptions o;
-  o.tool_format = format;
-  o.tools = std::make_shared<const OJson>(std::move(tools));
-  return o;
-}
-
-class ChatOutput : public ::testing::Test {
- protected:
-  uint64_t seed = test_seed();
-  void SetUp() override { std::printf("seed %llu\n", static_cast<unsigned long long>(seed)); }
-};
+class ChatOutput : public testing::SeededTest {};
 
 TEST_F(ChatOutput, ReasoningSplit) {
   ChatOutputOptions o;
@@ -190,11 +134,11 @@ TEST_F(ChatOutput, PrimedCallCompletesTheOpening) {
 }
 
 TEST_F(ChatOutput, ArgumentFragmentsJoinToTheArguments) {
-  const std::optional<ParsedToolCall> call =
-      parse_tool_call(ToolCallFormat::kHermes, tool_call_tags(ToolCallFormat::kHermes)[0],
-                      "{\"name\": \"f\", \"arguments\": {\"a\": 1, \"b\": \"two\", \"c\": {}}}", OJson::array());
-  ASSERT_TRUE(call.has_value());
-  EXPECT_EQ(call->argument_fragments, (std::vector<std::string>{"{\"a\": 1", ", \"b\": \"two\"", ", \"c\": {}}"}));
+  const std::optional<std::vector<ParsedToolCall>> calls =
+      parse_tool_calls(ToolCallFormat::kHermes, tool_call_tags(ToolCallFormat::kHermes)[0],
+                       "{\"name\": \"f\", \"arguments\": {\"a\": 1, \"b\": \"two\", \"c\": {}}}", OJson::array());
+  ASSERT_TRUE(calls.has_value() && calls->size() == 1);
+  EXPECT_EQ(calls->front().argument_fragments, (std::vector<std::string>{"{\"a\": 1", ", \"b\": \"two\"", ", \"c\": {}}"}));
   EXPECT_EQ(tool_call_format_from_name("qwen3_xml"), ToolCallFormat::kQwen3Coder);
   EXPECT_EQ(tool_call_format_from_name("pythonic"), std::nullopt);
 }

@@ -1,7 +1,8 @@
-// Chat as Qwen3 and Qwen3-Coder users call it, over HTTP, on the scripted backend with the real
-// tokenizer and templates: reasoning on and off (chat_template_kwargs), tool calls in both
-// formats (non-streaming and streaming, tags split across tokens, malformed calls), the call ->
-// tool result -> answer loop, tool_choice and parallel_tool_calls, and the fields that are refused.
+// Chat as Qwen3, Qwen3-Coder and North (cmd4) users call it, over HTTP, on the scripted backend
+// with the real tokenizer and templates: reasoning on and off (chat_template_kwargs), tool calls
+// in all three formats (non-streaming and streaming, tags split across tokens, malformed calls),
+// the call -> tool result -> answer loop, tool_choice and parallel_tool_calls, and the fields that
+// are refused.
 #include <gtest/gtest.h>
 
 #include "scripted_server.h"
@@ -258,6 +259,96 @@ TEST(ServerChat, ToolChoiceAndParallelCalls) {
   auto [req, req_s] = both_ways(server, {{"messages", {user("Must call")}}, {"tools", weather_tools()}, {"tool_choice", "required"}});
   ASSERT_EQ(req["choices"][0]["message"]["tool_calls"].size(), 1u);
   EXPECT_EQ(req["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+}
+
+std::string cmd4_action(const std::vector<std::string>& cities) {
+  std::string s = "<|START_ACTION|>[";
+  for (size_t i = 0; i < cities.size(); ++i)
+    s += std::string(i ? "," : "") + "\n    {\"tool_call_id\": \"" + std::to_string(i) +
+         "\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"" + cities[i] + "\"}}";
+  return s + "\n]<|END_ACTION|>";
+}
+
+// North's loop through the cmd4 template: reasoning and an action, the call's result sent back
+// with the reasoning (interleaved thinking), and an answer with a citation, streamed and not.
+TEST(ServerChat, Cmd4ToolCallRoundTrip) {
+  ScriptedServer server(ChatFamily::kCmd4);
+  server.on_text("Weather in Paris?", "The user wants the weather.<|END_THINKING|>" + cmd4_action({"Paris"}));
+  server.on_text("<|START_TOOL_RESULT|>",
+                 "It is sunny.<|END_THINKING|><|START_TEXT|>It is <co>18 C and sunny</co: 0:[0]> in Paris.<|END_TEXT|>");
+  const json request = {{"messages", {user("Weather in Paris?")}}, {"tools", weather_tools()}};
+  auto [whole, streamed] = both_ways(server, request);
+  const json& m = whole["choices"][0]["message"];
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(m["reasoning_content"], "The user wants the weather.");
+  EXPECT_TRUE(m["content"].is_null()) << m.dump();
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_GE(streamed.n_reasoning_chunks, 2) << "reasoning streams token by token";
+  EXPECT_TRUE(server.prompts().back().ends_with("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>"));
+
+  json follow = request;
+  follow["messages"].push_back(m);
+  follow["messages"].push_back({{"role", "tool"}, {"tool_call_id", m["tool_calls"][0]["id"]}, {"content", "18 C, sunny"}});
+  auto [answer, answer_streamed] = both_ways(server, follow);
+  const json& a = answer["choices"][0]["message"];
+  EXPECT_EQ(answer["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(a["reasoning_content"], "It is sunny.");
+  EXPECT_EQ(a["content"], "It is 18 C and sunny in Paris.");
+  EXPECT_FALSE(a.contains("tool_calls"));
+  EXPECT_NE(server.prompts().back().find(
+                "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>The user wants the weather.<|END_THINKING|>" +
+                cmd4_action({"Paris"}) + "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TOOL_RESULT|>[\n"
+                "    {\n        \"tool_call_id\": \"0\",\n        \"results\": {\n            \"0\": {\"content\": \"18 C, sunny\"}\n"
+                "        },\n        \"is_error\": null\n    }\n]<|END_TOOL_RESULT|><|END_OF_TURN_TOKEN|>"),
+            std::string::npos)
+      << server.prompts().back();
+}
+
+TEST(ServerChat, Cmd4ReasoningOffSplitMarkersAndToolChoice) {
+  ScriptedServer server(ChatFamily::kCmd4);
+  server.on_text("Quick", "<|START_TEXT|>Hi there.<|END_TEXT|>");
+  auto [quick, quick_s] = both_ways(server, {{"messages", {user("Quick")}}, {"chat_template_kwargs", {{"reasoning", false}}}});
+  EXPECT_EQ(quick["choices"][0]["message"]["content"], "Hi there.");
+  EXPECT_FALSE(quick["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_TRUE(server.prompts().back().ends_with("<|START_THINKING|><|END_THINKING|>"));
+  // North's markers are special tokens, so cmd4 chat decodes special tokens (here Qwen3's).
+  server.on_text("Specials", "<|START_TEXT|>a<|im_start|>b<|END_TEXT|>");
+  auto [special, special_s] = both_ways(server, {{"messages", {user("Specials")}}, {"skip_special_tokens", true},
+                                                 {"chat_template_kwargs", {{"reasoning", false}}}});
+  EXPECT_EQ(special["choices"][0]["message"]["content"], "a<|im_start|>b");
+  // Markers cut at odd places between tokens never leak.
+  server.on("Split", server.encode_pieces({"Th", "ink.<|END_", "THINK", "ING|><|STA", "RT_TEXT|>Ans", "wer.<|END_TE", "XT|>"}));
+  auto [split, split_s] = both_ways(server, {{"messages", {user("Split")}}});
+  EXPECT_EQ(split["choices"][0]["message"]["reasoning_content"], "Think.");
+  EXPECT_EQ(split["choices"][0]["message"]["content"], "Answer.");
+  // A malformed action is plain content, never an error.
+  const std::string broken = "<|START_ACTION|>[{\"tool_name\": oops}]<|END_ACTION|>";
+  server.on_text("Broken", "r<|END_THINKING|>" + broken);
+  auto [bad, bad_s] = both_ways(server, {{"messages", {user("Broken")}}, {"tools", weather_tools()}});
+  EXPECT_EQ(bad["choices"][0]["message"]["content"], broken);
+  EXPECT_EQ(bad["choices"][0]["finish_reason"], "stop");
+  // parallel_tool_calls and tool_choice "none" as for Qwen3.
+  server.on_text("Two cities", "r<|END_THINKING|>" + cmd4_action({"A", "B"}));
+  auto [both, both_s] = both_ways(server, {{"messages", {user("Two cities")}}, {"tools", weather_tools()}});
+  ASSERT_EQ(both["choices"][0]["message"]["tool_calls"].size(), 2u);
+  auto [one, one_s] = both_ways(server, {{"messages", {user("Two cities")}}, {"tools", weather_tools()}, {"parallel_tool_calls", false}});
+  ASSERT_EQ(one["choices"][0]["message"]["tool_calls"].size(), 1u);
+  auto [none, none_s] = both_ways(server, {{"messages", {user("Two cities")}}, {"tools", weather_tools()}, {"tool_choice", "none"}});
+  EXPECT_EQ(none["choices"][0]["message"]["content"], cmd4_action({"A", "B"}));
+  // A named function and "required": the prompt closes the reasoning and opens the action.
+  server.on_text("Forced", "{\"city\": \"Lima\"}}\n]<|END_ACTION|>");
+  auto [named, named_s] = both_ways(server, {{"messages", {user("Forced")}}, {"tools", weather_tools()},
+                                             {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
+  EXPECT_TRUE(server.prompts().back().ends_with("<|START_THINKING|><|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": "
+                                                "\"0\", \"tool_name\": \"get_weather\", \"parameters\": "));
+  ASSERT_EQ(named["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(named["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Lima\"}");
+  server.on_text("Must call", "get_weather\", \"parameters\": {\"city\": \"Quito\"}}\n]<|END_ACTION|>");
+  auto [req, req_s] = both_ways(server, {{"messages", {user("Must call")}}, {"tools", weather_tools()}, {"tool_choice", "required"}});
+  ASSERT_EQ(req["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(req["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Quito\"}");
 }
 
 TEST(ServerChat, ChoicesHaveTheirOwnCalls) {

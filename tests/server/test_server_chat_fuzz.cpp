@@ -1,5 +1,5 @@
 // sanitize: address
-// Fuzz of chat with tools and reasoning on the scripted Qwen3 and Qwen3-Coder servers: random
+// Fuzz of chat with tools and reasoning on the scripted Qwen3, Qwen3-Coder and cmd4 servers: random
 // conversations (tool calls, tool results, reasoning, odd role orders), tool lists, tool_choice,
 // parallel_tool_calls and thinking flags, some fields mutated to wrong types, answered by random
 // replies built from the formats' tags, JSON fragments, text and raw token ids. Every response
@@ -24,10 +24,23 @@ std::vector<int32_t> random_reply(SplitMix64& rng, const testing::ScriptedServer
   static const char* kPieces[] = {
       "<think>", "</think>", "<tool_call>", "</tool_call>", "\n", "\n\n", "{\"name\": \"get_weather\", \"arguments\": ",
       "{\"city\": \"Zürich\"}}", "}", "{", "\"", "<function=get_weather>", "<function=", "<parameter=city>",
-      "</parameter>", "</function>", "Paris", " and ", "数据 ", "🙂", "null", "[1, 2]", "<tool_response>", "<"};
+      "</parameter>", "</function>", "Paris", " and ", "数据 ", "🙂", "null", "[1, 2]", "<tool_response>", "<",
+      "<|START_THINKING|>", "<|END_THINKING|>", "<|START_TEXT|>", "<|END_TEXT|>", "<|START_ACTION|>", "<|END_ACTION|>",
+      "[{\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": ", "]", "<co>", "</co: 0:[1]>"};
   std::vector<std::string> pieces;
   if (rng.below(2) == 0) {
-    if (family == ChatFamily::kQwen3) {
+    if (family == ChatFamily::kCmd4) {
+      pieces = {"The weather tool.", "<|END_THINKING|>"};
+      if (rng.below(2) == 0) {
+        for (const char* p : {"<|START_TEXT|>", "It is <co>sunny</co: 0:[0]>.", "<|END_TEXT|>"}) pieces.push_back(p);
+      } else {
+        pieces.push_back("<|START_ACTION|>[");
+        for (int k = 1 + static_cast<int>(rng.below(2)); k > 0; --k)
+          pieces.push_back(std::string(k == 1 ? "" : ",") +
+                           "\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}");
+        pieces.push_back("\n]<|END_ACTION|>");
+      }
+    } else if (family == ChatFamily::kQwen3) {
       pieces = {"<think>", "\nThe weather tool.\n", "</think>", "\n\n"};
       for (int k = 1 + static_cast<int>(rng.below(2)); k > 0; --k)
         for (const char* p : {"<tool_call>", "\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n", "</tool_call>"})
@@ -70,7 +83,7 @@ std::vector<int32_t> random_reply(SplitMix64& rng, const testing::ScriptedServer
   return out;
 }
 
-json random_request(SplitMix64& rng, testing::ChatSampler& sampler, const std::string& marker) {
+json random_request(SplitMix64& rng, testing::ChatSampler& sampler, const std::string& marker, ChatFamily family) {
   ChatInput in = sampler.conversation();
   in.messages.push_back(ChatMessage{"user", marker, {}, {}, {}});
   json body;
@@ -91,10 +104,11 @@ json random_request(SplitMix64& rng, testing::ChatSampler& sampler, const std::s
     }
     if (rng.below(3) == 0) body["parallel_tool_calls"] = rng.below(2) == 0;
   }
-  if (in.enable_thinking) body["chat_template_kwargs"] = {{"enable_thinking", *in.enable_thinking}};
+  if (in.enable_thinking) body["chat_template_kwargs"]["enable_thinking"] = *in.enable_thinking;
+  if (in.reasoning) body["chat_template_kwargs"]["reasoning"] = *in.reasoning;
   if (!in.add_generation_prompt) body["add_generation_prompt"] = false;
   if (in.continue_final_message) body["continue_final_message"] = true;
-  body["max_tokens"] = 1 + rng.below(40);
+  body["max_tokens"] = 1 + rng.below(family == ChatFamily::kCmd4 ? 120 : 40);  // cmd4's markers are several tokens here
   if (rng.below(3) == 0) body["n"] = 1 + rng.below(2);
   if (rng.below(2) == 0) body["stream"] = true;
   if (rng.below(4) == 0) body["include_reasoning"] = rng.below(2) == 0;
@@ -153,7 +167,7 @@ void fuzz(ChatFamily family) {
   for (int i = 0; i < kRequestsPerFamily; ++i) {
     const std::string marker = "FUZZ-" + std::to_string(i) + "-END";
     server.on(marker, random_reply(rng, server, family));
-    const json body = random_request(rng, sampler, marker);
+    const json body = random_request(rng, sampler, marker, family);
     const testing::HttpResult r = client.request("POST", "/v1/chat/completions", body.dump(-1, ' ', false, json::error_handler_t::replace));
     (r.status == 200 ? ok : refused) += 1;
     with_calls += r.status == 200 && r.body.find("\"tool_calls\":[{") != std::string::npos;
@@ -163,11 +177,13 @@ void fuzz(ChatFamily family) {
   }
   std::printf("%s: %d answered (%d with tool calls, %d with reasoning), %d refused, %d bad\n", chat_family_name(family), ok,
               with_calls, with_reasoning, refused, failures);
-  EXPECT_GT(ok, kRequestsPerFamily / 2);
+  // cmd4's template refuses more (tools without parameters, results that answer no call).
+  EXPECT_GT(ok, family == ChatFamily::kCmd4 ? kRequestsPerFamily * 2 / 5 : kRequestsPerFamily / 2);
 }
 
 TEST(ServerChatFuzz, Qwen3) { fuzz(ChatFamily::kQwen3); }
 TEST(ServerChatFuzz, Qwen3Coder) { fuzz(ChatFamily::kQwen3Coder); }
+TEST(ServerChatFuzz, Cmd4) { fuzz(ChatFamily::kCmd4); }
 
 }  // namespace
 }  // namespace megadecode

@@ -1,7 +1,7 @@
 // Random conversations for the chat template tests: system/user/assistant/tool messages, reasoning
 // (in <think> tags and as reasoning_content), tool calls with nested JSON arguments, tool lists
 // with the JSON-schema keys real clients send, the /think and /no_think switches, and every
-// template flag. Also the OpenAI-shaped JSON of a conversation, as the JavaScript reference and
+// template flag (enable_thinking, and cmd4's reasoning and reasoning_effort). Also the OpenAI-shaped JSON of a conversation, as the JavaScript reference and
 // the server read it.
 #pragma once
 
@@ -32,6 +32,9 @@ class ChatSampler {
     if (chance(1, 6)) shuffle_roles(in.messages);
     const uint64_t thinking = below(3);
     if (thinking > 0) in.enable_thinking = thinking == 1;
+    static const char* kEfforts[] = {"none", "None", "NONE", "high", "low", ""};
+    if (chance(1, 3)) in.reasoning = chance(1, 2);
+    if (chance(1, 3)) in.reasoning_effort = kEfforts[below(std::size(kEfforts))];
     in.add_generation_prompt = chance(1, 2);
     in.continue_final_message = !in.add_generation_prompt && chance(1, 6);
     return in;

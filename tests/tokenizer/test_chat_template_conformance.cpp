@@ -1,7 +1,8 @@
 // Conformance of the chat templates with the models' own Jinja templates run by @huggingface/jinja
 // (scripts/chat_template_reference.mjs): byte-identical prompts for thousands of generated
-// conversations per template, covering tools, tool calls, tool results, reasoning, the thinking
-// flags and the template options; errors must agree too (both refuse, or neither).
+// conversations per template (Qwen3, Qwen3-Coder, cmd4), covering tools, tool calls, tool
+// results, reasoning, the thinking and reasoning flags and the template options; errors must
+// agree too (both refuse, or neither).
 #include <gtest/gtest.h>
 
 #include "chat_samples.h"
@@ -19,7 +20,17 @@ constexpr int kMaxReported = 8;
 struct Coverage {
   int with_tools = 0, with_tool_calls = 0, with_tool_results = 0, with_reasoning = 0, continued = 0, errors = 0;
   int thinking[3] = {0, 0, 0};  // unset, true, false
+  int reasoning[3] = {0, 0, 0};  // cmd4's: unset, true, false (after reasoning_effort)
 };
+
+// Every cmd4 tool has parameters now and then left out: the template cannot render a tool
+// without them (json.dumps of Undefined), so a conversation with one is refused by both.
+void give_parameters(ChatInput& in, int index) {
+  for (auto& tool : in.tools) {
+    auto& f = tool["function"];
+    if (!f.contains("parameters") && index % 8 != 0) f["parameters"] = OJson{{"type", "object"}, {"properties", OJson::object()}};
+  }
+}
 
 OJson reference_input(const ChatInput& in, const char* family) {
   OJson messages = OJson::array();
@@ -28,6 +39,8 @@ OJson reference_input(const ChatInput& in, const char* family) {
   if (!in.tools.empty() || in.messages.size() % 2 == 0) j["tools"] = in.tools;  // an empty list, now and then
   if (in.continue_final_message) j["continue_final_message"] = true;
   if (in.enable_thinking) j["enable_thinking"] = *in.enable_thinking;
+  if (in.reasoning) j["reasoning"] = *in.reasoning;
+  if (in.reasoning_effort) j["reasoning_effort"] = *in.reasoning_effort;
   return j;
 }
 
@@ -49,6 +62,7 @@ void check_family(ChatFamily family, const std::filesystem::path& template_file,
   Coverage cov;
   for (int i = 0; i < kConversations; ++i) {
     inputs.push_back(sampler.conversation());
+    if (family == ChatFamily::kCmd4) give_parameters(inputs.back(), i);
     const ChatInput& in = inputs.back();
     ref_inputs.push_back(reference_input(in, chat_family_name(family)));
     cov.with_tools += !in.tools.empty();
@@ -63,6 +77,7 @@ void check_family(ChatFamily family, const std::filesystem::path& template_file,
     cov.with_reasoning += reasoning;
     cov.continued += in.continue_final_message;
     ++cov.thinking[!in.enable_thinking ? 0 : (*in.enable_thinking ? 1 : 2)];
+    ++cov.reasoning[!in.reasoning && !in.reasoning_effort ? 0 : (cmd4_reasoning(in) ? 1 : 2)];
   }
   const nlohmann::json results = testing::run_node_reference("chat_template_reference.mjs", "", ref_inputs.dump())["results"];
   ASSERT_EQ(results.size(), inputs.size());
@@ -90,10 +105,11 @@ void check_family(ChatFamily family, const std::filesystem::path& template_file,
     }
   }
   std::printf("%s: %zu conversations, %zu prompt bytes; %d with tools, %d with tool calls, %d with tool results, "
-              "%d with reasoning, %d continue_final_message; enable_thinking unset/true/false %d/%d/%d; %d refused by "
-              "both; %d mismatches\n",
+              "%d with reasoning, %d continue_final_message; enable_thinking unset/true/false %d/%d/%d; reasoning "
+              "kwargs unset/on/off %d/%d/%d; %d refused by both; %d mismatches\n",
               chat_family_name(family), inputs.size(), bytes, cov.with_tools, cov.with_tool_calls, cov.with_tool_results,
-              cov.with_reasoning, cov.continued, cov.thinking[0], cov.thinking[1], cov.thinking[2], cov.errors, mismatches);
+              cov.with_reasoning, cov.continued, cov.thinking[0], cov.thinking[1], cov.thinking[2], cov.reasoning[0],
+              cov.reasoning[1], cov.reasoning[2], cov.errors, mismatches);
   EXPECT_EQ(mismatches, 0);
 }
 
@@ -104,6 +120,11 @@ TEST(ChatTemplateConformance, Qwen3MatchesReference) {
 TEST(ChatTemplateConformance, Qwen3CoderMatchesReference) {
   check_family(ChatFamily::kQwen3Coder,
                std::filesystem::path(MEGADECODE_SOURCE_DIR) / "tests/data/qwen3_coder_chat_template.jinja",
+               /*from_config=*/false);
+}
+
+TEST(ChatTemplateConformance, Cmd4MatchesReference) {
+  check_family(ChatFamily::kCmd4, std::filesystem::path(MEGADECODE_SOURCE_DIR) / "tests/data/cmd4/cmd4-hf.jinja",
                /*from_config=*/false);
 }
 
