@@ -76,11 +76,12 @@ void expect_matches_reference(const std::string& name, const json& tokenizer, co
   EXPECT_EQ(tok->vocab_size(), testing::kNorthVocabSize);
   EXPECT_EQ(tok->eos_token_id(), std::optional<int32_t>(255001));
   int mismatches = 0, decode_mismatches = 0;
-  size_t n_tokens = 0;
+  size_t n_tokens = 0, n_bytes = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
     const auto expected = results[i]["ids"].get<std::vector<int32_t>>();
     const std::vector<int32_t> ids = tok->encode(texts[i], true);
     n_tokens += ids.size();
+    n_bytes += texts[i].size();
     if (ids != expected && ++mismatches <= kMaxReported) {
       ADD_FAILURE() << name << ": string " << i << " \"" << escaped(texts[i]) << "\"\n  ours:      " << ids_text(ids)
                     << "\n  reference: " << ids_text(expected);
@@ -92,8 +93,8 @@ void expect_matches_reference(const std::string& name, const json& tokenizer, co
                     << "\"";
     }
   }
-  std::printf("%s: %zu strings, %zu tokens, %d id mismatches, %d decode mismatches\n", name.c_str(), texts.size(),
-              n_tokens, mismatches, decode_mismatches);
+  std::printf("%s: %zu strings, %zu bytes, %zu tokens, %d id mismatches, %d decode mismatches\n", name.c_str(),
+              texts.size(), n_bytes, n_tokens, mismatches, decode_mismatches);
   EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(decode_mismatches, 0);
 }

@@ -54,7 +54,7 @@ TEST(SplitPatterns, DigitGroupsFromTheRight) {
   EXPECT_EQ(split_isolated(p, "12.3456"), (Strings{"12", ".", "3", "456"}));
   // \b after the run: a letter, digit or _ right after it leaves the whole run unsplit.
   EXPECT_EQ(split_isolated(p, "12345x"), (Strings{"12345x"}));
-  EXPECT_EQ(split_isolated(p, "1234_5"), (Strings{"1234_5"}));
+  EXPECT_EQ(split_isolated(p, "1234_5"), (Strings{"1234_", "5"}));  // then "5" ends the text
   EXPECT_EQ(split_isolated(p, "ab1234cd 56"), (Strings{"ab1234cd ", "56"}));
   EXPECT_EQ(split_isolated(p, "_12345"), (Strings{"_", "12", "345"}));
   // ASCII \d and \b, as JavaScript runs the pattern: a non-ASCII letter ends a word, other
