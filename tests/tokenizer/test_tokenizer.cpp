@@ -23,6 +23,7 @@ namespace megadecode {
 namespace {
 
 using testing::escaped;
+using testing::expect_load_error;
 using testing::qwen3;
 
 TEST(UnicodeTables, SortedAndConsistent) {
@@ -272,16 +273,6 @@ std::filesystem::path tiny_tokenizer(const std::string& name, const std::functio
   std::ofstream(dir / "tokenizer.json") << j.dump();
   std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|end|>"})";
   return dir;
-}
-
-void expect_load_error(const std::filesystem::path& dir, const std::string& needle) {
-  try {
-    Tokenizer::load(dir);
-    ADD_FAILURE() << "loading " << dir << " should fail with \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(TokenizerLoad, TinyTokenizer) {

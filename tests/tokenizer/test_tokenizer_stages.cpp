@@ -20,6 +20,7 @@ namespace {
 
 using nlohmann::json;
 using Strings = std::vector<std::string>;
+using testing::expect_load_error;
 
 // The matches of pattern in text, in order, with the gaps between them.
 Strings split_isolated(SplitPattern pattern, std::string_view text) {
@@ -216,16 +217,6 @@ TEST(AddedTokenFlags, StripSingleWordNormalized) {
   const std::vector<int32_t> ids = tok->encode("x <L>ab\u00E9<W> e\u0301!", false);
   EXPECT_EQ(tok->decode(ids, false), "x<L>ab\u00E9<W> \u00E9!");
   EXPECT_EQ(tok->decode(ids, true), "xab\u00E9<W> \u00E9!");  // <W> after a letter is plain text
-}
-
-void expect_load_error(const std::filesystem::path& dir, const std::string& needle) {
-  try {
-    Tokenizer::load(dir);
-    ADD_FAILURE() << "loading " << dir << " should fail with \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(PreTokenizerStages, UnimplementedStagesAreRefusedByName) {

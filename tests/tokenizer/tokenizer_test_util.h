@@ -33,6 +33,17 @@ inline const Tokenizer& qwen3() {
   return *tokenizer;
 }
 
+// Expects loading the model directory dir to fail with an error containing needle; removes dir.
+inline void expect_load_error(const std::filesystem::path& dir, const std::string& needle) {
+  try {
+    Tokenizer::load(dir);
+    ADD_FAILURE() << "loading " << dir << " should fail with \"" << needle << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The string with control bytes, non-ASCII bytes and backslashes escaped, cut to max_bytes.
 inline std::string escaped(const std::string& s, size_t max_bytes = 200) {
   std::string out;
