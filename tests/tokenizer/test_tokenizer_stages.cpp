@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "core/rng.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/sample_text.h"
 #include "tokenizer/split_patterns.h"
 #include "tokenizer_test_util.h"
 
@@ -147,6 +149,36 @@ TEST(PreTokenizerStages, DigitsAndByteLevel) {
   EXPECT_EQ(run({byte_level}, "it's 42"), (Strings{" it", "'s", " 42"}));
   byte_level.add_prefix_space = false;
   EXPECT_EQ(run({byte_level}, "it's 42"), (Strings{"it", "'s", " 42"}));
+}
+
+// On random text of every kind, every pattern and behaviour keeps the text (all but Removed give
+// pieces that concatenate to it), and no piece is empty.
+TEST(SplitBehaviors, RandomTextIsKept) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  const SplitBehavior behaviors[] = {SplitBehavior::kIsolated, SplitBehavior::kMergedWithPrevious,
+                                     SplitBehavior::kMergedWithNext, SplitBehavior::kContiguous};
+  for (int i = 0; i < 400; ++i) {
+    const std::string text = sample_text::generate(static_cast<sample_text::Kind>(i % sample_text::kNumKinds), rng);
+    for (const SplitPattern p : {SplitPattern::kQwen2, SplitPattern::kGpt2, SplitPattern::kDigitGroups, SplitPattern::kGpt4o}) {
+      for (const SplitBehavior b : behaviors) {
+        for (const bool invert : {false, true}) {
+          PreTokenizerStage stage;
+          stage.pattern = p;
+          stage.behavior = b;
+          stage.invert = invert;
+          std::string joined;
+          for (const std::string& piece : run({stage}, text)) {
+            EXPECT_FALSE(piece.empty());
+            joined += piece;
+          }
+          ASSERT_EQ(joined, text) << "pattern " << split_pattern_regex(p) << ", behavior " << static_cast<int>(b)
+                                  << ", invert " << invert << ", text \"" << testing::escaped(text) << "\"";
+        }
+      }
+    }
+  }
 }
 
 // A tokenizer of the 256 bytes (id = byte), no merges, North's pre-tokenizer and added tokens
