@@ -11,7 +11,11 @@
 namespace megadecode {
 
 BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec)
-    : model_(std::move(spec.model)), nfc_(spec.nfc), pre_tokenizer_(std::move(spec.pre_tokenizer)) {
+    : model_(std::move(spec.model)),
+      nfc_(spec.nfc),
+      pre_tokenizer_(std::move(spec.pre_tokenizer)),
+      prefix_ids_(std::move(spec.prefix_ids)),
+      suffix_ids_(std::move(spec.suffix_ids)) {
   int32_t n = model_->size();
   for (const AddedTokenSpec& t : spec.added_tokens) n = std::max(n, t.id + 1);
   kinds_.assign(static_cast<size_t>(n), Kind::kUnused);
@@ -26,6 +30,12 @@ BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec)
     kinds_[static_cast<size_t>(t.id)] = special ? Kind::kSpecial : Kind::kAdded;
     added_content_[static_cast<size_t>(t.id)] = t.content;
     (t.normalized ? normalized_added_ : raw_added_).add(t);
+  }
+  for (const auto* list : {&prefix_ids_, &suffix_ids_}) {
+    for (const int32_t id : *list) {
+      MD_REQUIRE(id >= 0 && id < vocab_size() && kinds_[static_cast<size_t>(id)] != Kind::kUnused,
+                 "tokenizer.json: the post_processor adds token id ", id, ", which is not a token");
+    }
   }
   if (spec.eos_token) {
     eos_id_ = token_id(*spec.eos_token);
@@ -84,27 +94,28 @@ void BpeTokenizer::encode_section(std::string_view section, std::vector<int32_t>
   }
 }
 
-std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool /*add_special_tokens*/) const {
-  // The ByteLevel post-processor adds no tokens, so add_special_tokens changes nothing.
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const size_t bad = utf8::find_invalid(text);
   MD_REQUIRE(bad == std::string_view::npos, "tokenizer: input text is not valid UTF-8 (byte 0x", std::hex,
              static_cast<int>(static_cast<uint8_t>(text[bad])), std::dec, " at offset ", bad, ")");
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
+  if (add_special_tokens) ids = prefix_ids_;
   std::deque<std::string> arena;  // normalized sections and prefixed pieces the views point into
   if (raw_added_.empty()) {
     encode_section(text, ids, arena);
-    return ids;
-  }
-  std::vector<AddedSplit> parts;
-  raw_added_.split(text, parts);
-  for (const AddedSplit& part : parts) {
-    if (part.id >= 0) {
-      ids.push_back(part.id);
-    } else {
-      encode_section(part.text, ids, arena);
+  } else {
+    std::vector<AddedSplit> parts;
+    raw_added_.split(text, parts);
+    for (const AddedSplit& part : parts) {
+      if (part.id >= 0) {
+        ids.push_back(part.id);
+      } else {
+        encode_section(part.text, ids, arena);
+      }
     }
   }
+  if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return ids;
 }
 

@@ -22,6 +22,9 @@ struct BpeTokenizerSpec {
   std::vector<std::string> extra_special;  // tokenizer_config additional_special_tokens
   bool nfc = false;                        // normalizer: NFC or none
   PreTokenizer pre_tokenizer;
+  // post_processor TemplateProcessing ("single"): the ids before and after the text, added when
+  // encode is asked to add special tokens (e.g. North's <BOS_TOKEN>).
+  std::vector<int32_t> prefix_ids, suffix_ids;
   std::optional<std::string> eos_token;
 };
 
@@ -53,6 +56,7 @@ class BpeTokenizer final : public Tokenizer {
   AddedTokenMatcher normalized_added_;  // added tokens with normalized: true
   bool nfc_;
   PreTokenizer pre_tokenizer_;
+  std::vector<int32_t> prefix_ids_, suffix_ids_;
   std::optional<int32_t> eos_id_;
 };
 

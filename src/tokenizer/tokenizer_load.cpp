@@ -63,8 +63,9 @@ std::string describe_stage(const json& j) {
   };
   if (type == "Sequence") {
     std::string parts;
-    for (const json& p : j.value(j.contains("pretokenizers") ? "pretokenizers" : "decoders", json::array()))
-      parts += cat(parts.empty() ? "" : ", ", describe_stage(p));
+    for (const char* key : {"pretokenizers", "decoders", "processors", "normalizers"}) {
+      for (const json& p : j.value(key, json::array())) parts += cat(parts.empty() ? "" : ", ", describe_stage(p));
+    }
     return cat("Sequence[", parts, "]");
   }
   if (type == "Split" && j.contains("pattern") && j["pattern"].is_object())
@@ -132,6 +133,47 @@ void read_stages(const json& j, const json& whole, const std::string& file, std:
   stages.push_back(std::move(stage));
 }
 
+// Reads the post_processor: none, ByteLevel, TemplateProcessing (its "single" template: special
+// tokens around sequence A) or a Sequence of them.
+void read_post_processor(const json& post, const json& whole, const std::string& file, BpeTokenizerSpec& spec,
+                         bool* seen_template) {
+  if (post.is_null() || is_byte_level(post)) return;
+  const std::string type = post.is_object() ? post.value("type", std::string()) : std::string();
+  auto refuse = [&](const std::string& why) {
+    throw Error(cat(file, ": unsupported post_processor ", describe_stage(whole), ": ", why,
+                    " (supported: none, ByteLevel, TemplateProcessing, a Sequence of them)"));
+  };
+  if (type == "Sequence" && post.value("processors", json()).is_array()) {
+    for (const json& p : post["processors"]) read_post_processor(p, whole, file, spec, seen_template);
+    return;
+  }
+  if (type != "TemplateProcessing") refuse(cat("the processor ", describe_stage(post), " is not implemented"));
+  if (*seen_template) refuse("more than one TemplateProcessing");
+  *seen_template = true;
+  const json& single = post.value("single", json());
+  const json& special = post.value("special_tokens", json::object());
+  if (!single.is_array()) refuse("TemplateProcessing has no \"single\" template");
+  bool seen_a = false;
+  for (const json& item : single) {
+    if (item.contains("Sequence") && item["Sequence"].value("id", "") == "A" && !seen_a) {
+      seen_a = true;
+    } else if (item.contains("SpecialToken") && item["SpecialToken"].contains("id")) {
+      const json& name = item["SpecialToken"]["id"];
+      const json& ids = name.is_string() && special.contains(name.get<std::string>())
+                            ? special[name.get<std::string>()].value("ids", json())
+                            : json();
+      if (!ids.is_array()) refuse(cat("the special token ", name.dump(), " has no ids in special_tokens"));
+      for (const json& id : ids) {
+        if (!id.is_number_integer()) refuse(cat("the special token ", name.dump(), " has an id that is not an integer"));
+        (seen_a ? spec.suffix_ids : spec.prefix_ids).push_back(id.get<int32_t>());
+      }
+    } else {
+      refuse(cat("TemplateProcessing item ", item.dump(), " is not a SpecialToken or the one Sequence A"));
+    }
+  }
+  if (!seen_a) refuse("TemplateProcessing's \"single\" template has no Sequence A");
+}
+
 // Checks every stage of tokenizer.json; returns the pre-tokenizer.
 PreTokenizer check_stages(const json& tj, const std::string& file) {
   const json& norm = tj.value("normalizer", json());
@@ -147,9 +189,6 @@ PreTokenizer check_stages(const json& tj, const std::string& file) {
   MD_REQUIRE(!stages.empty() && stages.back().type == PreTokenizerStage::Type::kByteLevel, file,
              ": unsupported pre_tokenizer ", describe_stage(pre),
              ": the byte-level BPE vocabulary needs ByteLevel as the last stage");
-  const json& post = tj.value("post_processor", json());
-  MD_REQUIRE(post.is_null() || is_byte_level(post), file, ": unsupported post_processor ", describe_stage(post),
-             " (supported: none or ByteLevel)");
   MD_REQUIRE(is_byte_level(tj.value("decoder", json())), file, ": unsupported decoder ",
              describe_stage(tj.value("decoder", json())), " (supported: ByteLevel)");
   const json& model = tj.value("model", json());
@@ -214,6 +253,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& model_di
   MD_REQUIRE(config.is_object(), config_path.string(), ": not a JSON object");
   BpeTokenizerSpec spec;
   spec.pre_tokenizer = check_stages(tj, file);
+  bool seen_template = false;
+  read_post_processor(tj.value("post_processor", json()), tj.value("post_processor", json()), file, spec, &seen_template);
   spec.nfc = tj["normalizer"].is_object();
   spec.model = read_model(tj["model"], file);
   for (const json& t : tj.value("added_tokens", json::array())) {

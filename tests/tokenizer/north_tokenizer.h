@@ -1,7 +1,8 @@
 // Synthetic tokenizer.json files with North Mini Code's layout for the tokenizer tests: a
 // 262,144-token byte-level BPE vocabulary (special tokens at 0..7 and from 255000, the 256 bytes,
 // and merges grown from generated text), the special tokens of the cmd4 chat format plus tokens
-// with each added-token flag, and a pre-tokenizer the caller chooses (north_pre_tokenizer() is
+// with each added-token flag, a TemplateProcessing post-processor adding <BOS_TOKEN>, and a
+// pre-tokenizer the caller chooses (north_pre_tokenizer() is
 // North's: the digit-group Split, the GPT-4o-style Split, ByteLevel without its regex).
 #pragma once
 
@@ -147,6 +148,17 @@ inline void north_vocab(uint64_t seed, std::vector<std::string>& tokens,
   }
 }
 
+// A <BOS_TOKEN> before the text, as encode adds it for completions (not for chat prompts, whose
+// template writes it).
+inline nlohmann::json north_post_processor() {
+  using nlohmann::json;
+  const json bos = {{"SpecialToken", {{"id", "<BOS_TOKEN>"}, {"type_id", 0}}}};
+  return {{"type", "TemplateProcessing"},
+          {"single", {bos, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+          {"pair", {bos, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+          {"special_tokens", {{"<BOS_TOKEN>", {{"id", "<BOS_TOKEN>"}, {"ids", {5}}, {"tokens", {"<BOS_TOKEN>"}}}}}}};
+}
+
 // The model of north_tokenizer_json: {"vocab", "merges"} in tokenizer.json form, built once per seed.
 inline const nlohmann::json& north_model_json(uint64_t seed) {
   using nlohmann::json;
@@ -182,7 +194,7 @@ inline nlohmann::json north_tokenizer_json(uint64_t seed, const nlohmann::json& 
           {"added_tokens", added},
           {"normalizer", {{"type", "NFC"}}},
           {"pre_tokenizer", pre_tokenizer},
-          {"post_processor", byte_level},
+          {"post_processor", north_post_processor()},
           {"decoder", byte_level},
           {"model",
            {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},

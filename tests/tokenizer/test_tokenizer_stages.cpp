@@ -251,6 +251,27 @@ TEST(AddedTokenFlags, StripSingleWordNormalized) {
   EXPECT_EQ(tok->decode(ids, true), "xab\u00E9<W> \u00E9!");  // <W> after a letter is plain text
 }
 
+// TemplateProcessing (North's BOS): its special tokens around the text only when encode adds them,
+// inside a post-processor Sequence with ByteLevel.
+TEST(PostProcessor, TemplateProcessing) {
+  const auto dir = flag_tokenizer("template-ok", [](json& j) {
+    const json item_a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+    j["post_processor"] = {
+        {"type", "Sequence"},
+        {"processors",
+         {j["post_processor"],
+          {{"type", "TemplateProcessing"},
+           {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, item_a, {{"SpecialToken", {{"id", "<R>"}, {"type_id", 0}}}}}},
+           {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {256}}}}, {"<R>", {{"id", "<R>"}, {"ids", {258}}}}}}}}}};
+  });
+  const auto tok = Tokenizer::load(dir);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(tok->encode("hi", true), join({{256}, bytes("hi"), {258}}));
+  EXPECT_EQ(tok->encode("hi", false), bytes("hi"));
+  EXPECT_EQ(tok->encode("", true), (std::vector<int32_t>{256, 258}));
+  EXPECT_EQ(tok->decode(tok->encode("hi", true), true), "hi");
+}
+
 TEST(PreTokenizerStages, UnimplementedStagesAreRefusedByName) {
   auto with_pre = [](const std::string& name, const json& stage) {
     return flag_tokenizer(name, [&](json& j) { j["pre_tokenizer"]["pretokenizers"][0] = stage; });
@@ -273,8 +294,21 @@ TEST(PreTokenizerStages, UnimplementedStagesAreRefusedByName) {
                     "unsupported pre_tokenizer none");
   expect_load_error(flag_tokenizer("nfkc", [](json& j) { j["normalizer"] = {{"type", "NFKC"}}; }),
                     "unsupported normalizer");
-  expect_load_error(flag_tokenizer("template", [](json& j) { j["post_processor"] = {{"type", "TemplateProcessing"}}; }),
-                    "unsupported post_processor TemplateProcessing");
+  expect_load_error(flag_tokenizer("roberta", [](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; }),
+                    "unsupported post_processor RobertaProcessing: the processor RobertaProcessing is not implemented");
+  expect_load_error(flag_tokenizer("template", [](json& j) {
+                      j["post_processor"] = {{"type", "TemplateProcessing"},
+                                             {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}}},
+                                             {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {256}}}}}}};
+                    }),
+                    "TemplateProcessing's \"single\" template has no Sequence A");
+  expect_load_error(flag_tokenizer("template-id", [](json& j) {
+                      j["post_processor"] = {{"type", "TemplateProcessing"},
+                                             {"single", {{{"SpecialToken", {{"id", "<x>"}, {"type_id", 0}}}},
+                                                         {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                                             {"special_tokens", {{"<x>", {{"id", "<x>"}, {"ids", {999}}}}}}};
+                    }),
+                    "the post_processor adds token id 999, which is not a token");
   // Supported: a Sequence of NFC normalizers, nested pre-tokenizer Sequences, a String pattern.
   const auto dir = flag_tokenizer("nested", [](json& j) {
     j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}};
