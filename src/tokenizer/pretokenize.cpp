@@ -111,10 +111,16 @@ void PreTokenizer::run(std::string_view text, std::vector<std::string_view>& pie
   std::vector<std::string_view> current{text}, next;
   std::vector<SplitSpan> spans;
   for (const PreTokenizerStage& stage : stages_) {
+    const bool byte_level = stage.type == PreTokenizerStage::Type::kByteLevel;
+    if (byte_level && !stage.add_prefix_space && !stage.use_regex) continue;  // nothing to do on bytes
     next.clear();
     for (std::string_view piece : current) {
       switch (stage.type) {
         case PreTokenizerStage::Type::kSplit:
+          if (stage.behavior == SplitBehavior::kIsolated && stage.literal.empty()) {
+            split_pattern_pieces(stage.pattern, piece, next);  // invert changes nothing when isolated
+            break;
+          }
           find_spans(stage, piece, spans);
           split_by_behavior(piece, spans, stage.behavior, next);
           break;
@@ -125,20 +131,15 @@ void PreTokenizer::run(std::string_view text, std::vector<std::string_view>& pie
           break;
         case PreTokenizerStage::Type::kByteLevel:
           if (stage.add_prefix_space && (piece.empty() || piece[0] != ' ')) {
-            arena.push_back(" " + std::string(piece));
-            piece = arena.back();
+            std::string& prefixed = arena.emplace_back(1, ' ');
+            prefixed += piece;
+            piece = prefixed;
           }
           if (!stage.use_regex) {
             next.push_back(piece);
             break;
           }
-          for (size_t i = 0; i < piece.size();) {
-            size_t start;
-            const size_t len = split_pattern_find(SplitPattern::kGpt2, piece, i, &start);
-            MD_CHECK(len > 0 && start == i);
-            next.push_back(piece.substr(i, len));
-            i += len;
-          }
+          split_pattern_pieces(SplitPattern::kGpt2, piece, next);
           break;
       }
     }
@@ -150,13 +151,7 @@ void PreTokenizer::run(std::string_view text, std::vector<std::string_view>& pie
 }
 
 void pretokenize(std::string_view text, std::vector<std::string_view>& pieces) {
-  for (size_t i = 0; i < text.size();) {
-    size_t start;
-    const size_t len = split_pattern_find(SplitPattern::kQwen2, text, i, &start);
-    MD_CHECK(len > 0 && start == i && i + len <= text.size());
-    pieces.push_back(text.substr(i, len));
-    i += len;
-  }
+  split_pattern_pieces(SplitPattern::kQwen2, text, pieces);
 }
 
 }  // namespace megadecode

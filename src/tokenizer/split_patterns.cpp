@@ -240,7 +240,35 @@ size_t find_digit_groups(std::string_view s, size_t from, size_t* start) {
   return 0;
 }
 
+// The pieces of a pattern that matches at every position, with its matcher inlined in the loop.
+template <size_t (*match)(const Cursor&, size_t)>
+void every_position_pieces(std::string_view text, std::vector<std::string_view>& pieces) {
+  const Cursor m(text);
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = match(m, i);
+    MD_CHECK(len > 0 && i + len <= text.size());
+    pieces.push_back(text.substr(i, len));
+    i += len;
+  }
+}
+
 }  // namespace
+
+void split_pattern_pieces(SplitPattern pattern, std::string_view text, std::vector<std::string_view>& pieces) {
+  switch (pattern) {
+    case SplitPattern::kQwen2: return every_position_pieces<match_qwen2>(text, pieces);
+    case SplitPattern::kGpt2: return every_position_pieces<match_gpt2>(text, pieces);
+    case SplitPattern::kGpt4o: return every_position_pieces<match_gpt4o>(text, pieces);
+    case SplitPattern::kDigitGroups: break;
+  }
+  size_t prev = 0, start = 0;
+  for (size_t len; prev < text.size() && (len = find_digit_groups(text, prev, &start)) != 0;) {
+    if (prev < start) pieces.push_back(text.substr(prev, start - prev));
+    pieces.push_back(text.substr(start, len));
+    prev = start + len;
+  }
+  if (prev < text.size()) pieces.push_back(text.substr(prev));
+}
 
 std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
   for (const SplitPattern p : {SplitPattern::kQwen2, SplitPattern::kGpt2, SplitPattern::kDigitGroups, SplitPattern::kGpt4o}) {

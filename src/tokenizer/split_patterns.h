@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace megadecode {
 
@@ -37,5 +38,9 @@ std::string_view split_pattern_regex(SplitPattern pattern);
 // Length in bytes of the leftmost match at or after `from` in text (valid UTF-8), its start in
 // *start; 0 when there is none. No pattern above matches the empty string.
 size_t split_pattern_find(SplitPattern pattern, std::string_view text, size_t from, size_t* start);
+
+// Appends the matches of pattern in text and the gaps between them, in order (a Split with the
+// Isolated behaviour): the pieces concatenate to text.
+void split_pattern_pieces(SplitPattern pattern, std::string_view text, std::vector<std::string_view>& pieces);
 
 }  // namespace megadecode

@@ -1,3 +1,4 @@
+// sanitize: address
 // Unit tests of the tokenizer stages beyond Qwen3's, on hand-checked awkward inputs: the split
 // patterns (North's digit groups and GPT-4o-style split, GPT-2's), every Split delimiter behaviour
 // with and without invert (the examples of the HF tokenizers documentation), Digits, ByteLevel's
