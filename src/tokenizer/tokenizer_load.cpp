@@ -255,7 +255,8 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& model_di
   spec.pre_tokenizer = check_stages(tj, file);
   bool seen_template = false;
   read_post_processor(tj.value("post_processor", json()), tj.value("post_processor", json()), file, spec, &seen_template);
-  spec.nfc = tj["normalizer"].is_object();
+  const json& norm = tj["normalizer"];
+  spec.nfc = norm.is_object() && (norm.value("type", "") == "NFC" || !norm.value("normalizers", json::array()).empty());
   spec.model = read_model(tj["model"], file);
   for (const json& t : tj.value("added_tokens", json::array())) {
     MD_REQUIRE(t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&

@@ -322,6 +322,12 @@ TEST(PreTokenizerStages, UnimplementedStagesAreRefusedByName) {
   const auto tok = Tokenizer::load(dir);
   std::filesystem::remove_all(dir);
   EXPECT_EQ(tok->encode("a-b", false), bytes("ab"));
+  EXPECT_EQ(tok->encode("e\u0301", false), (std::vector<int32_t>{260}));  // the Sequence's NFC
+  // An empty normalizer Sequence normalizes nothing.
+  const auto empty = flag_tokenizer("emptynorm", [](json& j) { j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}}; });
+  const auto raw = Tokenizer::load(empty);
+  std::filesystem::remove_all(empty);
+  EXPECT_EQ(raw->encode("e\u0301", false), join({bytes("e"), {0xCC, 0x81}}));
 }
 
 }  // namespace
