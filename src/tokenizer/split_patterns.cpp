@@ -32,6 +32,11 @@ constexpr std::string_view kGpt4oRegex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*)"
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|)"
     R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// The same pattern as tiktoken's o200k writes it, with (?i:'s|'t|'re|'ve|'m|'ll|'d)? contractions.
+constexpr std::string_view kGpt4oRegexTiktoken =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct Char {
   size_t len;    // bytes
@@ -271,6 +276,7 @@ void split_pattern_pieces(SplitPattern pattern, std::string_view text, std::vect
 }
 
 std::optional<SplitPattern> split_pattern_from_regex(std::string_view regex) {
+  if (regex == kGpt4oRegexTiktoken) return SplitPattern::kGpt4o;
   for (const SplitPattern p : {SplitPattern::kQwen2, SplitPattern::kGpt2, SplitPattern::kDigitGroups, SplitPattern::kGpt4o}) {
     if (regex == split_pattern_regex(p)) return p;
   }

@@ -27,6 +27,7 @@ enum class SplitPattern : unsigned char {
   // B = [\p{Ll}\p{Lm}\p{Lo}\p{M}], C = (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?:
   //   [^\r\n\p{L}\p{N}]?A*B+C|[^\r\n\p{L}\p{N}]?A+B*C|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|
   //   \s*[\r\n]+|\s+(?!\S)|\s+
+  // also recognised as tiktoken's o200k writes it, with C = (?i:'s|'t|'re|'ve|'m|'ll|'d)?
   kGpt4o,
 };
 

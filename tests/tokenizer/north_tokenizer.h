@@ -77,6 +77,16 @@ inline std::string byte_level_name(const std::string& bytes) {
   return name;
 }
 
+// The GPT-4o-style pattern as tiktoken's o200k spells its contractions: (?i:'s|...|'d)?.
+inline std::string o200k_spelling() {
+  std::string regex(split_pattern_regex(SplitPattern::kGpt4o));
+  const std::string expanded = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])";
+  for (size_t at; (at = regex.find(expanded)) != std::string::npos;) {
+    regex.replace(at, expanded.size(), "(?i:'s|'t|'re|'ve|'m|'ll|'d)");
+  }
+  return regex;
+}
+
 // North's pre_tokenizer.
 inline nlohmann::json north_pre_tokenizer() {
   using nlohmann::json;

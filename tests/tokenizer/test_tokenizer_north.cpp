@@ -164,6 +164,12 @@ TEST(NorthTokenizerConformance, RemovedInvertAndByteLevelAlone) {
       {"invert", sequence({split(SplitPattern::kDigitGroups, "Removed", true), byte_level(false, false)})},
       {"bytelevel", byte_level(false, true)},
       {"qwen2-prefix", sequence({split(SplitPattern::kQwen2, "Isolated"), byte_level(true, false)})},
+      {"o200k-spelling", sequence({split(SplitPattern::kDigitGroups, "Isolated"),
+                                   {{"type", "Split"},
+                                    {"pattern", {{"Regex", testing::o200k_spelling()}}},
+                                    {"behavior", "Isolated"},
+                                    {"invert", false}},
+                                   byte_level(false, false)})},
   };
   for (const auto& [name, pre] : variants) expect_matches_reference(name, testing::north_tokenizer_json(kVocabSeed, pre), texts);
 }

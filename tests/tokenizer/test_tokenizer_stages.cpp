@@ -16,6 +16,7 @@
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/sample_text.h"
 #include "tokenizer/split_patterns.h"
+#include "north_tokenizer.h"
 #include "tokenizer_test_util.h"
 
 namespace megadecode {
@@ -46,6 +47,7 @@ TEST(SplitPatterns, RecognisedByExactText) {
   for (const SplitPattern p : {SplitPattern::kQwen2, SplitPattern::kGpt2, SplitPattern::kDigitGroups, SplitPattern::kGpt4o}) {
     EXPECT_EQ(split_pattern_from_regex(split_pattern_regex(p)), p);
   }
+  EXPECT_EQ(split_pattern_from_regex(testing::o200k_spelling()), SplitPattern::kGpt4o);  // o200k's spelling
   EXPECT_EQ(split_pattern_from_regex(R"(\d{1,3})"), std::nullopt);
   EXPECT_EQ(split_pattern_from_regex(""), std::nullopt);
 }
