@@ -32,8 +32,10 @@ bool is_space(char32_t cp) { return (unicode::char_class(cp) & unicode::kSpace) 
 void AddedTokenMatcher::add(const AddedTokenSpec& token) {
   MD_CHECK(!token.content.empty());
   auto& list = by_first_byte_[static_cast<uint8_t>(token.content[0])];
-  list.push_back(Entry{token.content, token.id, token.single_word, token.lstrip, token.rstrip});
-  std::stable_sort(list.begin(), list.end(), [](const Entry& a, const Entry& b) { return a.content.size() > b.content.size(); });
+  // Longest first; among equal lengths, in the order added.
+  const auto at = std::upper_bound(list.begin(), list.end(), token.content.size(),
+                                   [](size_t size, const Entry& e) { return size > e.content.size(); });
+  list.insert(at, Entry{token.content, token.id, token.single_word, token.lstrip, token.rstrip});
   ++n_tokens_;
 }
 
