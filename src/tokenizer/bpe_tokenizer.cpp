@@ -2,7 +2,6 @@
 #include "tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/check.h"
 #include "tokenizer/pretokenize.h"
@@ -11,7 +10,12 @@
 
 namespace megadecode {
 
-BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec) : model_(std::move(spec.model)), nfc_(spec.nfc) {
+BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec)
+    : model_(std::move(spec.model)),
+      nfc_(spec.nfc),
+      pre_tokenizer_(std::move(spec.pre_tokenizer)),
+      prefix_ids_(std::move(spec.prefix_ids)),
+      suffix_ids_(std::move(spec.suffix_ids)) {
   int32_t n = model_->size();
   for (const AddedTokenSpec& t : spec.added_tokens) n = std::max(n, t.id + 1);
   kinds_.assign(static_cast<size_t>(n), Kind::kUnused);
@@ -25,10 +29,13 @@ BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec) : model_(std::move(spec.model)
                                           spec.extra_special.end();
     kinds_[static_cast<size_t>(t.id)] = special ? Kind::kSpecial : Kind::kAdded;
     added_content_[static_cast<size_t>(t.id)] = t.content;
-    added_by_first_byte_[static_cast<uint8_t>(t.content[0])].emplace_back(t.content, t.id);
+    (t.normalized ? normalized_added_ : raw_added_).add(t);
   }
-  for (auto& list : added_by_first_byte_) {
-    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (const auto* list : {&prefix_ids_, &suffix_ids_}) {
+    for (const int32_t id : *list) {
+      MD_REQUIRE(id >= 0 && id < vocab_size() && kinds_[static_cast<size_t>(id)] != Kind::kUnused,
+                 "tokenizer.json: the post_processor adds token id ", id, ", which is not a token");
+    }
   }
   if (spec.eos_token) {
     eos_id_ = token_id(*spec.eos_token);
@@ -48,11 +55,8 @@ const std::string& BpeTokenizer::bytes_of(int32_t id) const {
 }
 
 std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
-  if (!token.empty()) {
-    for (const auto& [content, id] : added_by_first_byte_[static_cast<uint8_t>(token[0])]) {
-      if (content == token) return id;
-    }
-  }
+  if (auto id = raw_added_.find(token)) return id;
+  if (auto id = normalized_added_.find(token)) return id;
   // Regular tokens are named in the ByteLevel alphabet ("Ġthe"), as in tokenizer.json.
   std::string bytes;
   if (!byte_level_decode(token, &bytes)) return std::nullopt;
@@ -61,48 +65,57 @@ std::optional<int32_t> BpeTokenizer::token_id(std::string_view token) const {
   return id;
 }
 
-size_t BpeTokenizer::added_token_at(std::string_view text, size_t i, int32_t* id) const {
-  for (const auto& [content, token] : added_by_first_byte_[static_cast<uint8_t>(text[i])]) {
-    if (content.size() <= text.size() - i && std::memcmp(text.data() + i, content.data(), content.size()) == 0) {
-      *id = token;
-      return content.size();
-    }
-  }
-  return 0;
-}
-
-void BpeTokenizer::encode_section(std::string_view section, std::vector<int32_t>& ids) const {
-  std::string normalized;
-  if (nfc_ && !unicode::is_nfc_quick(section)) {
-    normalized = unicode::nfc(section);
-    section = normalized;
-  }
+void BpeTokenizer::encode_pieces(std::string_view normalized, std::vector<int32_t>& ids,
+                                 std::deque<std::string>& arena) const {
   std::vector<std::string_view> pieces;
-  pretokenize(section, pieces);
+  pre_tokenizer_.run(normalized, pieces, arena);
   for (const std::string_view piece : pieces) model_->encode_piece(piece, ids);
 }
 
-std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool /*add_special_tokens*/) const {
-  // The ByteLevel post-processor adds no tokens, so add_special_tokens changes nothing.
+void BpeTokenizer::encode_section(std::string_view section, std::vector<int32_t>& ids,
+                                  std::deque<std::string>& arena) const {
+  if (section.empty()) return;
+  if (nfc_ && !unicode::is_nfc_quick(section)) {
+    arena.push_back(unicode::nfc(section));
+    section = arena.back();
+  }
+  if (normalized_added_.empty()) {
+    encode_pieces(section, ids, arena);
+    return;
+  }
+  std::vector<AddedSplit> parts;
+  normalized_added_.split(section, parts);
+  for (const AddedSplit& part : parts) {
+    if (part.id >= 0) {
+      ids.push_back(part.id);
+    } else if (!part.text.empty()) {
+      encode_pieces(part.text, ids, arena);
+    }
+  }
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   const size_t bad = utf8::find_invalid(text);
   MD_REQUIRE(bad == std::string_view::npos, "tokenizer: input text is not valid UTF-8 (byte 0x", std::hex,
              static_cast<int>(static_cast<uint8_t>(text[bad])), std::dec, " at offset ", bad, ")");
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 4);
-  size_t start = 0;  // start of the current text section
-  for (size_t i = 0; i < text.size();) {
-    int32_t id;
-    const size_t len = added_by_first_byte_[static_cast<uint8_t>(text[i])].empty() ? 0 : added_token_at(text, i, &id);
-    if (len == 0) {
-      ++i;
-      continue;
+  if (add_special_tokens) ids = prefix_ids_;
+  std::deque<std::string> arena;  // normalized sections and prefixed pieces the views point into
+  if (raw_added_.empty()) {
+    encode_section(text, ids, arena);
+  } else {
+    std::vector<AddedSplit> parts;
+    raw_added_.split(text, parts);
+    for (const AddedSplit& part : parts) {
+      if (part.id >= 0) {
+        ids.push_back(part.id);
+      } else {
+        encode_section(part.text, ids, arena);
+      }
     }
-    if (i > start) encode_section(text.substr(start, i - start), ids);
-    ids.push_back(id);
-    i += len;
-    start = i;
   }
-  if (start < text.size()) encode_section(text.substr(start), ids);
+  if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return ids;
 }
 

@@ -1,8 +1,5 @@
-// Leftmost-first matching of the Qwen2 split pattern, one alternative after another, exactly as
-// a backtracking regex engine tries them (see pretokenize.h for the pattern).
+// The pre-tokenizer stages and the delimiter behaviours of Split (see pretokenize.h).
 #include "tokenizer/pretokenize.h"
-
-#include <cstdint>
 
 #include "core/check.h"
 #include "tokenizer/unicode.h"
@@ -11,119 +8,150 @@
 namespace megadecode {
 namespace {
 
-using unicode::kLetter;
-using unicode::kNumber;
-using unicode::kSpace;
+// The spans of piece as a Split pattern cuts it: matches and the gaps between them, in order.
+void find_spans(const PreTokenizerStage& stage, std::string_view piece, std::vector<SplitSpan>& spans) {
+  spans.clear();
+  size_t prev = 0;
+  for (size_t from = 0; from < piece.size();) {
+    size_t start = 0, len = 0;
+    if (!stage.literal.empty()) {
+      start = piece.find(stage.literal, from);
+      len = start == std::string_view::npos ? 0 : stage.literal.size();
+    } else {
+      len = split_pattern_find(stage.pattern, piece, from, &start);
+    }
+    if (len == 0) break;
+    if (prev < start) spans.push_back({prev, start, false});
+    spans.push_back({start, start + len, true});
+    prev = from = start + len;
+  }
+  if (prev < piece.size()) spans.push_back({prev, piece.size(), false});
+  if (stage.invert) {
+    for (SplitSpan& s : spans) s.match = !s.match;
+  }
+}
 
-struct Char {
-  size_t len;   // bytes
-  uint8_t cls;  // unicode::CharClass bits
-  bool newline; // \r or \n
-};
-
-class Matcher {
- public:
-  explicit Matcher(std::string_view s) : s_(s) {}
-
-  Char at(size_t i) const {
-    const auto b = static_cast<uint8_t>(s_[i]);
-    if (b < 0x80) return Char{1, kAscii.cls[b], b == '\r' || b == '\n'};
+// Digits: each \p{N} character is a match; the characters between form one gap.
+void find_digit_spans(std::string_view piece, std::vector<SplitSpan>& spans) {
+  spans.clear();
+  size_t prev = 0;
+  for (size_t i = 0; i < piece.size();) {
     char32_t cp;
-    const size_t n = utf8::decode_one(s_, i, &cp);
-    MD_CHECK(n != 0, "pretokenize needs valid UTF-8");
-    return Char{n, unicode::char_class(cp), false};
+    const size_t n = utf8::decode_one(piece, i, &cp);
+    MD_CHECK(n != 0, "pre-tokenizer needs valid UTF-8");
+    if (unicode::char_class(cp) & unicode::kNumber) {
+      if (prev < i) spans.push_back({prev, i, false});
+      spans.push_back({i, i + n, true});
+      prev = i + n;
+    }
+    i += n;
   }
-
-  // End of the run of characters starting at i whose class has any of `bits`.
-  size_t run_end(size_t i, uint8_t bits) const {
-    while (i < s_.size()) {
-      const Char c = at(i);
-      if (!(c.cls & bits)) break;
-      i += c.len;
-    }
-    return i;
-  }
-
-  static bool is_other(const Char& c) { return (c.cls & (kLetter | kNumber | kSpace)) == 0; }
-
-  // Length in bytes of the match at i (always >= 1).
-  size_t match(size_t i) const {
-    const size_t n = s_.size();
-    // 1. Contractions: '(s|t|re|ve|m|ll|d), ASCII letters in either case.
-    if (s_[i] == '\'' && i + 1 < n) {
-      const char a = lower(s_[i + 1]);
-      if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
-      if (i + 2 < n) {
-        const char b = lower(s_[i + 2]);
-        if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
-      }
-    }
-    const Char c0 = at(i);
-    // 2. [^\r\n\p{L}\p{N}]?\p{L}+
-    if (!c0.newline && !(c0.cls & (kLetter | kNumber)) && i + c0.len < n && (at(i + c0.len).cls & kLetter)) {
-      return run_end(i + c0.len, kLetter) - i;
-    }
-    if (c0.cls & kLetter) return run_end(i, kLetter) - i;
-    // 3. \p{N}: one character.
-    if (c0.cls & kNumber) return c0.len;
-    // 4.  ?[^\s\p{L}\p{N}]+[\r\n]*
-    size_t j = i;
-    if (s_[i] == ' ' && i + 1 < n && is_other(at(i + 1))) j = i + 1;
-    if (is_other(at(j))) {
-      while (j < n) {
-        const Char c = at(j);
-        if (!is_other(c)) break;
-        j += c.len;
-      }
-      while (j < n && (s_[j] == '\r' || s_[j] == '\n')) ++j;
-      return j - i;
-    }
-    // Only whitespace is left: c0 is \s.
-    MD_CHECK(c0.cls & kSpace);
-    size_t end = i, last_newline = n, last_start = i;
-    while (end < n) {
-      const Char c = at(end);
-      if (!(c.cls & kSpace)) break;
-      if (c.newline) last_newline = end;
-      last_start = end;
-      end += c.len;
-    }
-    // 5. \s*[\r\n]+ : up to the last newline of the whitespace run.
-    if (last_newline != n) return last_newline + 1 - i;
-    // 6. \s+(?!\S) : the whole run at the end of text, else all but its last character.
-    if (end == n) return end - i;
-    if (last_start > i) return last_start - i;
-    // 7. \s+ : a single whitespace character before non-whitespace.
-    return end - i;
-  }
-
- private:
-  static char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-  struct AsciiTable {
-    uint8_t cls[128];
-    AsciiTable() {
-      for (int b = 0; b < 128; ++b) cls[b] = unicode::char_class(static_cast<char32_t>(b));
-    }
-  };
-  static const AsciiTable kAscii;
-
-  std::string_view s_;
-};
-
-const Matcher::AsciiTable Matcher::kAscii;
+  if (prev < piece.size()) spans.push_back({prev, piece.size(), false});
+}
 
 }  // namespace
 
-void pretokenize(std::string_view text, std::vector<std::string_view>& pieces) {
-  const Matcher m(text);
-  size_t i = 0;
-  while (i < text.size()) {
-    const size_t len = m.match(i);
-    MD_CHECK(len > 0 && i + len <= text.size());
-    pieces.push_back(text.substr(i, len));
-    i += len;
+void split_by_behavior(std::string_view piece, const std::vector<SplitSpan>& spans, SplitBehavior behavior,
+                       std::vector<std::string_view>& out) {
+  const size_t first = out.size();  // pieces before `first` belong to earlier calls
+  auto emit = [&](const SplitSpan& s) { out.push_back(piece.substr(s.start, s.end - s.start)); };
+  auto extend_last = [&](size_t end) {
+    const auto start = static_cast<size_t>(out.back().data() - piece.data());
+    out.back() = piece.substr(start, end - start);
+  };
+  bool previous_match = false;
+  switch (behavior) {
+    case SplitBehavior::kRemoved:
+      for (const SplitSpan& s : spans) {
+        if (!s.match) emit(s);
+      }
+      return;
+    case SplitBehavior::kIsolated:
+      for (const SplitSpan& s : spans) emit(s);
+      return;
+    case SplitBehavior::kContiguous:  // runs of matches and runs of non-matches
+      for (const SplitSpan& s : spans) {
+        if (out.size() > first && s.match == previous_match) {
+          extend_last(s.end);
+        } else {
+          emit(s);
+        }
+        previous_match = s.match;
+      }
+      return;
+    case SplitBehavior::kMergedWithPrevious:  // a match joins the piece before it
+      for (const SplitSpan& s : spans) {
+        if (out.size() > first && s.match && !previous_match) {
+          extend_last(s.end);
+        } else {
+          emit(s);
+        }
+        previous_match = s.match;
+      }
+      return;
+    case SplitBehavior::kMergedWithNext: {  // a match joins the piece after it
+      std::vector<SplitSpan> merged;
+      for (size_t k = spans.size(); k-- > 0;) {
+        const SplitSpan& s = spans[k];
+        if (!merged.empty() && s.match && !previous_match) {
+          merged.back().start = s.start;
+        } else {
+          merged.push_back(s);
+        }
+        previous_match = s.match;
+      }
+      for (size_t k = merged.size(); k-- > 0;) emit(merged[k]);
+      return;
+    }
   }
+}
+
+void PreTokenizer::run(std::string_view text, std::vector<std::string_view>& pieces,
+                       std::deque<std::string>& arena) const {
+  std::vector<std::string_view> current{text}, next;
+  std::vector<SplitSpan> spans;
+  for (const PreTokenizerStage& stage : stages_) {
+    const bool byte_level = stage.type == PreTokenizerStage::Type::kByteLevel;
+    if (byte_level && !stage.add_prefix_space && !stage.use_regex) continue;  // nothing to do on bytes
+    next.clear();
+    for (std::string_view piece : current) {
+      switch (stage.type) {
+        case PreTokenizerStage::Type::kSplit:
+          if (stage.behavior == SplitBehavior::kIsolated && stage.literal.empty()) {
+            split_pattern_pieces(stage.pattern, piece, next);  // invert changes nothing when isolated
+            break;
+          }
+          find_spans(stage, piece, spans);
+          split_by_behavior(piece, spans, stage.behavior, next);
+          break;
+        case PreTokenizerStage::Type::kDigits:
+          find_digit_spans(piece, spans);
+          split_by_behavior(piece, spans,
+                            stage.individual_digits ? SplitBehavior::kIsolated : SplitBehavior::kContiguous, next);
+          break;
+        case PreTokenizerStage::Type::kByteLevel:
+          if (stage.add_prefix_space && (piece.empty() || piece[0] != ' ')) {
+            std::string& prefixed = arena.emplace_back(1, ' ');
+            prefixed += piece;
+            piece = prefixed;
+          }
+          if (!stage.use_regex) {
+            next.push_back(piece);
+            break;
+          }
+          split_pattern_pieces(SplitPattern::kGpt2, piece, next);
+          break;
+      }
+    }
+    current.swap(next);
+  }
+  for (const std::string_view piece : current) {
+    if (!piece.empty()) pieces.push_back(piece);
+  }
+}
+
+void pretokenize(std::string_view text, std::vector<std::string_view>& pieces) {
+  split_pattern_pieces(SplitPattern::kQwen2, text, pieces);
 }
 
 }  // namespace megadecode

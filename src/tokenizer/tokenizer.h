@@ -1,5 +1,5 @@
-// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (Qwen2/Qwen3 style) and a
-// streaming detokenizer (the chat template is tokenizer/chat_template.h).
+// Byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json (Qwen2/Qwen3 and North / Command
+// style pipelines) and a streaming detokenizer (the chat template is tokenizer/chat_template.h).
 // Thread-safety: a loaded Tokenizer is immutable apart from an internal, locked BPE cache, so
 // any number of threads may encode/decode concurrently.
 #pragma once

@@ -41,6 +41,10 @@ uint8_t class_search(char32_t cp) {
   if (in_ranges(kLetterRanges, kLetterRanges_count, cp)) c |= kLetter;
   if (in_ranges(kNumberRanges, kNumberRanges_count, cp)) c |= kNumber;
   if (in_ranges(kSpaceRanges, kSpaceRanges_count, cp)) c |= kSpace;
+  if (in_ranges(kUpperRanges, kUpperRanges_count, cp)) c |= kUpper;
+  if (in_ranges(kLowerRanges, kLowerRanges_count, cp)) c |= kLower;
+  if (in_ranges(kLetterOtherRanges, kLetterOtherRanges_count, cp)) c |= kLetterOther;
+  if (in_ranges(kMarkRanges, kMarkRanges_count, cp)) c |= kMark;
   return c;
 }
 

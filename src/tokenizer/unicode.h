@@ -14,6 +14,11 @@ enum CharClass : uint8_t {
   kLetter = 1,  // \p{L}
   kNumber = 2,  // \p{N}
   kSpace = 4,   // \s as JavaScript defines it
+  // Subclasses for GPT-4o-style patterns; every letter has exactly one of the first three.
+  kUpper = 8,         // \p{Lu} or \p{Lt}
+  kLower = 16,        // \p{Ll}
+  kLetterOther = 32,  // \p{Lm} or \p{Lo}
+  kMark = 64,         // \p{M}
 };
 
 // Class of a code point; a table lookup for the BMP, a binary search above it.

@@ -1,6 +1,6 @@
 // Unicode data the tokenizer needs, generated from Node's Unicode tables by
 // scripts/gen_unicode_tables.mjs (so classification and NFC match the JavaScript reference):
-// the \p{L}, \p{N} and \s classes of the pre-tokenizer regex, and NFC normalization data.
+// the \p{L}, \p{N}, \s, letter-case and \p{M} classes of the split patterns, and NFC normalization data.
 // All arrays are sorted by their first field.
 #pragma once
 
@@ -31,6 +31,14 @@ extern const CodeRange kNumberRanges[];
 extern const size_t kNumberRanges_count;
 extern const CodeRange kSpaceRanges[];  // JavaScript's \s (differs from White_Space: +U+FEFF, -U+0085)
 extern const size_t kSpaceRanges_count;
+extern const CodeRange kUpperRanges[];        // \p{Lu} and \p{Lt}
+extern const size_t kUpperRanges_count;
+extern const CodeRange kLowerRanges[];        // \p{Ll}
+extern const size_t kLowerRanges_count;
+extern const CodeRange kLetterOtherRanges[];  // \p{Lm} and \p{Lo}
+extern const size_t kLetterOtherRanges_count;
+extern const CodeRange kMarkRanges[];         // \p{M}
+extern const size_t kMarkRanges_count;
 extern const CccEntry kCccRanks[];
 extern const size_t kCccRanks_count;
 extern const char32_t kDecompositionData[];

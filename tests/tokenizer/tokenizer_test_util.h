@@ -33,6 +33,17 @@ inline const Tokenizer& qwen3() {
   return *tokenizer;
 }
 
+// Expects loading the model directory dir to fail with an error containing needle; removes dir.
+inline void expect_load_error(const std::filesystem::path& dir, const std::string& needle) {
+  try {
+    Tokenizer::load(dir);
+    ADD_FAILURE() << "loading " << dir << " should fail with \"" << needle << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The string with control bytes, non-ASCII bytes and backslashes escaped, cut to max_bytes.
 inline std::string escaped(const std::string& s, size_t max_bytes = 200) {
   std::string out;
@@ -50,10 +61,10 @@ inline std::string escaped(const std::string& s, size_t max_bytes = 200) {
   return out;
 }
 
-// Runs `node scripts/SCRIPT [MODE] IN.json OUT.json` with IN.json = input_text (JSON, dumped by
-// the caller so that ordered keys keep their order); returns OUT.json parsed.
+// Runs `node scripts/SCRIPT [MODE] IN.json OUT.json [EXTRA_ARG]` with IN.json = input_text (JSON,
+// dumped by the caller so that ordered keys keep their order); returns OUT.json parsed.
 inline nlohmann::json run_node_reference(const std::string& script, const std::string& mode,
-                                         const std::string& input_text) {
+                                         const std::string& input_text, const std::string& extra_arg = "") {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("megadecode-ref-" + std::to_string(getpid()));
   fs::create_directories(dir);
@@ -61,8 +72,9 @@ inline nlohmann::json run_node_reference(const std::string& script, const std::s
   const fs::path in = dir / (stem + "-in.json"), out = dir / (stem + "-out.json"), err = dir / (stem + "-err.txt");
   std::ofstream(in) << input_text;
   const std::string path = std::string(MEGADECODE_SOURCE_DIR) + "/scripts/" + script;
-  const std::string cmd = "node '" + path + "' " + mode + " '" + in.string() + "' '" + out.string() + "' 2>'" +
-                          err.string() + "'";
+  const std::string extra = extra_arg.empty() ? std::string() : " '" + extra_arg + "'";
+  const std::string cmd = "node '" + path + "' " + mode + " '" + in.string() + "' '" + out.string() + "'" + extra +
+                          " 2>'" + err.string() + "'";
   const int rc = std::system(cmd.c_str());
   std::stringstream err_text, out_text;
   err_text << std::ifstream(err).rdbuf();
@@ -76,9 +88,11 @@ inline nlohmann::json run_node_reference(const std::string& script, const std::s
   return nlohmann::json::parse(out_text.str());
 }
 
-// Runs scripts/tokenizer_reference.mjs MODE on inputs; returns its "results" array.
-inline nlohmann::json run_reference(const std::string& mode, const nlohmann::json& inputs) {
-  nlohmann::json result = run_node_reference("tokenizer_reference.mjs", mode, inputs.dump());
+// Runs scripts/tokenizer_reference.mjs MODE on inputs, with the Qwen3 tokenizer or the one in
+// model_dir; returns its "results" array.
+inline nlohmann::json run_reference(const std::string& mode, const nlohmann::json& inputs,
+                                    const std::filesystem::path& model_dir = {}) {
+  nlohmann::json result = run_node_reference("tokenizer_reference.mjs", mode, inputs.dump(), model_dir.string());
   // Our Unicode tables come from Node; a different Node may classify new characters differently.
   EXPECT_EQ(result["unicode"].get<std::string>(), unicode::kUnicodeVersion)
       << "node's Unicode version differs from src/tokenizer/unicode_tables.cpp: regenerate it with "
