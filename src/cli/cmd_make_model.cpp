@@ -1,9 +1,13 @@
 // `megadecode make-model --preset NAME --seed S --out DIR`: a synthetic checkpoint in the exact
 // Hugging Face layout (config.json, generation_config.json, model.safetensors or shards + index,
-// tokenizer.json + tokenizer_config.json), so transformers loads the directory as is.
+// tokenizer.json + tokenizer_config.json), so transformers loads the directory as is. The qwen3
+// presets get the bundled Qwen3 tokenizer; the north-* presets a synthetic North tokenizer
+// (tokenizer/north_synthetic.h) and the cmd4 chat template, so `serve` speaks chat and tools.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +18,7 @@
 #include "model/presets.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
+#include "tokenizer/north_synthetic.h"
 
 namespace megadecode {
 namespace {
@@ -23,14 +28,16 @@ using nlohmann::json;
 
 constexpr int64_t kDefaultMaxShardBytes = int64_t{4} << 30;
 constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json"};
+constexpr uint64_t kNorthTokenizerSeed = 0;  // one vocabulary for every north-* checkpoint
+const char* const kCmd4Template = MEGADECODE_SOURCE_DIR "/tests/data/cmd4/cmd4-hf.jinja";  // melody's
 
 void usage() {
   std::printf(
       "usage: megadecode make-model --preset NAME --out DIR [--seed S] [--max-shard-bytes N]\n"
       "                             [--tokenizer-dir DIR | --no-tokenizer] [--config-only]\n"
       "  --config-only   write config.json and generation_config.json only (no weights)\n"
-      "  the bundled tokenizer (Qwen3's) goes with the qwen3 presets; a north-* checkpoint gets one\n"
-      "  only from --tokenizer-dir\n"
+      "  the bundled tokenizer (Qwen3's) goes with the qwen3 presets; a north-* checkpoint gets a\n"
+      "  synthetic North tokenizer (North's special tokens and pipeline) and the cmd4 chat template\n"
       "presets:");
   for (const std::string& p : preset_names()) std::printf(" %s", p.c_str());
   std::printf("\n");
@@ -69,6 +76,31 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// The cmd4 template's text; checked before the weights are written.
+std::string cmd4_template_text() {
+  MD_REQUIRE(fs::is_regular_file(kCmd4Template), "the cmd4 chat template ", kCmd4Template,
+             " is missing (it ships with the source tree); pass --tokenizer-dir DIR or --no-tokenizer");
+  std::ifstream in(kCmd4Template, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  MD_REQUIRE(in.good() || in.eof(), "cannot read ", kCmd4Template);
+  return text.str();
+}
+
+// The synthetic North tokenizer fits `config` only if its special token ids are the config's.
+void check_north_ids(const ModelConfig& config) {
+  MD_REQUIRE(config.bos_token_id == kNorthBosToken && config.eos_token_ids == std::vector<int>{kNorthEosToken},
+             "the synthetic North tokenizer has <BOS_TOKEN> ", kNorthBosToken, " and <|END_OF_TURN_TOKEN|> ",
+             kNorthEosToken, "; this preset's config has other ids (pass --tokenizer-dir or --no-tokenizer)");
+}
+
+// A North tokenizer.json and tokenizer_config.json (with the cmd4 template) for `config`.
+void write_north_tokenizer(const fs::path& out, const ModelConfig& config, const std::string& chat_template) {
+  write_json((out / "tokenizer.json").string(),
+             north_tokenizer_json(kNorthTokenizerSeed, config.vocab_size, north_pre_tokenizer()), /*indent=*/-1);
+  write_json((out / "tokenizer_config.json").string(), north_tokenizer_config_json(chat_template));
+}
+
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
@@ -89,9 +121,15 @@ int cmd_make_model(int argc, char** argv) {
   // Check the tokenizer before spending minutes on weights.
   MD_REQUIRE(!args.has("tokenizer-dir") || !args.flag("no-tokenizer"), "--tokenizer-dir and --no-tokenizer conflict");
   fs::path tokenizer_dir;
-  // The bundled tokenizer is Qwen3's: a cohere2_moe checkpoint gets one only from --tokenizer-dir.
-  const bool bundled_fits = config.model_type != "cohere2_moe";
-  if (!args.flag("no-tokenizer") && !args.flag("config-only") && (bundled_fits || args.has("tokenizer-dir"))) {
+  // The bundled tokenizer is Qwen3's: a cohere2_moe checkpoint gets the synthetic North one.
+  const bool wants_tokenizer = !args.flag("no-tokenizer") && !args.flag("config-only");
+  const bool north = config.model_type == "cohere2_moe";
+  std::string north_template;
+  if (wants_tokenizer && north && !args.has("tokenizer-dir")) {
+    check_north_ids(config);
+    north_template = cmd4_template_text();
+  }
+  if (wants_tokenizer && (!north || args.has("tokenizer-dir"))) {
     tokenizer_dir = args.get("tokenizer-dir", MEGADECODE_SOURCE_DIR "/data/tokenizer/qwen3");
     for (const char* f : kTokenizerFiles) {
       MD_REQUIRE(fs::is_regular_file(tokenizer_dir / f), "tokenizer file ", (tokenizer_dir / f).string(),
@@ -122,9 +160,11 @@ int cmd_make_model(int argc, char** argv) {
       fs::copy_file(tokenizer_dir / f, out / f, fs::copy_options::overwrite_existing);
     }
   }
+  if (!north_template.empty()) write_north_tokenizer(out, config, north_template);
+  const bool has_tokenizer = !tokenizer_dir.empty() || !north_template.empty();
   std::printf("make-model: wrote %s (%zu parameters, %.3f GB of bf16 weights, seed %lld) to %s%s\n",
               args.get("preset", "").c_str(), n_params, total / 1e9, static_cast<long long>(seed),
-              out.string().c_str(), tokenizer_dir.empty() ? " without a tokenizer (serve it with --skip-tokenizer-init)" : "");
+              out.string().c_str(), !has_tokenizer ? " without a tokenizer (serve it with --skip-tokenizer-init)" : "");
   return 0;
 }
 

@@ -14,6 +14,8 @@
 #include "model/presets.h"
 #include "model/synthetic.h"
 #include "test_safetensors_util.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace megadecode {
 namespace {
@@ -83,14 +85,24 @@ TEST(MakeModel, TinyLoadsBackEqualToInMemoryWeights) {
   EXPECT_TRUE(fs::exists(dir.path() / "tokenizer.json"));
 }
 
-// north-tiny: a cohere2_moe checkpoint (its config, its special tokens, no Qwen3 tokenizer by
-// default) that loads back to the in-memory synthetic model; cpu-mk refuses it by name.
-TEST(MakeModel, NorthTinyIsACohere2MoeCheckpointWithoutTheQwenTokenizer) {
+// north-tiny: a cohere2_moe checkpoint (its config, its special tokens, the synthetic North
+// tokenizer and the cmd4 template rather than Qwen3's) that loads back to the in-memory synthetic
+// model; with --no-tokenizer, no tokenizer.
+TEST(MakeModel, NorthTinyIsACohere2MoeCheckpointWithANorthTokenizer) {
   const uint64_t seed = printed_seed();
   TempDir dir("mm-north");
   ASSERT_EQ(make_model({"--preset", "north-tiny", "--seed", std::to_string(seed), "--out", dir.path().string()}), 0);
-  EXPECT_FALSE(fs::exists(dir.path() / "tokenizer.json"));
   LoadedModel loaded = load_model(dir.path());
+  const auto tok = Tokenizer::load(dir.path());
+  EXPECT_EQ(tok->vocab_size(), loaded.config.vocab_size);
+  EXPECT_EQ(tok->eos_token_id(), std::optional<int32_t>(255001));
+  EXPECT_EQ(tok->token_id("<|START_OF_TURN_TOKEN|>"), std::optional<int32_t>(255000));
+  EXPECT_TRUE(tok->token_id("<|START_ACTION|>").has_value());
+  EXPECT_EQ(tok->encode("", true), (std::vector<int32_t>{5}));  // <BOS_TOKEN>, the config's bos
+  EXPECT_EQ(tok->decode(tok->encode("x = 12345;", false), false), "x = 12345;");
+  const ChatTemplate chat_template = ChatTemplate::load(dir.path());
+  EXPECT_EQ(chat_template.family(), ChatFamily::kCmd4);
+  EXPECT_TRUE(chat_template.exact());
   EXPECT_EQ(loaded.config.model_type, "cohere2_moe");
   EXPECT_EQ(loaded.config.block, BlockKind::kParallel);
   EXPECT_EQ(loaded.config.logit_scale, 0.5f);
@@ -102,6 +114,11 @@ TEST(MakeModel, NorthTinyIsACohere2MoeCheckpointWithoutTheQwenTokenizer) {
   EXPECT_EQ(g["eos_token_id"], json({255001}));
   EXPECT_EQ(g["bos_token_id"], 5);
   EXPECT_EQ(g["temperature"], 1.0);
+
+  TempDir bare("mm-north-bare");
+  ASSERT_EQ(make_model({"--preset", "north-tiny", "--out", bare.path().string(), "--no-tokenizer"}), 0);
+  EXPECT_FALSE(fs::exists(bare.path() / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(bare.path() / "tokenizer_config.json"));
 }
 
 TEST(MakeModel, ShardedTinyLoadsBackTheSame) {
