@@ -148,14 +148,17 @@ std::vector<ChatMessage> parse_messages(const json& v) {
   if (v.empty()) throw bad_request("'messages' must not be empty", "messages");
   std::vector<ChatMessage> out;
   for (const json& m : v) {
-    if (!m.is_object()) throw bad_request("each message must be an object", "messages");
+    if (!m.is_object()) throw bad_request(cat("message ", out.size(), " must be an object"), "messages");
     auto role = m.find("role");
-    if (role == m.end() || !role->is_string()) throw bad_request("each message needs a string 'role'", "messages");
+    if (role == m.end() || !role->is_string())
+      throw bad_request(cat("message ", out.size(), " needs a string 'role'"), "messages");
     ChatMessage msg;
     msg.role = role->get<std::string>();
     if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for system instructions
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
-      throw bad_request(cat("message role '", msg.role, "' is not supported (system, user, assistant, tool)"), "messages");
+      throw bad_request(cat("message ", out.size(), ": role '", msg.role,
+                            "' is not supported (system, developer, user, assistant, tool)"),
+                        "messages");
     msg.content = message_content(m);
     if (msg.role == "assistant") {
       msg.reasoning_content = optional_string(m, "reasoning_content", "an assistant message's");

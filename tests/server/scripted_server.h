@@ -1,7 +1,8 @@
 // A test server that answers like a Qwen3, Qwen3-Coder or North (cmd4) model: the scripted backend
 // behind the real Qwen3 tokenizer and the real chat template (Qwen3's from data/tokenizer/qwen3,
 // Qwen3-Coder's and cmd4's from tests/data), with the template family's reasoning and tool-call
-// parsing. The Qwen3 tokenizer has no cmd4 markers: they reach the server as several tokens each.
+// parsing. The Qwen3 tokenizer has no cmd4 markers: they reach the server as several tokens each;
+// given a model folder (a synthetic North one), its tokenizer and template are used instead.
 // Replies are scripted by marker: the rule whose marker occurs last in the prompt text wins. It
 // records every chat request body and every byte sent back, for end-to-end client tests.
 #pragma once
@@ -72,23 +73,27 @@ class ScriptedServer {
   static constexpr int kMaxPositions = 1 << 17;  // room for an agent's long prompt plus max_tokens 32000
   static constexpr int kBlockSize = 16;
 
-  explicit ScriptedServer(ChatFamily family, ChatFlags flags = {})
-      : tokenizer_(Tokenizer::load(qwen3_tokenizer_dir())),
-        end_token_(*tokenizer_->token_id("<|im_end|>")),
+  // With model_dir, the folder's own tokenizer, end token and chat template (a North one: cmd4
+  // with its markers as single tokens) instead of Qwen3's and the family's template.
+  explicit ScriptedServer(ChatFamily family, ChatFlags flags = {}, const std::filesystem::path& model_dir = {})
+      : dir_(model_dir.empty() ? qwen3_tokenizer_dir() : model_dir),
+        tokenizer_(Tokenizer::load(dir_)),
+        end_token_(model_dir.empty() ? *tokenizer_->token_id("<|im_end|>") : tokenizer_->eos_token_id().value()),
         backend_(tokenizer_->vocab_size(), end_token_, [this](std::span<const int32_t> p) { return choose(p); },
                  kMaxPositions / kBlockSize, kBlockSize, kMaxPositions) {
     EngineConfig ec;
     ec.scheduler = SchedulerConfig{.max_num_seqs = 8, .max_prefill_tokens = 2048, .prefix_caching = true,
                                    .check_invariants = false};
     engine_ = std::make_unique<Engine>(backend_, ec, streaming_decoders(*tokenizer_));
-    if (family == ChatFamily::kQwen3Coder && !flags.chat_template) flags.chat_template = qwen3_coder_template();
-    if (family == ChatFamily::kCmd4 && !flags.chat_template) flags.chat_template = cmd4_template();
+    if (model_dir.empty() && family == ChatFamily::kQwen3Coder && !flags.chat_template)
+      flags.chat_template = qwen3_coder_template();
+    if (model_dir.empty() && family == ChatFamily::kCmd4 && !flags.chat_template) flags.chat_template = cmd4_template();
     ModelConfig config = backend_.config();
     model_name_ = family == ChatFamily::kQwen3        ? "qwen3-scripted"
                   : family == ChatFamily::kQwen3Coder ? "qwen3-coder-scripted"
                                                       : "north-cmd4-scripted";
     service_ = std::make_unique<OpenAiService>(
-        *engine_, served_model(qwen3_tokenizer_dir(), model_name_, config, *tokenizer_, flags));
+        *engine_, served_model(dir_, model_name_, config, *tokenizer_, flags));
     HttpServerConfig hc;
     hc.port = 0;
     hc.n_threads = 2;
@@ -130,6 +135,8 @@ class ScriptedServer {
     return out;
   }
 
+  // Every prompt the backend started from, as token ids and as text.
+  std::vector<std::vector<int32_t>> prompt_ids() const { return backend_.prompts(); }
   std::vector<std::string> prompts() const {
     std::vector<std::string> out;
     for (const auto& p : backend_.prompts()) out.push_back(tokenizer_->decode(p, false));
@@ -159,6 +166,7 @@ class ScriptedServer {
     return best != nullptr ? *best : encode("(no script for this prompt)");
   }
 
+  std::filesystem::path dir_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int32_t end_token_;
   ScriptedBackend backend_;

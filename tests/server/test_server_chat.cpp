@@ -5,90 +5,18 @@
 // are refused.
 #include <gtest/gtest.h>
 
-#include "scripted_server.h"
+#include "chat_exchange.h"
 
 namespace megadecode {
 namespace {
 
 using nlohmann::json;
+using testing::both_ways;
+using testing::cmd4_action;
 using testing::post_json;
 using testing::ScriptedServer;
-using testing::sse_data;
-
-// One choice of a streamed response, put back together the way OpenAI clients do.
-struct Streamed {
-  std::string role, reasoning, content, finish_reason;
-  json tool_calls = json::array();  // [{id, type, function: {name, arguments}}]
-  int n_reasoning_chunks = 0, n_argument_chunks = 0;
-};
-
-Streamed collect(const std::string& body) {
-  Streamed s;
-  const auto events = sse_data(body);
-  EXPECT_FALSE(events.empty());
-  EXPECT_EQ(events.back(), "[DONE]");
-  for (size_t i = 0; i + 1 < events.size(); ++i) {
-    const json chunk = json::parse(events[i]);
-    EXPECT_FALSE(chunk.contains("error")) << chunk.dump();
-    for (const json& c : chunk["choices"]) {
-      const json& d = c["delta"];
-      if (d.contains("role")) s.role = d["role"];
-      if (d.contains("reasoning_content")) {
-        s.reasoning += d["reasoning_content"].get<std::string>();
-        ++s.n_reasoning_chunks;
-      }
-      if (d.contains("content") && d["content"].is_string()) s.content += d["content"].get<std::string>();
-      for (const json& t : d.value("tool_calls", json::array())) {
-        const size_t index = t["index"];
-        if (t.contains("id")) {  // a new call: id, type and name come first, arguments empty
-          EXPECT_EQ(index, s.tool_calls.size());
-          EXPECT_EQ(t["type"], "function");
-          EXPECT_EQ(t["function"]["arguments"], "");
-          s.tool_calls.push_back({{"id", t["id"]}, {"type", "function"}, {"function", {{"name", t["function"]["name"]}, {"arguments", ""}}}});
-        } else {
-          EXPECT_LT(index, s.tool_calls.size()) << "argument fragment before its call's name";
-          if (index >= s.tool_calls.size()) continue;
-          auto& args = s.tool_calls[index]["function"]["arguments"];
-          args = args.get<std::string>() + t["function"]["arguments"].get<std::string>();
-          ++s.n_argument_chunks;
-        }
-      }
-      if (!c["finish_reason"].is_null()) s.finish_reason = c["finish_reason"];
-    }
-  }
-  return s;
-}
-
-json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
-
-json weather_tools() {
-  return json::parse(R"([{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
-      "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-      "required": ["city"]}}}])");
-}
-
-// The same request non-streamed and streamed: both must say the same thing.
-std::pair<json, Streamed> both_ways(ScriptedServer& server, json body) {
-  body["model"] = server.model();
-  const auto whole = post_json(server.port(), "/v1/chat/completions", body);
-  EXPECT_EQ(whole.status, 200) << whole.body;
-  body["stream"] = true;
-  const auto streamed = post_json(server.port(), "/v1/chat/completions", body);
-  EXPECT_EQ(streamed.status, 200) << streamed.body;
-  const json message = whole.json()["choices"][0]["message"];
-  Streamed s = collect(streamed.body);
-  EXPECT_EQ(s.role, "assistant");
-  EXPECT_EQ(message["content"].is_null() ? std::string() : message["content"].get<std::string>(), s.content);
-  EXPECT_EQ(message.value("reasoning_content", json()).is_null() ? std::string() : message["reasoning_content"].get<std::string>(), s.reasoning);
-  EXPECT_EQ(message.value("tool_calls", json::array()).size(), s.tool_calls.size());
-  for (size_t i = 0; i < s.tool_calls.size(); ++i) {
-    EXPECT_EQ(message["tool_calls"][i]["function"], s.tool_calls[i]["function"]);
-    EXPECT_EQ(message["tool_calls"][i]["type"], "function");
-    EXPECT_EQ(message["tool_calls"][i]["id"].get<std::string>().rfind("call_", 0), 0u);
-  }
-  EXPECT_EQ(whole.json()["choices"][0]["finish_reason"], s.finish_reason);
-  return {whole.json(), s};
-}
+using testing::user;
+using testing::weather_tools;
 
 TEST(ServerChat, Qwen3ThinkingSplitsReasoning) {
   ScriptedServer server(ChatFamily::kQwen3);
@@ -261,49 +189,10 @@ TEST(ServerChat, ToolChoiceAndParallelCalls) {
   EXPECT_EQ(req["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
 }
 
-std::string cmd4_action(const std::vector<std::string>& cities) {
-  std::string s = "<|START_ACTION|>[";
-  for (size_t i = 0; i < cities.size(); ++i)
-    s += std::string(i ? "," : "") + "\n    {\"tool_call_id\": \"" + std::to_string(i) +
-         "\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"" + cities[i] + "\"}}";
-  return s + "\n]<|END_ACTION|>";
-}
-
-// North's loop through the cmd4 template: reasoning and an action, the call's result sent back
-// with the reasoning (interleaved thinking), and an answer with a citation, streamed and not.
+// North's loop through the cmd4 template, its markers several Qwen3 tokens each.
 TEST(ServerChat, Cmd4ToolCallRoundTrip) {
   ScriptedServer server(ChatFamily::kCmd4);
-  server.on_text("Weather in Paris?", "The user wants the weather.<|END_THINKING|>" + cmd4_action({"Paris"}));
-  server.on_text("<|START_TOOL_RESULT|>",
-                 "It is sunny.<|END_THINKING|><|START_TEXT|>It is <co>18 C and sunny</co: 0:[0]> in Paris.<|END_TEXT|>");
-  const json request = {{"messages", {user("Weather in Paris?")}}, {"tools", weather_tools()}};
-  auto [whole, streamed] = both_ways(server, request);
-  const json& m = whole["choices"][0]["message"];
-  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
-  EXPECT_EQ(m["reasoning_content"], "The user wants the weather.");
-  EXPECT_TRUE(m["content"].is_null()) << m.dump();
-  ASSERT_EQ(m["tool_calls"].size(), 1u);
-  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
-  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
-  EXPECT_GE(streamed.n_reasoning_chunks, 2) << "reasoning streams token by token";
-  EXPECT_TRUE(server.prompts().back().ends_with("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>"));
-
-  json follow = request;
-  follow["messages"].push_back(m);
-  follow["messages"].push_back({{"role", "tool"}, {"tool_call_id", m["tool_calls"][0]["id"]}, {"content", "18 C, sunny"}});
-  auto [answer, answer_streamed] = both_ways(server, follow);
-  const json& a = answer["choices"][0]["message"];
-  EXPECT_EQ(answer["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(a["reasoning_content"], "It is sunny.");
-  EXPECT_EQ(a["content"], "It is 18 C and sunny in Paris.");
-  EXPECT_FALSE(a.contains("tool_calls"));
-  EXPECT_NE(server.prompts().back().find(
-                "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>The user wants the weather.<|END_THINKING|>" +
-                cmd4_action({"Paris"}) + "<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|><|START_TOOL_RESULT|>[\n"
-                "    {\n        \"tool_call_id\": \"0\",\n        \"results\": {\n            \"0\": {\"content\": \"18 C, sunny\"}\n"
-                "        },\n        \"is_error\": null\n    }\n]<|END_TOOL_RESULT|><|END_OF_TURN_TOKEN|>"),
-            std::string::npos)
-      << server.prompts().back();
+  testing::cmd4_tool_loop(server, "Paris");
 }
 
 TEST(ServerChat, Cmd4ReasoningOffSplitMarkersAndToolChoice) {

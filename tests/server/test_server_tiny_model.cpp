@@ -3,7 +3,9 @@
 // Temperature-0 output equals `megadecode generate` (the CLI, and its loop token for token, also
 // under prefix caching, chunked prefill, preemption and a batch of neighbours), and the official
 // openai npm client passes against it. Served without its tokenizer (--skip-tokenizer-init), the
-// model returns the same tokens as ids, with the end tokens of its config files.
+// model returns the same tokens as ids, with the end tokens of its config files. `make-model
+// --preset north-tiny` talks too: chat and streamed tool requests through its own tokenizer and
+// cmd4 template.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include "model/loader.h"
 #include "server/model_text.h"
 #include "server_fixture.h"
+#include "tokenizer/chat_template.h"
 
 namespace megadecode {
 namespace {
@@ -53,7 +56,8 @@ const fs::path& tiny_model_dir() {
   return dir;
 }
 
-// North Mini Code's structure at test size (cohere2_moe; no tokenizer), made once per process.
+// North Mini Code's structure at test size (cohere2_moe; the synthetic North tokenizer and the
+// cmd4 template), made once per process.
 const fs::path& north_tiny_model_dir() {
   static const fs::path dir = make_model_dir("north-tiny");
   return dir;
@@ -228,6 +232,82 @@ TEST_F(TinyModelTest, NorthTinyServedAsIdsPastItsWindowEqualsGenerate) {
     EXPECT_EQ(got[i].size(), 14u) << "prompt " << i;
     EXPECT_EQ(got[i], reference_generate(*server.stack.model, prompts[i], 14)) << "prompt " << i;
   }
+}
+
+// The North checkpoint make-model writes talks with nothing added: its tokenizer.json and the cmd4
+// template in tokenizer_config.json, behind cpu-ref. The weights are random, so what is checked is
+// what can break: 200 and valid JSON (every streamed chunk too), usage agreeing with the
+// tokenizer's count of the rendered template and with the tokens sent, an allowed finish_reason.
+TEST_F(TinyModelTest, NorthTinyTalksWithItsOwnTokenizerAndTemplate) {
+  using nlohmann::json;
+  const fs::path dir = north_tiny_model_dir();
+  ASSERT_TRUE(fs::exists(dir / "tokenizer.json")) << "make-model wrote no North tokenizer";
+  const ChatTemplate chat_template = ChatTemplate::load(dir);
+  EXPECT_EQ(chat_template.family(), ChatFamily::kCmd4);
+  EXPECT_TRUE(chat_template.exact());
+  TinyServer server(/*with_tokenizer=*/true, dir);
+  const Tokenizer& tok = *server.stack.tokenizer;
+  const ModelConfig& config = server.stack.model->config;
+  EXPECT_EQ(tok.vocab_size(), config.vocab_size);
+  EXPECT_EQ(tok.eos_token_id(), std::optional<int32_t>(config.eos_token_ids.at(0)));
+  EXPECT_EQ(tok.token_id("<BOS_TOKEN>"), std::optional<int32_t>(config.bos_token_id));
+  EXPECT_EQ(tiny_served_model(server.stack).eos_token_ids, config.eos_token_ids);
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  const std::vector<std::string> allowed = {"stop", "length", "tool_calls"};
+  // The prompt's token count as the tokenizer counts the template's rendering of the request.
+  auto rendered_tokens = [&](const std::string& text, bool with_tools) {
+    ChatInput input;
+    input.messages.push_back(ChatMessage{.role = "user", .content = text});
+    if (with_tools) input.tools = nlohmann::ordered_json::parse(tools.dump());
+    return tok.encode(chat_template.render(input), false).size();
+  };
+
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "What is 12345 + 678?"}}}},
+                     {"max_tokens", 12}, {"temperature", 0}};
+  testing::HttpClient c(server.http->port());
+  const auto r = c.request("POST", "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.body;
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_NE(std::find(allowed.begin(), allowed.end(), choice["finish_reason"].get<std::string>()), allowed.end()) << r.body;
+  EXPECT_EQ(j["usage"]["prompt_tokens"], rendered_tokens("What is 12345 + 678?", false));
+  const int completion = j["usage"]["completion_tokens"];
+  EXPECT_GE(completion, 1);
+  EXPECT_LE(completion, 12);
+  EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + completion);
+  if (choice["finish_reason"] == "length") {
+    EXPECT_EQ(completion, 12);
+  }
+
+  json streamed = chat;
+  streamed["messages"][0]["content"] = "Weather in Oslo?";
+  streamed["tools"] = tools;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  streamed["max_tokens"] = 16;
+  const auto s = c.request("POST", "/v1/chat/completions", streamed.dump());
+  ASSERT_EQ(s.status, 200) << s.body;
+  const auto events = testing::sse_data(s.body);
+  ASSERT_GE(events.size(), 3u) << s.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string finish;
+  json usage;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i], nullptr, false);
+    ASSERT_FALSE(chunk.is_discarded()) << events[i];
+    ASSERT_FALSE(chunk.contains("error")) << events[i];
+    for (const json& ch : chunk["choices"])
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    if (chunk.contains("usage") && !chunk["usage"].is_null()) usage = chunk["usage"];
+  }
+  EXPECT_NE(std::find(allowed.begin(), allowed.end(), finish), allowed.end()) << s.body;
+  ASSERT_TRUE(usage.is_object()) << s.body;
+  EXPECT_EQ(usage["prompt_tokens"], rendered_tokens("Weather in Oslo?", true));
+  EXPECT_GE(usage["completion_tokens"].get<int>(), 1);
+  EXPECT_LE(usage["completion_tokens"].get<int>(), 16);
 }
 
 TEST_F(TinyModelTest, WithoutTokenizerTheSameTokensComeBackAsIds) {
