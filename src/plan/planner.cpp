@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "plan/planner_internal.h"
+#include "plan/tile_cut.h"
 
 namespace megadecode {
 namespace {
@@ -33,8 +34,7 @@ Task make_task(Op op, int layer, std::initializer_list<int32_t> args, std::initi
 // n tiles of contiguous row blocks [rb0, rb0 + n_rbs): tile i = [rb0 + n_rbs*i/n, rb0 + n_rbs*(i+1)/n).
 std::vector<std::pair<int, int>> cut(int rb0, int n_rbs, int n) {
   std::vector<std::pair<int, int>> out;
-  for (int i = 0; i < n; ++i)
-    out.push_back({rb0 + static_cast<int>(int64_t(n_rbs) * i / n), rb0 + static_cast<int>(int64_t(n_rbs) * (i + 1) / n)});
+  for (int i = 0; i < n; ++i) out.push_back({tile_begin(rb0, n_rbs, n, i), tile_begin(rb0, n_rbs, n, i + 1)});
   return out;
 }
 

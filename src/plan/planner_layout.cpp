@@ -239,6 +239,7 @@ BufferLayout buffer_layout(const PlanShape& s) {
   L.ring_tables = place(b * static_cast<uint64_t>(s.ring_len) * 4);
   L.o_out = place(s.parallel ? b * h * 4 : 0);
   L.shared_act = place(b * static_cast<uint64_t>(s.shared_inter) * 4);
+  L.lm_best = place(s.lm_head ? b * static_cast<uint64_t>(s.n_lm_tasks) * sizeof(LogitBest) : 0);
   L.total_bytes = off;
   return L;
 }

@@ -106,6 +106,15 @@ struct AttnItem {
 };
 static_assert(sizeof(AttnItem) == 32, "AttnItem must stay 32 bytes");
 
+// An LM head tile's largest logit of one token row and its lowest token id (lm_best): the sampler's
+// first pass, done by the tiles as they write the logits. id 0x7fffffff: no finite-or-inf logit
+// (every one NaN).
+struct LogitBest {
+  float value;
+  int32_t id;
+};
+static_assert(sizeof(LogitBest) == 8, "LogitBest must stay 8 bytes");
+
 // Counter indices. Layer L's counters start at layer_base + L * layer_stride; the fields below are
 // offsets inside a layer (arrays noted), then the global ones.
 struct CounterLayout {
@@ -152,7 +161,8 @@ MD_HOST_DEVICE inline int32_t layer_counter(const CounterLayout& c, int layer, i
   X(out_tokens, int32_t, "[B] sampled tokens")                                                 \
   X(ring_tables, int32_t, "[B, ring_len] ring blocks of the sliding layers (host-written; 0 bytes without)") \
   X(o_out, float, "[B, H] parallel blocks: the attention branch o, added by the down shares (0 bytes otherwise)") \
-  X(shared_act, float, "[B, shared_inter] silu(gate)*up of the shared experts' MLP (0 bytes without)")
+  X(shared_act, float, "[B, shared_inter] silu(gate)*up of the shared experts' MLP (0 bytes without)") \
+  X(lm_best, uint8_t, "[n_lm_tasks, B] LogitBest of each LM head tile: its largest logit, lowest id first")
 
 struct BufferSpan {
   uint64_t offset;  // bytes from the arena start

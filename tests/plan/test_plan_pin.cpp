@@ -68,7 +68,7 @@ uint64_t fingerprint(const Plan& p) {
                               &b.attn_part_o, &b.attn_part_ml, &b.attn_out, &b.h, &b.router_logits, &b.act, &b.logits,
                               &b.out_tokens})
     f.pod(*s);
-  f.pod(b.total_bytes);
+  f.pod(b.lm_best.offset);  // the arena's end before the LM head's LogitBest buffer, appended since
   return f.h;
 }
 

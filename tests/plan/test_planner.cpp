@@ -16,6 +16,7 @@
 #include "plan/planner.h"
 #include "plan/planner_internal.h"
 #include "plan/stats.h"
+#include "plan/tile_cut.h"
 #include "plan/validator.h"
 #include "plan_test_util.h"
 
@@ -444,6 +445,33 @@ TEST(Planner, BadInputsAreClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("grid-sync"), std::string::npos) << e.what();  // names the known ones
   }
+}
+
+// A static op's tile is named by its first row block (plan/tile_cut.h): the LM head's tiles index
+// their LogitBest entries so. Every (n_rbs, n <= n_rbs) of a range, and the planner's own LM head.
+TEST(Planner, TileOfBeginInvertsTheCut) {
+  for (int n_rbs = 1; n_rbs <= 300; ++n_rbs)
+    for (int n = 1; n <= n_rbs; ++n)
+      for (int i = 0; i < n; ++i) {
+        const int32_t b = tile_begin(7, n_rbs, n, i);
+        ASSERT_LT(b, tile_begin(7, n_rbs, n, i + 1)) << n_rbs << " " << n << " " << i;  // never empty
+        ASSERT_EQ(tile_of_begin(7, n_rbs, n, b), i) << n_rbs << " " << n << " " << i;
+      }
+  for (const int32_t vocab : {151936, 262144, 1000}) {
+    const int n_rbs = (vocab + 15) / 16;
+    for (const int n : {132, 114, 1, n_rbs})
+      for (int i = 0; i < n && n <= n_rbs; ++i) ASSERT_EQ(tile_of_begin(0, n_rbs, n, tile_begin(0, n_rbs, n, i)), i);
+  }
+  SplitMix64 rng(test_seed());
+  ModelConfig c = random_config(rng);
+  test::RandomBatch rb = random_batch(rng, 3, 50, 4);
+  const Plan plan = make_plan(c, rb.state, policy_by_name("default"), {});
+  const PlanShape& s = plan.params.shape;
+  std::vector<int> seen(s.n_lm_tasks, 0);
+  for (const Task& t : plan.tasks)
+    if (static_cast<Op>(t.op) == Op::kLmHead) ++seen.at(tile_of_begin(0, (s.vocab + 15) / 16, s.n_lm_tasks, t.arg[0]));
+  EXPECT_EQ(seen, std::vector<int>(s.n_lm_tasks, 1));
+  EXPECT_EQ(plan.params.buffers.lm_best.bytes, static_cast<uint64_t>(s.n_lm_tasks) * s.batch * sizeof(LogitBest));
 }
 
 }  // namespace

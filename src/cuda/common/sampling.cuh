@@ -132,6 +132,7 @@ __device__ uint64_t row_radix_select(Load ld, int vocab, float mx, float inv_t, 
     const int shift = (kSamplePasses - 1 - pass) * kSampleDigitBits;
     for (int b = threadIdx.x; b < kSampleBins; b += kThreads) sc.hist[b] = 0;
     sync();
+#pragma unroll 8
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
       const float l = ld(i);
       const uint64_t key = sample_key(l, i);
@@ -172,6 +173,7 @@ __device__ uint64_t row_keep_threshold(Load ld, int vocab, const SamplingParams&
   uint64_t n_kept = static_cast<uint64_t>(vocab);
   if (sp.min_p > 0.0f) {
     uint64_t c = 0;
+#pragma unroll 8
     for (int i = threadIdx.x; i < vocab; i += kThreads) c += expf((ld(i) - mx) * inv_t) >= sp.min_p ? 1 : 0;
     n_kept = row_sum(c, sc, sync);
   }
@@ -181,6 +183,7 @@ __device__ uint64_t row_keep_threshold(Load ld, int vocab, const SamplingParams&
       n_kept >= static_cast<uint64_t>(vocab) ? 0 : row_radix_select(ld, vocab, mx, inv_t, 0, n_kept, false, sc, sync);
   if (sp.top_p < 1.0f) {
     uint64_t m = 0;
+#pragma unroll 8
     for (int i = threadIdx.x; i < vocab; i += kThreads) {
       const float l = ld(i);
       if (sample_key(l, i) >= kappa) m += sample_mass(l, mx, inv_t);
@@ -194,20 +197,18 @@ __device__ uint64_t row_keep_threshold(Load ld, int vocab, const SamplingParams&
   return kappa;
 }
 
-// The token sampled from logits ld(0..vocab) under sp for `position` (every thread returns it).
+// The token sampled from logits ld(0..vocab) under sp for `position` (every thread returns it),
+// given the row's largest logit mx and its lowest id arg (0x7fffffff when every logit is NaN).
 // Greedy rows (and rows of only -inf) take the argmax, ties to the lowest id.
 template <int kThreads, class Load, class Sync>
-__device__ int32_t sample_row(Load ld, int vocab, const SamplingParams& sp, int64_t position,
-                              RowSampleScratch<kThreads>& sc, Sync sync) {
-  float mx = -INFINITY;
-  int arg = 0x7fffffff;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) argmax_merge(mx, arg, ld(i), i);
-  row_argmax(mx, arg, sc, sync);
+__device__ int32_t sample_row_given_max(Load ld, int vocab, const SamplingParams& sp, int64_t position, float mx,
+                                        int arg, RowSampleScratch<kThreads>& sc, Sync sync) {
   if (sp.greedy() || !(mx > -INFINITY)) return arg < vocab ? arg : 0;
   const uint64_t kappa = row_keep_threshold(ld, vocab, sp, mx, sc, sync);
   const float inv_t = 1.0f / sp.temperature;
   float best = -INFINITY;
   int token = 0x7fffffff;
+#pragma unroll 4
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
     const float l = ld(i);
     if (sample_key(l, i) < kappa) continue;
@@ -215,6 +216,19 @@ __device__ int32_t sample_row(Load ld, int vocab, const SamplingParams& sp, int6
   }
   row_argmax(best, token, sc, sync);
   return token < vocab ? token : arg;  // the kept set holds the max, so never the fallback
+}
+
+// The token sampled from logits ld(0..vocab) under sp for `position`: the argmax pass, then
+// sample_row_given_max.
+template <int kThreads, class Load, class Sync>
+__device__ int32_t sample_row(Load ld, int vocab, const SamplingParams& sp, int64_t position,
+                              RowSampleScratch<kThreads>& sc, Sync sync) {
+  float mx = -INFINITY;
+  int arg = 0x7fffffff;
+#pragma unroll 8
+  for (int i = threadIdx.x; i < vocab; i += kThreads) argmax_merge(mx, arg, ld(i), i);
+  row_argmax(mx, arg, sc, sync);
+  return sample_row_given_max(ld, vocab, sp, position, mx, arg, sc, sync);
 }
 
 }  // namespace megadecode::cuda

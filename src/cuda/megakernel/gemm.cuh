@@ -17,6 +17,7 @@
 
 #include "cuda/common/moe.cuh"  // silu
 #include "cuda/common/packed_mma.cuh"
+#include "cuda/common/sampling.cuh"  // argmax_merge
 #include "cuda/megakernel/activation.cuh"
 #include "cuda/megakernel/smem.cuh"
 
@@ -46,8 +47,9 @@ struct ActRows {
 // Where a job's outputs go: one epilogue routine for every op.
 enum class EpiKind : int32_t {
   kStore,     // y[tok * stride + row] = v                           (QKV)
-  kRows,      // the same for row < n_rows only (padded rows)        (router, LM head)
-  kScaledRows,  // kRows of v * scale                              (LM head with a logit scale != 1)
+  kRows,      // the same for row < n_rows only (padded rows)        (router)
+  kLogits,    // kRows of v * scale, and lm_best_of(e)[tok * 16 + r] the running LogitBest of the
+              // position (LM head: the sampler's first pass, sampling.cuh argmax_merge)
   kResidual,  // y[tok * H + row] = residual(tok, row) + v           (O-proj: h = x + o)
   kResidualFfn,  // y[at] = (residual(tok, row) + res[at]) + v      (dense down of a parallel block: x in place)
   kSwiGlu,    // act[(slot0 + tok) * n_rows + col] = silu(gate) * up (expert up: row pairs i, i + 8)
@@ -63,13 +65,17 @@ struct Epilogue {
                            // kResidualFfn: the attention branch o [tokens][H] (other SMs' O-proj tiles wrote it)
   const uint16_t* embed;
   const int32_t* tokens;
-  uint16_t* act;           // kSwiGlu
+  uint16_t* act;           // kSwiGlu; kLogits: the LogitBest[tokens * 16] (shared memory, each entry
+                           // owned by one thread), riding here so that the epilogue, held in
+                           // registers through the job loop, grows no field (lm_best_of)
   int32_t slot0;           // kSwiGlu, kCombine: the expert's first slot
   int32_t K;               // kCombine: top-k
-  float scale;             // kScaledRows
+  float scale;             // kLogits: the logit scale (1: v itself, bit for bit)
   const int16_t* slot_token;
   const int8_t* slot_k;
 };
+
+__device__ __forceinline__ LogitBest* lm_best_of(const Epilogue& e) { return reinterpret_cast<LogitBest*>(e.act); }
 
 // The 8 warps' partials of one row block (red, warp order) summed and handed to the epilogue.
 template <int kNT>
@@ -88,8 +94,13 @@ __device__ __forceinline__ void reduce_store(const float* red, int rb, int n_tok
       case EpiKind::kRows:
         if (row < e.n_rows) e.y[tok * e.stride + row] = v;
         break;
-      case EpiKind::kScaledRows:
-        if (row < e.n_rows) e.y[tok * e.stride + row] = v * e.scale;
+      case EpiKind::kLogits:
+        if (row < e.n_rows) {
+          const float l = v * e.scale;
+          e.y[tok * e.stride + row] = l;
+          LogitBest& b = lm_best_of(e)[idx];  // (idx = tok * 16 + r: this thread's in every call of the task)
+          argmax_merge(b.value, b.id, l, row);
+        }
         break;
       case EpiKind::kResidual: {
         const int64_t at = tok * e.stride + row;

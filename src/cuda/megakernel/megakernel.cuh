@@ -44,8 +44,13 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
       case Op::kExpertUp:
       case Op::kExpertDown:
       case Op::kDenseUp:
-      case Op::kDenseDown:
-      case Op::kLmHead: ok = op_gemm(c, t, i); break;
+      case Op::kDenseDown: ok = op_gemm(c, t, i); break;
+      case Op::kLmHead:
+        lm_head_best_init(p, reinterpret_cast<LogitBest*>(c.combine()));
+        ok = op_gemm(c, t, i);
+        // Every thread, whatever its ok (a failed page wait is one thread's): it meets the others.
+        lm_head_best(p, i, reinterpret_cast<const LogitBest*>(c.combine()));
+        break;
       default:  // not an op this kernel runs (megakernel_runs): stop, never run it as another op
         if (tid == 0) set_error(p, kMkBadShape, -1, t.op, kNumOps, i, kMkDetailUnknownOp);
         ok = false;

@@ -20,6 +20,7 @@
 #include "cuda/megakernel/gemm.cuh"
 #include "cuda/megakernel/sample.cuh"
 #include "plan/moe_split.h"
+#include "plan/tile_cut.h"
 
 namespace megadecode::cuda::mk {
 
@@ -254,17 +255,15 @@ __device__ __forceinline__ void gemm_setup(ConsumerCtx<kNT>& c, const Task& t, c
       epi.tokens = tokens;
       epi.stride = s.hidden;
       break;
-    default:  // LM head
+    default:  // LM head: logits = y * logit_scale, and the tile's LogitBest per token (lm_head_best)
       f.ns.x = buf<float>(p, b.x);
       f.ns.weight = p.w.final_norm;
-      epi.kind = EpiKind::kRows;
+      epi.kind = EpiKind::kLogits;
       epi.y = buf<float>(p, b.logits);
       epi.n_rows = s.vocab;
       epi.stride = s.vocab;
-      if (s.logit_scale != 1.0f) {  // logits = y * logit_scale (1 for qwen3_moe: its epilogue stays y)
-        epi.kind = EpiKind::kScaledRows;
-        epi.scale = s.logit_scale;
-      }
+      epi.scale = s.logit_scale;
+      epi.act = reinterpret_cast<uint16_t*>(c.combine());  // the LogitBest entries (lm_head_best_init)
       break;
   }
   if (threadIdx.x == 0) *c.fill = f;
@@ -296,6 +295,28 @@ __device__ __forceinline__ void moe_combine(const MkParams& p, const RouteSmem& 
           layer == 0 ? bf16_bits_to_float(p.w.embed[static_cast<int64_t>(tokens[tok]) * H + row]) : __ldcg(x + at);
       x[at] = (res + __ldcg(o + at)) + moe;
     }
+  }
+}
+
+// An LM head tile's end: each token's LogitBest over its 16 positions (after the consumers meet:
+// every epilogue of the tile is done) into lm_best[tile][token], the tile named by its first row
+// block (plan/tile_cut.h). Published by the task's arrival, which the SAMPLE task waits for.
+// Out of line, before and after op_gemm (nothing of them stays live through the job loop). The
+// entries start empty: each is written by the thread that updates it (gemm.cuh reduce_store).
+__device__ __noinline__ void lm_head_best_init(const MkParams& p, LogitBest* best) {
+  for (int i = threadIdx.x; i < p.plan.shape.batch * 16; i += kConsumerThreads) best[i] = LogitBest{-INFINITY, 0x7fffffff};
+}
+// Out of line, after op_gemm (nothing of it stays live through the job loop).
+__device__ __noinline__ void lm_head_best(const MkParams& p, int task, const LogitBest* best) {
+  const PlanShape& s = p.plan.shape;
+  consumer_sync();
+  const int tile = tile_of_begin(0, (s.vocab + 15) / 16, s.n_lm_tasks, p.tasks[task].arg[0]);
+  LogitBest* out = buf<LogitBest>(p, p.plan.buffers.lm_best) + static_cast<int64_t>(tile) * s.batch;
+  for (int tok = threadIdx.x; tok < s.batch; tok += kConsumerThreads) {
+    LogitBest b = best[tok * 16];
+#pragma unroll 1
+    for (int r = 1; r < 16; ++r) argmax_merge(b.value, b.id, best[tok * 16 + r].value, best[tok * 16 + r].id);
+    out[tok] = b;
   }
 }
 

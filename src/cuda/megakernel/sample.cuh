@@ -1,4 +1,5 @@
-// SAMPLE on the device, one token row at a time by the 256 consumer threads: the row sampler of
+// SAMPLE on the device, one token row at a time by the 256 consumer threads: the LM head tiles'
+// argmax pass merged (lm_best, one entry a tile), then the row sampler of
 // cuda/common/sampling.cuh (the contract of sampling/params.h: vLLM's order, greedy below
 // kGreedyTemperature, top-k keeps exactly k tokens, ties to the lower token id, a Gumbel-max draw
 // keyed by (seed, position, token)), reading logits other SMs wrote in this launch with
@@ -22,8 +23,17 @@ __device__ __noinline__ bool op_sample(const MkParams& p, int row_begin, int row
     const float* row = buf<float>(p, b.logits) + static_cast<int64_t>(t) * s.vocab;
     const SamplingParams sp = buf<const SamplingParams>(p, b.sampling)[t];
     const int64_t position = buf<int32_t>(p, b.seq_len)[t];
-    const int32_t token = sample_row<kConsumerThreads>([&](int i) { return __ldcg(row + i); }, s.vocab, sp, position,
-                                                       sc, [] { consumer_sync(); });
+    // The argmax pass is the LM head tiles' (lm_best): merge their n_lm_tasks entries.
+    const LogitBest* best = buf<const LogitBest>(p, b.lm_best) + t;
+    float mx = -INFINITY;
+    int arg = 0x7fffffff;
+    for (int i = threadIdx.x; i < s.n_lm_tasks; i += kConsumerThreads) {
+      const int2 e = __ldcg(reinterpret_cast<const int2*>(best + static_cast<int64_t>(i) * s.batch));
+      argmax_merge(mx, arg, __int_as_float(e.x), e.y);
+    }
+    row_argmax(mx, arg, sc, [] { consumer_sync(); });
+    const int32_t token = sample_row_given_max<kConsumerThreads>([&](int i) { return __ldcg(row + i); }, s.vocab, sp,
+                                                                 position, mx, arg, sc, [] { consumer_sync(); });
     if (threadIdx.x == 0) buf<int32_t>(p, b.out_tokens)[t] = token;
   }
   return true;

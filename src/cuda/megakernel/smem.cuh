@@ -39,6 +39,8 @@ struct Smem {
   // The activation area inside the union.
   static constexpr int kScaleOffset = 0;                              // float[kMaxRows]
   static constexpr int kCombineOffset = round128(kScaleOffset + kMaxRows * 4);  // float[kMaxRows][kMaxTopK][16]
+  // (An LM head tile keeps its LogitBest[kMaxRows * 16] there: ops.cuh lm_head_best.)
+  static_assert(kMaxTopK * 4 >= static_cast<int>(sizeof(LogitBest)), "the combine store must hold the LM head's LogitBest");
   // The second GEMM reduction buffer (gemm.cuh RedBuffers) where the union has room for it (batch
   // <= 32; at 64 it would cost a ring slot, and the one buffer is reused with a barrier); -1: none.
   static constexpr bool kTwoRedBuffers = kNT <= 4;
