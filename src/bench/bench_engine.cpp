@@ -21,7 +21,7 @@
 #include "engine/scheduler.h"
 #include "engine/text_decoders.h"
 #include "model/presets.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {

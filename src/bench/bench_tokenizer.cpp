@@ -2,7 +2,7 @@
 // single-thread throughput (best of R runs; wall and thread CPU time) of encode (first pass with
 // an empty BPE cache, then warm passes),
 // decode and the streaming detokenizer on ~1 MB of mixed synthetic text (prose, code, CJK,
-// emoji, numbers, whitespace runs, special tokens; see tokenizer/sample_text.h), and of encode
+// emoji, numbers, whitespace runs, special tokens; see bench/sample_text.h), and of encode
 // on very long words (a BPE stress case kept out of the mixed text).
 #include <algorithm>
 #include <ctime>
@@ -15,7 +15,7 @@
 #include "core/check.h"
 #include "core/json_file.h"
 #include "core/stopwatch.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {

@@ -12,7 +12,7 @@
 
 #include "core/rng.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 
 namespace megadecode::testing {
 

@@ -20,7 +20,7 @@
 
 #include "core/rng.h"
 #include "tokenizer/bpe.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer/split_patterns.h"
 
 namespace megadecode::testing {

@@ -13,7 +13,7 @@
 #include "core/rng.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenize.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/unicode_tables.h"
 #include "tokenizer/utf8.h"

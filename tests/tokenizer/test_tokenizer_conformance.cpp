@@ -7,7 +7,7 @@
 
 #include "core/rng.h"
 #include "tokenizer_test_util.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer/unicode.h"
 
 namespace megadecode {

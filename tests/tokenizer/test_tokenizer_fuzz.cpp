@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "core/rng.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
 

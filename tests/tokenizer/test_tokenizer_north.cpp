@@ -9,7 +9,7 @@
 
 #include "core/rng.h"
 #include "north_tokenizer.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer_test_util.h"
 
 namespace megadecode {

@@ -14,7 +14,7 @@
 #include "core/rng.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pretokenize.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer/split_patterns.h"
 #include "north_tokenizer.h"
 #include "tokenizer_test_util.h"

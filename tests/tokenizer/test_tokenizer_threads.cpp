@@ -8,7 +8,7 @@
 
 #include "core/rng.h"
 #include "tokenizer/bpe.h"
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 #include "tokenizer_test_util.h"
 
 namespace megadecode {

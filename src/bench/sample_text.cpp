@@ -1,6 +1,6 @@
 // Generators behind sample_text.h. Every choice comes from the caller's SplitMix64, so a seed
 // reproduces a corpus exactly.
-#include "tokenizer/sample_text.h"
+#include "bench/sample_text.h"
 
 #include <array>
 #include <string_view>
