@@ -1,7 +1,7 @@
 # The helpers of scripts/gpu (sourced by it): the deadline, the summary, the tarballs, the GPU test
 # binaries and compute-sanitizer. They read scripts/gpu's globals: root, build, out, logs, more, parts,
 # deadline, status (which they set to 1 on a failure).
-# Runs "$@" under the time left (minus a margin for packing); false without running when too little is left.
+# Seconds to the deadline.
 left() { echo $(( deadline - $(date +%s) )); }
 # Runs "$@" under the time left (minus a margin for packing); false without running when too little is left.
 bounded() {
@@ -16,17 +16,17 @@ pack() {
   tar -czf "$out/logs.tgz" -C "$build" logs 2>/dev/null
   if [ -n "$(ls -A "$more")" ]; then tar -czf "$out/more.tgz" -C "$build" more; fi
 }
-# Times "$@" (a bench) into $logs/NAME.log; notes "LABEL: N s" and the failure, if any.
+# Times "$@" (a bench) into $logs/NAME.log and notes "LABEL: N s"; a failure sets status.
 timed() {  # timed NAME LABEL CMD...
   local name=$1 label=$2 t0; shift 2
   t0=$(date +%s)
   bounded "$@" >"$logs/$name.log" 2>&1 || status=1
   note "$label: $(( $(date +%s) - t0 )) s"
 }
-# The GPU test binaries (tests/cuda/**/test_*.cu and tests/*/test_*_gpu.cpp), built in $build.
+# The GPU test binaries (tests/cuda/<room>/test_*.cu and tests/*/test_*_gpu.cpp), built in $build.
 gpu_tests() {
   local f n
-  for f in "$root"/tests/cuda/test_*.cu "$root"/tests/cuda/*/test_*.cu "$root"/tests/*/test_*_gpu.cpp; do
+  for f in "$root"/tests/cuda/*/test_*.cu "$root"/tests/*/test_*_gpu.cpp; do
     n=$(basename "$f"); n=${n%.*}
     if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $n "* ]]; then continue; fi
     [ -x "$build/$n" ] && echo "$n"
