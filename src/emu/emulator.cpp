@@ -16,7 +16,7 @@ namespace {
 
 void dispatch(const StepView& v, Sync& sync, const Task& task) {
   switch (static_cast<Op>(task.op)) {
-#define MD_TILE_CASE(e, name) \
+#define MD_TILE_CASE(e, name, form) \
   case Op::k##e:                     \
     tile_##name(v, sync, task);      \
     return;

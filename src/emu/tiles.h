@@ -67,7 +67,7 @@ struct StepView {
 };
 
 // One function per op, named after the op table (tile_<snake_name>).
-#define MD_TILE_DECL(e, name) void tile_##name(const StepView& v, Sync& sync, const Task& task);
+#define MD_TILE_DECL(e, name, form) void tile_##name(const StepView& v, Sync& sync, const Task& task);
 MD_OPS(MD_TILE_DECL)
 #undef MD_TILE_DECL
 

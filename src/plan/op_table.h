@@ -1,9 +1,12 @@
-// The one list of decode-step operations (qwen3_moe). Everything that needs the set of ops — the
-// Op enum, the names, the CPU emulator's dispatch (src/emu/emulator.cpp), the device dispatch
-// (src/cuda/megakernel) and the timing model's table (src/plan/simulate_plan.cpp) — is generated
-// from MD_OPS, so nothing is kept in sync by hand.
+// The one list of decode-step operations (qwen3_moe and cohere2_moe). The Op enum, the names, the CPU
+// emulator's dispatch (src/emu/emulator.cpp: tile_<snake_name>) and the megakernel's (the consumers'
+// op switch and megakernel_runs, src/cuda/megakernel: by form) are generated from MD_OPS; the timing
+// model's table (src/plan/simulate_plan.cpp) is checked against it by a static_assert.
 //
-// X(Enum, snake_name). Per layer the graph is (one counter hop per arrow, task.h):
+// X(Enum, snake_name, Form). Form = how a kernel runs the op: Gemm (weight tiles or shares through the
+// GEMM path), Logits (the LM head: the GEMM path, and each tile's argmax for the sampler), Attn
+// (attention items) or Sample (the sampler). Per layer the graph is (one counter hop
+// per arrow, task.h):
 //   QKV tiles (prologue: RMSNorm of the residual x) -> attention items (q/k norm, RoPE, K/V append,
 //   split partial; the last split merges) -> O-proj tiles (epilogue: h = x + o) -> router tiles
 //   (prologue: RMSNorm of h) -> expert up (every SM derives the layer's routing and its share of
@@ -23,35 +26,51 @@
 #include <cstdint>
 #include <string_view>
 
-#define MD_OPS(X)              \
-  X(Qkv, qkv)                  \
-  X(Attn, attn)                \
-  X(OProj, o_proj)             \
-  X(Router, router)            \
-  X(ExpertUp, expert_up)       \
-  X(ExpertDown, expert_down)   \
-  X(LmHead, lm_head)           \
-  X(Sample, sample)            \
-  X(DenseUp, dense_up)         \
-  X(DenseDown, dense_down)
+#include "core/host_device.h"
+
+#define MD_OPS(X)                   \
+  X(Qkv, qkv, Gemm)                 \
+  X(Attn, attn, Attn)               \
+  X(OProj, o_proj, Gemm)            \
+  X(Router, router, Gemm)           \
+  X(ExpertUp, expert_up, Gemm)      \
+  X(ExpertDown, expert_down, Gemm)  \
+  X(LmHead, lm_head, Logits)        \
+  X(Sample, sample, Sample)         \
+  X(DenseUp, dense_up, Gemm)        \
+  X(DenseDown, dense_down, Gemm)
 
 namespace megadecode {
 
 enum class Op : uint8_t {
-#define MD_OP_ENUM(e, name) k##e,
+#define MD_OP_ENUM(e, name, form) k##e,
   MD_OPS(MD_OP_ENUM)
 #undef MD_OP_ENUM
 };
 
-#define MD_OP_COUNT(e, name) +1
+#define MD_OP_COUNT(e, name, form) +1
 inline constexpr int kNumOps = 0 MD_OPS(MD_OP_COUNT);
 #undef MD_OP_COUNT
 
 inline constexpr const char* kOpNames[] = {
-#define MD_OP_NAME(e, name) #name,
+#define MD_OP_NAME(e, name, form) #name,
     MD_OPS(MD_OP_NAME)
 #undef MD_OP_NAME
 };
+
+// How a kernel runs an op (MD_OPS' third column); kNone for a value that is no op.
+enum class OpForm : uint8_t { kNone, kGemm, kAttn, kSample, kLogits };
+
+MD_HOST_DEVICE constexpr OpForm op_form(Op op) {
+  switch (op) {
+#define MD_OP_FORM(e, name, form) \
+  case Op::k##e:                  \
+    return OpForm::k##form;
+    MD_OPS(MD_OP_FORM)
+#undef MD_OP_FORM
+  }
+  return OpForm::kNone;
+}
 
 inline constexpr const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
 

@@ -1,4 +1,5 @@
-// Synthetic text for the tokenizer's conformance tests, fuzzers and benchmark: deterministic
+// Synthetic text for the tokenizer's conformance tests, fuzzers and benchmark, and the corpus the
+// synthetic North tokenizer (north_synthetic.h, which make-model writes) grows its merges from: deterministic
 // from a seed, covering what tokenizers get wrong — source code, CJK, emoji sequences, combining
 // marks (NFC reordering and composition), RTL and Indic scripts, whitespace runs, numbers,
 // contractions, embedded special tokens, very long words and random code points.

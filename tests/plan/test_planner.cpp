@@ -157,6 +157,20 @@ void check_grid_sync(const Plan& plan) {
   }
 }
 
+// MD_OPS' third column, the form every kernel dispatches on: attention, sampling, the rest GEMMs; a
+// value past the table is no op (the megakernel refuses it: megakernel_runs).
+TEST(OpTable, FormsComeFromTheTable) {
+  for (int i = 0; i < kNumOps; ++i) {
+    const Op op = static_cast<Op>(i);
+    const OpForm want = op == Op::kAttn     ? OpForm::kAttn
+                        : op == Op::kSample ? OpForm::kSample
+                        : op == Op::kLmHead ? OpForm::kLogits
+                                            : OpForm::kGemm;
+    EXPECT_EQ(op_form(op), want) << op_name(op);
+  }
+  EXPECT_EQ(op_form(static_cast<Op>(kNumOps)), OpForm::kNone);
+}
+
 TEST(Planner, RandomPlansValidateCoverAndDeal) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));

@@ -181,7 +181,7 @@ TEST(RefRing, BadRingTablesAreErrors) {
 // layers): a ring table reaching them is an error naming the backend (decode rows through
 // check_decode_rows, chunks through require_no_ring_table). cpu-mk keeps a ring pool as cpu-ref
 // does (tests/emu/test_emulator_north), and so do cuda-mk / cuda-ops for a model with sliding
-// layers (tests/cuda/test_megakernel_north).
+// layers (tests/cuda/megakernel/test_megakernel_north).
 TEST(RefRing, BackendsWithoutARingPoolRejectRingTables) {
   const ModelConfig c = test::small_moe_config();
   const std::vector<int32_t> token = {5}, table = {0}, ring = {0};

@@ -1,5 +1,5 @@
 // Index math of the batched decode step (src/cuda/batched), shared by its kernels and the host so
-// the CPU tests (tests/cuda/test_batched_plan.cpp) check what the device computes: how a row's
+// the CPU tests (tests/cuda/batched/test_batched_plan.cpp) check what the device computes: how a row's
 // context is cut into attention splits, which (row, split, KV group) an attention item is, the row
 // buckets whose step graphs are kept, and the block-table stride of a step.
 // Plain C++ (MD_HOST_DEVICE), no CUDA types.

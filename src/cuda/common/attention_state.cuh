@@ -2,7 +2,7 @@
 // home of this arithmetic, used by every attention kernel (the megakernel's tensor-core item,
 // the prefill flash attention) and, being host-and-device, by the CPU emulator of the plan
 // (src/emu) and the lane-level emulation that checks the megakernel's item
-// (tests/cuda/attention_tc_emu.h).
+// (tests/cuda/megakernel/attention_tc_emu.h).
 // Log2 domain: scores are scaled by attn_scale_log2(attn_scale) = attn_scale * log2(e); a state is
 // (m, l, o) with m = max score, l = sum 2^(s - m), o = sum 2^(s - m) v (unnormalised). An empty
 // state is (-inf, 0, 0); nothing here makes a NaN from it.

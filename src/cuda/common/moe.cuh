@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/bf16.h"
+#include "cuda/common/warp.cuh"
 
 namespace megadecode::cuda {
 
@@ -62,9 +63,22 @@ __device__ __forceinline__ void warp_topk(float (&v)[kPer], int top_k, float gon
   }
 }
 
+// One warp: lane r < top_k writes the r-th pick, ids[r] = my_id and weights[r] = my_w, divided by
+// the picks' sum (in top-k order, identical in every lane) when renormalize.
+__device__ __forceinline__ void write_picks(float my_w, int my_id, int top_k, bool renormalize, int32_t* ids,
+                                            float* weights) {
+  const int lane = threadIdx.x & 31;
+  float picked_sum = 0.0f;
+  for (int r = 0; r < top_k; ++r) picked_sum += __shfl_sync(0xffffffffu, my_w, r);
+  if (lane < top_k) {
+    ids[lane] = my_id;
+    weights[lane] = renormalize ? my_w / picked_sum : my_w;
+  }
+}
+
 // One warp: softmax over logits[0..n_experts) in fp32, the top_k largest probabilities (ties to the
 // lower expert index) in descending order, optionally renormalised (sum in top-k order).
-// Lane 0 writes ids[0..top_k) and weights[0..top_k).
+// Lanes 0..top_k-1 write ids[0..top_k) and weights[0..top_k).
 __device__ inline void router_topk_warp(const float* logits, int n_experts, int top_k, bool renormalize, int32_t* ids,
                                         float* weights) {
   constexpr int kPer = kRouterMaxExperts / 32;
@@ -77,16 +91,14 @@ __device__ inline void router_topk_warp(const float* logits, int n_experts, int 
     v[j] = e < n_experts ? logits[e] : -INFINITY;
     mx = fmaxf(mx, v[j]);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  mx = warp_max(mx);
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     v[j] = (lane + 32 * j) < n_experts ? expf(v[j] - mx) : -1.0f;  // -1: never selected
     sum += v[j] > 0.0f ? v[j] : 0.0f;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  sum = warp_sum(sum);
   const float inv = 1.0f / sum;
 #pragma unroll
   for (int j = 0; j < kPer; ++j)
@@ -94,12 +106,7 @@ __device__ inline void router_topk_warp(const float* logits, int n_experts, int 
   float my_pick;  // lane r keeps the r-th pick (top_k <= 32)
   int my_id;
   warp_topk(v, top_k, -2.0f, my_pick, my_id);
-  float picked_sum = 0.0f;  // in top-k order, identical in every lane
-  for (int r = 0; r < top_k; ++r) picked_sum += __shfl_sync(0xffffffffu, my_pick, r);
-  if (lane < top_k) {
-    ids[lane] = my_id;
-    weights[lane] = renormalize ? my_pick / picked_sum : my_pick;
-  }
+  write_picks(my_pick, my_id, top_k, renormalize, ids, weights);
 }
 
 // One warp: sigmoid routing (RouterKind::kSigmoidTopK). The top_k largest logits (ties to the lower
@@ -108,7 +115,7 @@ __device__ inline void router_topk_warp(const float* logits, int n_experts, int 
 // sum in top-k order. A NaN logit anywhere in the row makes every id -1 (the callers' "no expert"
 // check reports it), as a NaN does to the softmax routine's choice; so does a -inf logit the top-k
 // would need (never picked: the routine then has no expert for that rank).
-// Lane 0 writes ids[0..top_k) and weights[0..top_k).
+// Lanes 0..top_k-1 write ids[0..top_k) and weights[0..top_k).
 __device__ inline void router_sigmoid_topk_warp(const float* logits, int n_experts, int top_k, bool renormalize,
                                                 int32_t* ids, float* weights) {
   constexpr int kPer = kRouterMaxExperts / 32;
@@ -125,13 +132,7 @@ __device__ inline void router_sigmoid_topk_warp(const float* logits, int n_exper
   float my_logit;  // lane r keeps the r-th pick (top_k <= 32)
   int my_id;
   warp_topk(v, top_k, -INFINITY, my_logit, my_id);
-  const float my_w = 1.0f / (1.0f + expf(-my_logit));
-  float picked_sum = 0.0f;  // in top-k order, identical in every lane
-  for (int r = 0; r < top_k; ++r) picked_sum += __shfl_sync(0xffffffffu, my_w, r);
-  if (lane < top_k) {
-    ids[lane] = nan ? -1 : my_id;
-    weights[lane] = renormalize ? my_w / picked_sum : my_w;
-  }
+  write_picks(1.0f / (1.0f + expf(-my_logit)), nan ? -1 : my_id, top_k, renormalize, ids, weights);
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }

@@ -31,27 +31,26 @@ __global__ void router_kernel(const float* logits, int stride, int n_tokens, int
                      weights + int64_t(t) * top_k);
 }
 
-void check_rms(int x_stride, int out_stride, int n_rows, int n) {
+template <typename T>
+void launch_rms_norm(const T* x, int x_stride, const uint16_t* weight, uint16_t* out, int out_stride, int n_rows, int n,
+                     float eps, cudaStream_t stream) {
   MD_REQUIRE(n_rows >= 0 && n > 0, "rms_norm: bad shape [", n_rows, ", ", n, "]");
   MD_REQUIRE(x_stride >= n && out_stride >= n, "rms_norm: strides must be >= n");
+  if (n_rows == 0) return;
+  rms_norm_kernel<<<n_rows, 256, 0, stream>>>(x, x_stride, weight, out, out_stride, n, eps);
+  CUDA_CHECK_LAST();
 }
 
 }  // namespace
 
 void rms_norm(const uint16_t* x, int x_stride, const uint16_t* weight, uint16_t* out, int out_stride, int n_rows, int n,
               float eps, cudaStream_t stream) {
-  check_rms(x_stride, out_stride, n_rows, n);
-  if (n_rows == 0) return;
-  rms_norm_kernel<<<n_rows, 256, 0, stream>>>(x, x_stride, weight, out, out_stride, n, eps);
-  CUDA_CHECK_LAST();
+  launch_rms_norm(x, x_stride, weight, out, out_stride, n_rows, n, eps, stream);
 }
 
 void rms_norm(const float* x, int x_stride, const uint16_t* weight, uint16_t* out, int out_stride, int n_rows, int n,
               float eps, cudaStream_t stream) {
-  check_rms(x_stride, out_stride, n_rows, n);
-  if (n_rows == 0) return;
-  rms_norm_kernel<<<n_rows, 256, 0, stream>>>(x, x_stride, weight, out, out_stride, n, eps);
-  CUDA_CHECK_LAST();
+  launch_rms_norm(x, x_stride, weight, out, out_stride, n_rows, n, eps, stream);
 }
 
 void router_topk(const float* logits, int logits_stride, int n_tokens, int n_experts, int top_k, bool renormalize,

@@ -8,17 +8,12 @@
 #include <cstdint>
 
 #include "core/bf16.h"
+#include "cuda/common/warp.cuh"
 
 namespace megadecode::cuda {
 
 __device__ __forceinline__ float load_as_float(const float* p) { return *p; }
 __device__ __forceinline__ float load_as_float(const uint16_t* p) { return bf16_bits_to_float(*p); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Sum of `v` over the CTA, in a fixed order; `scratch` holds >= 32 floats of shared memory.
 // Every thread of the CTA must call it; all get the result.

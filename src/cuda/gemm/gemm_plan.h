@@ -1,5 +1,5 @@
 // Index math of the many-row GEMM engine (gemm.cu), shared by the kernel and the host so the CPU
-// tests (tests/cuda/test_gemm_plan.cpp) check what the device computes: the tile configuration per
+// tests (tests/cuda/gemm/test_gemm_plan.cpp) check what the device computes: the tile configuration per
 // token count, the work-tile numbering of dense and grouped GEMMs, the fixed split of K for dense
 // GEMMs that would not fill the GPU, and the per-expert tile list of the grouped expert GEMMs.
 // Plain C++ (MD_HOST_DEVICE), no CUDA types.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/warp.cuh"
 #include "cuda/megakernel/sync.cuh"
 
 namespace megadecode::cuda::mk {
@@ -67,8 +68,7 @@ __device__ inline void norm_sums(const NormSource& src, int n_rows, float* part)
         ss += v[u].w * v[u].w;
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    ss = warp_sum(ss);
     if (lane == 0) part[r] = ss;
   }
 }

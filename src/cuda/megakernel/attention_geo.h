@@ -1,5 +1,5 @@
 // Index math and merge formulas of the megakernel's tensor-core attention item (attention.cuh),
-// host-and-device so tests/cuda/test_attention_tc.cpp checks them on the CPU against plain loops:
+// host-and-device so tests/cuda/megakernel/test_attention_tc.cpp checks them on the CPU against plain loops:
 // where a position lives (the block table, or a sliding layer's ring), which KV row each lane
 // copies for chunk c of split [pos_begin, pos_end), which rows are zero-filled (past the split,
 // the new token), where the appended row is patched, the MMA fragment coordinates (PTX m16n8k16 /
@@ -79,7 +79,7 @@ struct AttnGeo {
 
 // The 16-byte pieces of a chunk's stage (kAttnRows rows of D / 8 pieces) a lane copies: lane l
 // copies column ch of rows row0, row0 + step, ... (< kAttnRows). D / 8 divides 32, so the lanes
-// cover piece i = row * (D / 8) + ch once each, lane i % 32 (tests/cuda/test_attention_tc).
+// cover piece i = row * (D / 8) + ch once each, lane i % 32 (tests/cuda/megakernel/test_attention_tc).
 struct AttnLanePieces {
   int row0, step, ch;
 };

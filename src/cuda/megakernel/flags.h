@@ -24,7 +24,7 @@ enum MkFlag : uint32_t {
 };
 inline constexpr uint32_t kMkInflightMask = 7u << 4;
 // The default: one page in flight per SM (H100, 8K, no cap -> 1: North b1 3.980 -> 3.877 ms,
-// b8 16.637 -> 15.355; qwen3 b1 4.454 -> 4.371; caps 2 and 3 between; bench/results/abl-*-h100.json).
+// b8 16.637 -> 15.355; qwen3 b1 4.454 -> 4.371; caps 2 and 3 between; bench/results/abl-*-h100-*.json).
 inline constexpr uint32_t kMkDefaultInflight = 1;
 // The cap of `flags` (0: none).
 inline constexpr uint32_t mk_inflight_cap(uint32_t flags) {

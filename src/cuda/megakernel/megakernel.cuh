@@ -26,8 +26,8 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
     TraceClock clock;  // the task's trace record (thread 0), written after its arrivals
     clock.start(p);
     bool ok;
-    switch (static_cast<Op>(t.op)) {
-      case Op::kAttn:
+    switch (op_form(static_cast<Op>(t.op))) {  // generated from MD_OPS (plan/op_table.h)
+      case OpForm::kAttn:
         if ((t.flags & ~(kAttnNoRope | kAttnSliding)) != 0) {  // a flag this kernel does not know
           if (tid == 0) set_error(p, kMkBadShape, -1, t.op, t.flags, i, kMkDetailUnknownOp);
           ok = false;
@@ -35,23 +35,17 @@ __device__ void consumer_loop(ConsumerCtx<kNT>& c, int begin, int end, volatile 
         }
         ok = op_attn(p, t, i, *reinterpret_cast<AttnScratch*>(c.area));
         break;
-      case Op::kSample:
+      case OpForm::kSample:
         ok = wait_task(c, t, i, 0, t.n_waits) && op_sample(p, t.arg[0], t.arg[1], *reinterpret_cast<SampleScratch*>(c.area));
         break;
-      case Op::kQkv:
-      case Op::kOProj:
-      case Op::kRouter:
-      case Op::kExpertUp:
-      case Op::kExpertDown:
-      case Op::kDenseUp:
-      case Op::kDenseDown: ok = op_gemm(c, t, i); break;
-      case Op::kLmHead:
+      case OpForm::kGemm: ok = op_gemm(c, t, i); break;
+      case OpForm::kLogits:  // the LM head: the GEMM, and each token's LogitBest for SAMPLE
         lm_head_best_init(p, reinterpret_cast<LogitBest*>(c.combine()));
         ok = op_gemm(c, t, i);
         // Every thread, whatever its ok (a failed page wait is one thread's): it meets the others.
         lm_head_best(p, i, reinterpret_cast<const LogitBest*>(c.combine()));
         break;
-      default:  // not an op this kernel runs (megakernel_runs): stop, never run it as another op
+      default:  // OpForm::kNone: not an op this kernel runs (megakernel_runs): stop, never run it as another op
         if (tid == 0) set_error(p, kMkBadShape, -1, t.op, kNumOps, i, kMkDetailUnknownOp);
         ok = false;
         break;

@@ -60,24 +60,17 @@ enum MkErrorCode : int32_t {
 // does not.
 constexpr int32_t kMkDetailUnknownOp = -3;
 
-// The ops the megakernel runs. The consumers' op switch, the loader's walk and the host's plan check
-// (check_megakernel_tasks) all ask this one list; an op outside it stops the step instead of running
-// as some other op.
-MD_HOST_DEVICE constexpr bool megakernel_runs(Op op) {
-  switch (op) {
-    case Op::kQkv:
-    case Op::kAttn:
-    case Op::kOProj:
-    case Op::kRouter:
-    case Op::kExpertUp:
-    case Op::kExpertDown:
-    case Op::kDenseUp:
-    case Op::kDenseDown:
-    case Op::kLmHead:
-    case Op::kSample: return true;
-    default: return false;
-  }
+// The ops the megakernel runs: every op of MD_OPS, by its form (op_form, plan/op_table.h). The
+// consumers' op switch, the loader's walk and the host's plan check (check_megakernel_tasks) all ask
+// this; an op outside it stops the step instead of running as some other op.
+MD_HOST_DEVICE constexpr bool megakernel_runs(Op op) { return op_form(op) != OpForm::kNone; }
+
+constexpr bool megakernel_runs_every_op() {
+  for (int i = 0; i < kNumOps; ++i)
+    if (!megakernel_runs(static_cast<Op>(i))) return false;
+  return !megakernel_runs(static_cast<Op>(kNumOps));
 }
+static_assert(megakernel_runs_every_op(), "the megakernel runs exactly the ops of MD_OPS (plan/op_table.h)");
 
 struct MkError {
   int32_t code;

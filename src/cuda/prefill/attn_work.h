@@ -3,7 +3,7 @@
 // into items of (query tile, key split), uploads them with the step's inputs, and the attention
 // kernel's CTAs take items c, c + grid, ... (prefill_kernels.h AttnArgs work mode). Split items
 // write partials into slots `part * n_kv_heads + g`; each split row's merge descriptor names its
-// tile's first slot. Plain C++; the CPU tests (tests/cuda/test_prefill_index.cpp) check the
+// tile's first slot. Plain C++; the CPU tests (tests/cuda/prefill/test_prefill_index.cpp) check the
 // cover and the slot bounds.
 #pragma once
 

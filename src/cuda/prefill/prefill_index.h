@@ -1,5 +1,5 @@
 // Index math of the GPU prefill path (src/cuda/prefill), shared by the kernels and the host so the
-// CPU tests (tests/cuda/test_prefill_index.cpp) check what the device computes: the paged KV
+// CPU tests (tests/cuda/prefill/test_prefill_index.cpp) check what the device computes: the paged KV
 // address of a position, the fused QKV and gate/up row orders of DeviceWeights, the attention
 // tile's (token, head) rows, a sliding layer's window and scratch, and how a long chunk is cut. (The GEMM tiles and the per-expert tile
 // list are the GEMM engine's: cuda/gemm/gemm_plan.h.) Plain C++ (MD_HOST_DEVICE), no CUDA types.

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../ref/naive_attention.h"
+#include "../../ref/naive_attention.h"
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "cuda/megakernel/attention_geo.h"

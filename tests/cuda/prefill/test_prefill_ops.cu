@@ -15,14 +15,14 @@
 
 #include <gtest/gtest.h>
 
-#include "../ref/naive_attention.h"
+#include "../../ref/naive_attention.h"
 #include "core/check.h"
 #include "cuda/common/kernels.h"
 #include "cuda/common/weight_pack.cuh"
 #include "cuda/gemm/gemm.h"
 #include "cuda/prefill/prefill_kernels.h"
-#include "gemm_test_util.h"
-#include "gpu_test_util.h"
+#include "../gemm_test_util.h"
+#include "../gpu_test_util.h"
 
 namespace megadecode::cuda::prefill {
 namespace {

@@ -13,10 +13,10 @@
 #include <memory>
 #include <string>
 
-#include "gpu_test_util.h"
+#include "../gpu_test_util.h"
 #include "model/loader.h"
 #include "model/presets.h"
-#include "test_megakernel_util.h"
+#include "../test_megakernel_util.h"
 
 namespace megadecode::test {
 namespace {

@@ -10,8 +10,8 @@
 #include "model/loader.h"
 #include "model/presets.h"
 #include "ref/ref_backend.h"
-#include "gpu_test_util.h"
-#include "test_megakernel_util.h"
+#include "../gpu_test_util.h"
+#include "../test_megakernel_util.h"
 
 namespace megadecode::test {
 namespace {

@@ -16,7 +16,7 @@
 #include "core/check.h"
 #include "model/loader.h"
 #include "model/presets.h"
-#include "test_megakernel_util.h"
+#include "../test_megakernel_util.h"
 
 namespace megadecode::test {
 namespace {

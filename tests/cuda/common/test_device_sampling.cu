@@ -11,7 +11,7 @@
 
 #include "core/check.h"
 #include "sampling/host_sampler.h"
-#include "gpu_test_util.h"
+#include "../gpu_test_util.h"
 #include "cuda/common/kernels.h"
 
 namespace megadecode::cuda {

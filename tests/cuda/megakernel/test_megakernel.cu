@@ -14,7 +14,7 @@
 #include "plan/planner.h"
 #include "plan/policy.h"
 #include "sampling/host_sampler.h"
-#include "test_megakernel_util.h"
+#include "../test_megakernel_util.h"
 
 namespace megadecode::test {
 namespace {

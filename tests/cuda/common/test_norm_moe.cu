@@ -8,8 +8,8 @@
 
 #include "core/check.h"
 #include "cuda/common/kernels.h"
-#include "gpu_test_util.h"
-#include "kernels/kernels.h"
+#include "../gpu_test_util.h"
+#include "../kernels/kernels.h"
 
 namespace megadecode::cuda {
 namespace {

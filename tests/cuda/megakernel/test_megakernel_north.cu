@@ -20,16 +20,16 @@
 #include <tuple>
 #include <vector>
 
-#include "../ref/north_scenario.h"
-#include "../ref/ref_test_util.h"
+#include "../../ref/north_scenario.h"
+#include "../../ref/ref_test_util.h"
 #include "core/check.h"
 #include "cuda/backend/cuda_backend.h"
-#include "gpu_test_util.h"
+#include "../gpu_test_util.h"
 #include "kv/kv_cache.h"
 #include "model/presets.h"
 #include "model/routing.h"
 #include "ref/ref_backend.h"
-#include "routing_exact.h"
+#include "../routing_exact.h"
 
 namespace megadecode::test {
 namespace {

@@ -11,12 +11,12 @@
 
 #include <gtest/gtest.h>
 
-#include "../ref/naive_attention.h"
+#include "../../ref/naive_attention.h"
 #include "core/check.h"
 #include "cuda/batched/batched_plan.h"
 #include "cuda/batched/decode_attention.h"
 #include "cuda/prefill/prefill_index.h"
-#include "gpu_test_util.h"
+#include "../gpu_test_util.h"
 #include "kv/kv_cache.h"
 
 namespace megadecode::cuda::batched {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cuda/backend/cuda_backend.h"
-#include "gpu_test_util.h"
+#include "../gpu_test_util.h"
 #include "cuda/common/kernels.h"
 #include "model/loader.h"
 #include "model/presets.h"

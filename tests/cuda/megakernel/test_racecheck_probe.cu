@@ -23,7 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/common/ptx.cuh"
-#include "gpu_test_util.h"
+#include "../gpu_test_util.h"
 
 namespace megadecode::test {
 namespace {

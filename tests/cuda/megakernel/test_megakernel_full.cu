@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "model/presets.h"
-#include "test_megakernel_util.h"
+#include "../test_megakernel_util.h"
 
 namespace megadecode::test {
 namespace {

@@ -33,13 +33,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda/backend/cuda_backend.h"
-#include "gpu_test_util.h"
+#include "../gpu_test_util.h"
 #include "kv/kv_cache.h"
 #include "model/loader.h"
 #include "model/presets.h"
 #include "model/synthetic.h"
 #include "ref/ref_backend.h"
-#include "routing_exact.h"
+#include "../routing_exact.h"
 
 namespace megadecode::test {
 namespace {

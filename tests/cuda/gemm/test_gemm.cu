@@ -17,8 +17,8 @@
 #include "cuda/common/kernels.h"
 #include "cuda/common/weight_pack.cuh"
 #include "cuda/gemm/gemm.h"
-#include "gemm_test_util.h"
-#include "gpu_test_util.h"
+#include "../gemm_test_util.h"
+#include "../gpu_test_util.h"
 
 namespace megadecode::cuda::gemm {
 namespace {

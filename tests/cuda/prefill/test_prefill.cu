@@ -26,11 +26,11 @@
 
 #include "core/rng.h"
 #include "cuda/backend/cuda_backend.h"
-#include "gpu_test_util.h"
+#include "../gpu_test_util.h"
 #include "model/loader.h"
 #include "model/presets.h"
 #include "ref/ref_backend.h"
-#include "routing_exact.h"
+#include "../routing_exact.h"
 
 namespace megadecode::test {
 namespace {

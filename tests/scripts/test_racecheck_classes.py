@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""scripts/racecheck_classes.py on racecheck logs written here: the page-ring refill and the
+routing-table handoff are classed as known, every other hazard as other, a pattern the probe did not
+show counts as other, and the command line prints the three counts."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts")
+sys.path.insert(0, SCRIPTS)
+import racecheck_classes as rc  # noqa: E402
+
+
+def report(write_fn, read_fn, extra_reads=()):
+    lines = [f"========= Error: Race reported between Write access at void {write_fn}(int)+0x1a0 in /src/a.cuh:10\n",
+             f"=========     and Read access at void {read_fn}(int)+0x50 in /src/b.cuh:20 [4 hazards]\n"]
+    lines += [f"=========     and Read access at {f}+0x10 in /src/c.cuh:30\n" for f in extra_reads]
+    return lines
+
+
+RING = report("issue_weights", "consume_page")
+TABLES = report("compute_routing", "JobWalk::next")
+OTHER = report("my_kernel", "my_kernel")
+MIXED_TABLES = report("compute_routing", "JobWalk::next", extra_reads=["unrelated_read"])
+SEP = ["=========\n", "[       OK ] Sanitize.Tiny (120 ms)\n"]
+
+
+class RacecheckClasses(unittest.TestCase):
+    def test_each_pattern(self):
+        self.assertEqual(rc.classify(RING + SEP + TABLES + SEP + OTHER + SEP), (1, 1, 1))
+
+    def test_reports_back_to_back(self):
+        self.assertEqual(rc.classify(RING + TABLES + RING), (2, 1, 0))
+
+    def test_a_foreign_side_makes_other(self):
+        self.assertEqual(rc.classify(MIXED_TABLES), (0, 0, 1))
+        self.assertEqual(rc.classify(report("issue_job", "x") + report("my_kernel", "x")), (1, 0, 1))
+
+    def test_no_reports(self):
+        self.assertEqual(rc.classify(["========= RACECHECK SUMMARY: 0 hazards displayed\n"]), (0, 0, 0))
+
+    def test_a_pattern_the_probe_did_not_show_is_other(self):
+        lines = RING + SEP + TABLES + SEP
+        self.assertEqual(rc.classify(lines, probe_ring=0, probe_tables=2), (0, 1, 1))
+        self.assertEqual(rc.classify(lines, probe_ring=1, probe_tables=0), (1, 0, 1))
+        self.assertEqual(rc.classify(lines, probe_ring=1, probe_tables=1), (1, 1, 0))
+
+    def test_command_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+            f.writelines(RING + SEP + OTHER)
+        try:
+            script = os.path.join(SCRIPTS, "racecheck_classes.py")
+            out = subprocess.run([sys.executable, script, f.name], capture_output=True, text=True, check=True).stdout
+            self.assertEqual(out.split(), ["1", "0", "1"])
+            out = subprocess.run([sys.executable, script, f.name, "--probe-ring", "0", "--probe-tables", "0"],
+                                 capture_output=True, text=True, check=True).stdout
+            self.assertEqual(out.split(), ["0", "0", "2"])
+        finally:
+            os.unlink(f.name)
+
+
+if __name__ == "__main__":
+    unittest.main()
