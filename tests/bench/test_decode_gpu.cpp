@@ -1,7 +1,8 @@
 // GPU checks of the benchmark's kernel switches and trace (ctest label gpu, from the `_gpu`
 // suffix; like every GPU test it fails without a GPU unless MEGADECODE_ALLOW_NO_GPU is set): on the
-// `small` preset, the loader in order, the L2 prefetch and backed-off polls give bitwise the logits of the default
-// kernel (they change only when work runs), and a traced step records exactly one work record per
+// `small` preset, every switch (the loader in order, the L2 prefetch, backed-off polls, the caps, the
+// sampler's full argmax pass) gives bitwise the logits and the same tokens (greedy rows and seeded
+// draws) of the default kernel (they change only when work runs), and a traced step records exactly one work record per
 // task (attention items are tasks) and exports to a Chrome trace.
 #include <gtest/gtest.h>
 
@@ -42,7 +43,9 @@ Batch make_batch(SplitMix64& rng, const ModelConfig& c, int batch, int bs) {
     b.seqs[i].chunk.tokens = std::span<const int32_t>(&b.tokens[i], 1);
     b.seqs[i].chunk.start_pos = ctx - 1;
     b.seqs[i].chunk.block_table = b.tables[i];
-    b.seqs[i].sampling.temperature = 0.0f;
+    b.seqs[i].sampling.temperature = i % 3 == 1 ? 0.8f : 0.0f;  // greedy rows and seeded draws (top-p on some)
+    b.seqs[i].sampling.top_p = i % 6 == 4 ? 0.9f : 1.0f;
+    b.seqs[i].sampling.seed = 77 + i;
   }
   return b;
 }
@@ -57,9 +60,10 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
   for (int batch : {1, 3, 17}) {
     const Batch b = make_batch(rng, c, batch, 16);
     std::vector<float> ref;
+    std::vector<int32_t> ref_tokens;
     for (uint32_t flags : {0u, uint32_t{cuda::kMkLoaderInOrder}, uint32_t{cuda::kMkL2Prefetch},
                            uint32_t{cuda::kMkPollBackoff}, uint32_t{cuda::kMkKvPrefetch}, uint32_t{cuda::kMkInflight2},
-                           uint32_t{cuda::kMkInflight3}, uint32_t{cuda::kMkInflightOff},
+                           uint32_t{cuda::kMkInflight3}, uint32_t{cuda::kMkInflightOff}, uint32_t{cuda::kMkSampleFullPass},
                            uint32_t{cuda::kMkLoaderInOrder | cuda::kMkL2Prefetch | cuda::kMkKvPrefetch}}) {
       BackendOptions o;
       o.backend = "cuda-mk";
@@ -71,6 +75,7 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
       be.decode(b.seqs, true, r);
       if (flags == 0) {
         ref = r.logits;
+        ref_tokens = r.tokens;
         int64_t dropped = -1;
         const std::vector<TraceRecord> recs = be.read_trace(&dropped);
         EXPECT_EQ(dropped, 0);
@@ -108,6 +113,7 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
         ASSERT_EQ(r.logits.size(), ref.size());
         EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0) << "batch " << batch << " flags "
                                                                                  << flags;
+        EXPECT_EQ(r.tokens, ref_tokens) << "batch " << batch << " flags " << flags;
       }
     }
   }

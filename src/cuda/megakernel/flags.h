@@ -21,6 +21,8 @@ enum MkFlag : uint32_t {
   kMkInflight2 = 2u << 4,
   kMkInflight3 = 3u << 4,
   kMkInflightOff = 4u << 4,
+  kMkSampleFullPass = 1u << 7,  // SAMPLE reads the whole logits row for its argmax, not the LM head
+                                // tiles' LogitBest entries (the pass the tiles took over: same tokens)
 };
 inline constexpr uint32_t kMkInflightMask = 7u << 4;
 // The default: one page in flight per SM (H100, 8K, no cap -> 1: North b1 3.980 -> 3.877 ms,
@@ -43,7 +45,7 @@ struct MkSwitch {
 inline constexpr MkSwitch kMkSwitches[] = {
     {"loader-in-order", kMkLoaderInOrder}, {"l2-prefetch", kMkL2Prefetch}, {"poll-backoff", kMkPollBackoff},
     {"kv-prefetch", kMkKvPrefetch},        {"inflight-2", kMkInflight2},   {"inflight-3", kMkInflight3},
-    {"inflight-off", kMkInflightOff},
+    {"inflight-off", kMkInflightOff},      {"sample-full-pass", kMkSampleFullPass},
 };
 
 }  // namespace megadecode::cuda
