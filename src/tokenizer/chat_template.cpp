@@ -84,12 +84,15 @@ std::string cut_after_final_message(std::string rendered, std::string_view final
   return rendered;
 }
 
-// The text transformers cuts after: the content, or given as parts, the last text part's text.
+// The text transformers cuts after: the content, or given as parts, the last text part's text
+// (Error for parts without text, or an object: transformers fails on them).
 std::string final_text(const ChatMessage& m) {
-  if (!m.parts.is_array()) return m.content;
-  for (auto it = m.parts.rbegin(); it != m.parts.rend(); ++it)
-    if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) return (*it)["text"].get<std::string>();
-  return m.content;
+  if (m.parts.is_null()) return m.content;
+  if (m.parts.is_array()) {
+    for (auto it = m.parts.rbegin(); it != m.parts.rend(); ++it)
+      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) return (*it)["text"].get<std::string>();
+  }
+  throw Error("chat: continue_final_message needs a final message with text");
 }
 
 }  // namespace

@@ -26,7 +26,8 @@
 //     given), or one numbered result per part (a text part as {"content": text}, a document
 //     part's document.data, any other part as its JSON). The template renders a result that
 //     answers no call with an empty id; megadecode refuses it (the model could not tell what it
-//     answers). With regen_tool_call_ids false, calls and results keep their ids as given.
+//     answers). With regen_tool_call_ids false, calls and results keep their ids as given (a
+//     result without one is refused).
 //   - the generation prompt ends in <|START_THINKING|>, or <|START_THINKING|><|END_THINKING|>
 //     when reasoning is off (reasoning: false, or reasoning_effort "none" with reasoning unset).
 // The template's other melody-only variables (developer_instruction, skip_thinking,
@@ -241,6 +242,7 @@ std::string tool_part_json(const Json& part, size_t index, size_t k) {
 
 void render_tool_result(const std::vector<ChatMessage>& messages, size_t index, bool regen_ids, std::string& out) {
   const ChatMessage& m = messages[index];
+  MD_REQUIRE(regen_ids || !m.tool_call_id.empty(), "chat: message ", index, " (tool) has no tool_call_id");
   const std::string id = regen_ids ? std::to_string(call_position(messages, index)) : m.tool_call_id;
   out += "{\n        \"tool_call_id\": \"" + id + "\",\n        \"results\": {";
   if (m.parts.is_null() || m.parts.is_object()) {
