@@ -1,5 +1,6 @@
-// North Mini Code's cmd4 chat template: melody's rendered fixtures (tests/data/cmd4/melody, each
-// input turned into the OpenAI-shaped conversation it stands for) byte for byte, hand-checked
+// North Mini Code's cmd4 chat template: all of melody's rendered cmd4_hf fixtures
+// (tests/data/cmd4/melody, each input preprocessed as melody does) byte for byte, by this renderer
+// and by the template itself under @huggingface/jinja, hand-checked
 // tool calls, merged tool results and the reasoning flags, detection by content, and the
 // conversations it refuses (with the message index named).
 #include <algorithm>
@@ -13,8 +14,10 @@
 
 #include <gtest/gtest.h>
 
+#include "chat_samples.h"
 #include "core/check.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer_test_util.h"
 
 namespace megadecode {
 namespace {
@@ -232,6 +235,35 @@ TEST(ChatTemplateCmd4, MelodyFixtures) {
   EXPECT_EQ(n, 20);
 }
 
+// The same variables given to the template itself (@huggingface/jinja, as the conformance test
+// runs it) render melody's outputs too: the preprocessing above is melody's, not fitted to the
+// C++ renderer.
+TEST(ChatTemplateCmd4, MelodyFixturesThroughTheJinjaReference) {
+  OJson inputs = OJson::array();
+  std::vector<std::string> names, expected;
+  for (const auto& entry : fs::directory_iterator(kData / "melody")) {
+    const ChatInput in = from_melody(OJson::parse(read_text(entry.path() / "input.json")));
+    OJson messages = OJson::array();
+    for (const ChatMessage& m : in.messages) messages.push_back(testing::message_json(m));
+    OJson j = {{"template", "cmd4"}, {"messages", messages}, {"add_generation_prompt", true}, {"tools", in.tools},
+               {"documents", in.documents}, {"regen_tool_call_ids", false}};
+    if (in.grounding) j["grounding"] = *in.grounding;
+    if (in.platform_instruction_override) j["platform_instruction_override"] = *in.platform_instruction_override;
+    if (!in.response_format.is_null()) j["response_format"] = in.response_format;
+    if (in.reasoning) j["reasoning"] = *in.reasoning;
+    if (in.reasoning_effort) j["reasoning_effort"] = *in.reasoning_effort;
+    inputs.push_back(j);
+    names.push_back(entry.path().filename().string());
+    expected.push_back(read_text(entry.path() / "output.txt"));
+  }
+  const nlohmann::json results = testing::run_node_reference("chat_template_reference.mjs", "", inputs.dump())["results"];
+  ASSERT_EQ(results.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_TRUE(results[i].is_string()) << names[i] << ": " << results[i].dump();
+    EXPECT_EQ(results[i].get<std::string>(), expected[i]) << names[i];
+  }
+}
+
 ChatMessage msg(std::string role, std::string content) { return {std::move(role), std::move(content), {}, {}, {}}; }
 
 constexpr std::string_view kPlatform =
@@ -329,6 +361,21 @@ TEST(ChatTemplateCmd4, RefusedConversations) {
   expect_error(in, "tools[0] ('f') has no 'parameters'");
   in.tools = OJson::parse(R"([{"type": "function"}])");
   expect_error(in, "tools[0] has no 'function'");
+  in.tools = OJson::array();
+  // Parts: each an object with a string type; a text part with a string text.
+  in.messages[2].parts = OJson::parse(R"([{"type": "text", "text": "ok"}, {"type": "text"}])");
+  expect_error(in, "message 2, content part 1: a text part needs a string 'text'");
+  in.messages[2].parts = OJson::parse(R"([{"type": "document", "document": {"data": 1}}, "plain"])");
+  expect_error(in, "message 2, content part 1: must be an object with a string 'type'");
+  in.messages[0].parts = OJson{{"not", "a list"}};
+  in.messages[2].parts = nullptr;
+  expect_error(in, "message 0 (user): content must be a string or a list of parts");
+  in.messages[0].parts = nullptr;
+  in.regen_tool_call_ids = false;  // ids kept: a result needs one
+  in.messages[2].tool_call_id = "";
+  expect_error(in, "message 2 (tool) has no tool_call_id");
+  in.messages[2].tool_call_id = "c1";
+  EXPECT_NO_THROW(cmd4().render(in));
 }
 
 TEST(ChatTemplateCmd4, RecognisedByContent) {
