@@ -235,8 +235,15 @@ std::string tool_part_json(const Json& part, size_t index, size_t k) {
   const std::string type = part_type(part, index, k);
   if (type == "text") return tv::to_json(Json{{"content", part["text"]}});
   const Json& document = member(part, "document");
-  if (type == "document" && truthy(document) && document.is_object() && document.contains("data"))
-    return tv::to_json(document["data"]);
+  if (type == "document" && truthy(document)) {
+    // `"data" in item.document`: a member, a list element or (of a string) a substring; only an
+    // object's member has a value (json.dumps of the others' Undefined fails).
+    if (document.is_object() && document.contains("data")) return tv::to_json(document["data"]);
+    const bool in = document.is_string() ? document.get_ref<const std::string&>().find("data") != std::string::npos
+                    : document.is_array() ? std::find(document.begin(), document.end(), Json("data")) != document.end()
+                                          : false;
+    MD_REQUIRE(!in, "chat: message ", index, ", content part ", k, ": the document has no \"data\" member to write");
+  }
   return tv::to_json(part);
 }
 

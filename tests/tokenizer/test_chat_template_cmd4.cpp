@@ -367,6 +367,12 @@ TEST(ChatTemplateCmd4, RefusedConversations) {
   expect_error(in, "message 2, content part 1: a text part needs a string 'text'");
   in.messages[2].parts = OJson::parse(R"([{"type": "document", "document": {"data": 1}}, "plain"])");
   expect_error(in, "message 2, content part 1: must be an object with a string 'type'");
+  in.messages[2].parts = OJson::parse(R"([{"type": "document", "document": "metadata"}])");  // "data" in a string
+  expect_error(in, "message 2, content part 0: the document has no \"data\" member");
+  in.messages[2].parts = OJson::parse(R"([{"type": "document", "document": "text"}, {"type": "image_url"}])");
+  EXPECT_NE(cmd4().render(in).find("\"0\": {\"type\": \"document\", \"document\": \"text\"},\n            \"1\": "
+                                   "{\"type\": \"image_url\"}\n"),
+            std::string::npos);
   in.messages[0].parts = OJson{{"not", "a list"}};
   in.messages[2].parts = nullptr;
   expect_error(in, "message 0 (user): content must be a string or a list of parts");
