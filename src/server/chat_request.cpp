@@ -129,7 +129,7 @@ ToolChoice parse_tool_choice(const json* v, const json& tools) {
 // chat_template_kwargs: enable_thinking (Qwen3), reasoning, reasoning_effort, grounding,
 // platform_instruction_override and regen_tool_call_ids (cmd4) are the variables the supported
 // templates read beyond the request's own fields; those may not be set here, everything else no
-// template reads. cmd4's are refused by the other templates (a 400 naming the variable).
+// template reads (cmd4's are ignored by the other templates, as vLLM's templates ignore them).
 void parse_template_kwargs(const json& kwargs, ChatInput& input) {
   if (!kwargs.is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
   for (const auto& [key, value] : kwargs.items()) {

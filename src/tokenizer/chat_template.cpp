@@ -148,11 +148,9 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
 std::string ChatTemplate::render(const ChatInput& input) const {
   check_input(input);
   if (family_ != ChatFamily::kCmd4) {
-    // The variables only cmd4's template reads: refused rather than dropped unseen.
+    // Content only cmd4's template reads is refused rather than dropped unseen (its other
+    // variables are template flags, which the other templates ignore as vLLM's do).
     const char* unread = !input.documents.empty() ? "documents"
-                         : input.grounding ? "grounding"
-                         : input.platform_instruction_override ? "platform_instruction_override"
-                         : input.regen_tool_call_ids ? "regen_tool_call_ids"
                          : !input.response_format.is_null() ? "response_format"
                                                             : nullptr;
     MD_REQUIRE(unread == nullptr, "chat: the ", chat_family_name(family_), " template does not read '", unread, "'");

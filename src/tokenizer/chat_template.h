@@ -52,7 +52,8 @@ struct ChatInput {
   // switches reasoning off when `reasoning` is unset. The other families ignore them.
   std::optional<bool> reasoning;
   std::optional<std::string> reasoning_effort;
-  // cmd4 only (the other families refuse them when set): `documents` (the request field vLLM
+  // cmd4 only (the other families refuse documents and response_format, and ignore the flags):
+  // `documents` (the request field vLLM
   // passes to templates: a list of objects, each rendered as its JSON, or its "data" member when
   // that is truthy), and the chat_template_kwargs `grounding` ("enabled" in any case turns on
   // the grounding paragraph when there are tools or documents), `platform_instruction_override`
