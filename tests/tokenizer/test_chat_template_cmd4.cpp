@@ -95,8 +95,12 @@ std::string with_citations(const std::string& text, const OJson& citations, bool
     std::string ids;
     for (const OJson& source : c.at("sources")) {
       std::string results;
-      for (const OJson& r : source.at("tool_result_indices")) results += (results.empty() ? "" : ",") + r.dump();
-      ids += (ids.empty() ? "" : ",") + source.at("tool_call_index").dump() + ":[" + results + "]";
+      for (const OJson& r : source.at("tool_result_indices")) {
+        if (!results.empty()) results += ',';
+        results += r.dump();
+      }
+      if (!ids.empty()) ids += ',';
+      ids += source.at("tool_call_index").dump() + ":[" + results + "]";
     }
     inserts.push_back({c.at("start_index").get<size_t>(), "<co>"});
     inserts.push_back({c.at("end_index").get<size_t>(), "</co: " + ids + ">"});
