@@ -5,7 +5,9 @@
 // tests/data/cmd4/cmd4-hf.jinja.
 //   node scripts/chat_template_reference.mjs IN.json OUT.json
 // IN.json: [{template: "qwen3" | "qwen3_coder" | "cmd4", messages, tools?, add_generation_prompt,
-//            continue_final_message?, enable_thinking?, reasoning?, reasoning_effort?}];
+//            continue_final_message?, enable_thinking?, reasoning?, reasoning_effort?, and cmd4's
+//            documents?, grounding?, platform_instruction_override?, regen_tool_call_ids?,
+//            response_format?}]; a message's content is a string or a list of parts;
 // OUT.json: {"results": [text or {"error": message}]}, one per input. Tool-call arguments arrive
 // as objects, as vLLM passes them.
 //
@@ -17,7 +19,8 @@
 //   - `tojson` of an undefined value fails (json.dumps cannot encode jinja2's Undefined), where
 //     @huggingface/jinja writes null.
 // One refusal is megadecode's own, applied here before rendering: cmd4 renders a tool result that
-// answers no tool call with an empty id; megadecode refuses such a conversation.
+// answers no tool call (or, with regen_tool_call_ids false, has no tool_call_id) with an empty
+// id; megadecode refuses such a conversation.
 // continue_final_message is transformers' cut after the final message (outside the template).
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -135,8 +138,16 @@ const tokens = {
   cmd4: { bos_token: "<BOS_TOKEN>", eos_token: "<|END_OF_TURN_TOKEN|>" },
 };
 
-// megadecode's refusal of a cmd4 tool result that answers no tool call (see the header).
-function check_tool_results(messages) {
+// megadecode's refusal of a cmd4 tool result that answers no tool call (see the header); with
+// regen_tool_call_ids false the template writes the ids as given, and a result without one is
+// refused.
+function check_tool_results(messages, regen_ids) {
+  if (regen_ids === false) {
+    messages.forEach((m, i) => {
+      if (m.role === "tool" && !m.tool_call_id) throw new Error(`message ${i} has no tool_call_id`);
+    });
+    return;
+  }
   const ids = new Set(messages.flatMap((m) => (m.tool_calls ?? []).map((c) => c.id)));
   messages.forEach((m, i) => {
     if (m.role === "tool" && !ids.has(m.tool_call_id)) throw new Error(`message ${i} answers no tool call`);
@@ -144,7 +155,10 @@ function check_tool_results(messages) {
 }
 
 // transformers' apply_chat_template(continue_final_message=True) cut.
-function continue_final(rendered, final_text) {
+function continue_final(rendered, content) {
+  // transformers cuts after the last text part of a final message given as parts.
+  const final_text = Array.isArray(content) ? [...content].reverse().find((p) => typeof p?.text === "string")?.text : content;
+  if (typeof final_text !== "string") throw new Error("the final message has no text");
   const stripped = py_strip_space(final_text);
   const at = rendered.lastIndexOf(stripped);
   if (at < 0) throw new Error("the final message does not appear in the rendered prompt");
@@ -154,13 +168,14 @@ function continue_final(rendered, final_text) {
 }
 
 function render(input) {
-  if (input.template === "cmd4") check_tool_results(input.messages);
+  if (input.template === "cmd4") check_tool_results(input.messages, input.regen_tool_call_ids);
   const variables = {
     messages: input.messages,
     add_generation_prompt: input.add_generation_prompt,
     ...tokens[input.template],
   };
-  for (const key of ["tools", "enable_thinking", "reasoning", "reasoning_effort"])
+  for (const key of ["tools", "enable_thinking", "reasoning", "reasoning_effort", "documents", "grounding",
+    "platform_instruction_override", "regen_tool_call_ids", "response_format"])
     if (input[key] !== undefined) variables[key] = input[key];
   const rendered = templates[input.template].render(variables);
   if (!input.continue_final_message) return rendered;

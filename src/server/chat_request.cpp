@@ -11,21 +11,28 @@ namespace {
 
 using json = RequestJson;
 
-std::string message_content(const json& m) {
+// A message's text: its content, or its text parts joined with newlines (as vLLM joins them for
+// string-content templates). Errors name the message.
+std::string message_content(const json& m, size_t index) {
   auto it = m.find("content");
   if (it == m.end() || it->is_null()) return "";
   if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) throw bad_request("message 'content' must be a string or a list of content parts", "messages");
+  const std::string where = cat("message ", index);
+  if (!it->is_array())
+    throw bad_request(where + ": 'content' must be a string or a list of content parts", "messages");
   std::string text;
   bool first = true;
-  for (const json& part : *it) {
+  for (size_t k = 0; k < it->size(); ++k) {
+    const json& part = (*it)[k];
+    const std::string at = cat(where, ", content part ", k);
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-      throw bad_request("each content part must be an object with a 'type'", "messages");
+      throw bad_request(at + ": must be an object with a 'type'", "messages");
     if (part["type"] != "text")
-      throw bad_request(cat("content parts of type '", part["type"].get<std::string>(), "' are not supported"),
+      throw bad_request(cat(at, ": parts of type '", part["type"].get<std::string>(),
+                            "' are not supported (only text parts; images are not read)"),
                         "messages");
     if (!part.contains("text") || !part["text"].is_string())
-      throw bad_request("a text content part needs a string 'text'", "messages");
+      throw bad_request(at + ": a text part needs a string 'text'", "messages");
     if (!first) text += "\n";  // vLLM joins text parts with newlines
     text += part["text"].get<std::string>();
     first = false;
@@ -119,9 +126,10 @@ ToolChoice parse_tool_choice(const json* v, const json& tools) {
   return choice;
 }
 
-// chat_template_kwargs: enable_thinking (Qwen3), reasoning and reasoning_effort (cmd4) are the
-// variables the supported templates read beyond the request's own fields; those may not be set
-// here, everything else no template reads.
+// chat_template_kwargs: enable_thinking (Qwen3), reasoning, reasoning_effort, grounding,
+// platform_instruction_override and regen_tool_call_ids (cmd4) are the variables the supported
+// templates read beyond the request's own fields; those may not be set here, everything else no
+// template reads (cmd4's are ignored by the other templates, as vLLM's templates ignore them).
 void parse_template_kwargs(const json& kwargs, ChatInput& input) {
   if (!kwargs.is_object()) throw bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
   for (const auto& [key, value] : kwargs.items()) {
@@ -133,6 +141,14 @@ void parse_template_kwargs(const json& kwargs, ChatInput& input) {
       if (!value.is_string())
         throw bad_request("'chat_template_kwargs.reasoning_effort' must be a string", "chat_template_kwargs");
       input.reasoning_effort = value.get<std::string>();
+    } else if (key == "grounding" || key == "platform_instruction_override") {
+      if (!value.is_string())
+        throw bad_request(cat("'chat_template_kwargs.", key, "' must be a string"), "chat_template_kwargs");
+      (key == "grounding" ? input.grounding : input.platform_instruction_override) = value.get<std::string>();
+    } else if (key == "regen_tool_call_ids") {
+      if (!value.is_boolean())
+        throw bad_request("'chat_template_kwargs.regen_tool_call_ids' must be a boolean", "chat_template_kwargs");
+      input.regen_tool_call_ids = value.get<bool>();
     } else if (key == "tools" || key == "messages" || key == "add_generation_prompt" || key == "continue_final_message" ||
                key == "documents" || key == "chat_template" || key == "tokenize") {
       throw bad_request(cat("'chat_template_kwargs.", key, "' is not supported: use the request field of that name"),
@@ -159,7 +175,8 @@ std::vector<ChatMessage> parse_messages(const json& v) {
       throw bad_request(cat("message ", out.size(), ": role '", msg.role,
                             "' is not supported (system, developer, user, assistant, tool)"),
                         "messages");
-    msg.content = message_content(m);
+    msg.content = message_content(m, out.size());
+    if (const json* c = request_field(m, "content"); c != nullptr && c->is_array()) msg.parts = *c;  // cmd4 reads them
     if (msg.role == "assistant") {
       msg.reasoning_content = optional_string(m, "reasoning_content", "an assistant message's");
       if (!msg.reasoning_content) msg.reasoning_content = optional_string(m, "reasoning", "an assistant message's");
@@ -189,6 +206,13 @@ ChatRequest parse_chat_request(const json& body) {
     throw bad_request("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
                       "continue_final_message");
   if (const json* k = request_field(body, "chat_template_kwargs")) parse_template_kwargs(*k, r.input);
+  // vLLM's `documents` (passed to the template; cmd4 injects them as a tool result).
+  if (const json* d = request_field(body, "documents")) {
+    if (!d->is_array()) throw bad_request("'documents' must be a list of objects", "documents");
+    for (size_t i = 0; i < d->size(); ++i)
+      if (!(*d)[i].is_object()) throw bad_request(cat("documents[", i, "] must be an object"), "documents");
+    r.input.documents = *d;
+  }
   return r;
 }
 

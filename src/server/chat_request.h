@@ -1,8 +1,11 @@
 // The chat-only fields of /v1/chat/completions, parsed and validated (400 naming the field):
 // messages (system/developer/user/assistant/tool; text content parts; assistant tool_calls and
 // reasoning_content), tools, tool_choice, parallel_tool_calls, include_reasoning,
-// add_generation_prompt, continue_final_message and chat_template_kwargs (enable_thinking; keys
-// no supported template reads are ignored, as vLLM drops them). And what a parsed request turns
+// add_generation_prompt, continue_final_message, documents and chat_template_kwargs
+// (enable_thinking, cmd4's reasoning / reasoning_effort / grounding /
+// platform_instruction_override / regen_tool_call_ids; keys no supported template reads are
+// ignored, as vLLM drops them). Content given as text parts keeps its parts for the templates
+// that walk them (cmd4); the others read the text joined with newlines. And what a parsed request turns
 // into for one model: the prompt text and how its output is parsed.
 // Threading: pure functions.
 #pragma once

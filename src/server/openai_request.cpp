@@ -117,10 +117,10 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
   };
   for (const char* name : {"logit_bias", "functions", "function_call", "suffix", "prompt_logprobs", "guided_json",
                            "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "allowed_token_ids",
-                           "bad_words", "chat_template", "documents"})
+                           "bad_words", "chat_template"})
     if (set(name)) throw bad_request(cat("'", name, "' is not supported by this server"), name);
   if (endpoint == Endpoint::kCompletions)
-    for (const char* name : {"tools", "tool_choice"})
+    for (const char* name : {"tools", "tool_choice", "documents"})
       if (set(name)) throw bad_request(cat("'", name, "' is a chat field: use /v1/chat/completions"), name);
   // vLLM's extensions that change a response when given other than their default: refused, since
   // this server would silently not do them (fields vLLM itself ignores are ignored here too).

@@ -84,6 +84,17 @@ std::string cut_after_final_message(std::string rendered, std::string_view final
   return rendered;
 }
 
+// The text transformers cuts after: the content, or given as parts, the last text part's text
+// (Error for parts without text, or an object: transformers fails on them).
+std::string final_text(const ChatMessage& m) {
+  if (m.parts.is_null()) return m.content;
+  if (m.parts.is_array()) {
+    for (auto it = m.parts.rbegin(); it != m.parts.rend(); ++it)
+      if (it->is_object() && it->contains("text") && (*it)["text"].is_string()) return (*it)["text"].get<std::string>();
+  }
+  throw Error("chat: continue_final_message needs a final message with text");
+}
+
 }  // namespace
 
 const char* chat_family_name(ChatFamily family) {
@@ -136,13 +147,21 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
 
 std::string ChatTemplate::render(const ChatInput& input) const {
   check_input(input);
+  if (family_ != ChatFamily::kCmd4) {
+    // Content only cmd4's template reads is refused rather than dropped unseen (its other
+    // variables are template flags, which the other templates ignore as vLLM's do).
+    const char* unread = !input.documents.empty() ? "documents"
+                         : !input.response_format.is_null() ? "response_format"
+                                                            : nullptr;
+    MD_REQUIRE(unread == nullptr, "chat: the ", chat_family_name(family_), " template does not read '", unread, "'");
+  }
   std::string out;
   switch (family_) {
     case ChatFamily::kQwen3: out = render_qwen3(input); break;
     case ChatFamily::kQwen3Coder: out = render_qwen3_coder(input); break;
     case ChatFamily::kCmd4: out = render_cmd4(input); break;
   }
-  if (input.continue_final_message) out = cut_after_final_message(std::move(out), input.messages.back().content);
+  if (input.continue_final_message) out = cut_after_final_message(std::move(out), final_text(input.messages.back()));
   return out;
 }
 

@@ -30,7 +30,13 @@ struct ChatMessage {
   std::string content;
   std::optional<std::string> reasoning_content;  // assistant: the reasoning, when given apart
   std::vector<ChatToolCall> tool_calls;          // assistant
-  std::string tool_call_id;                      // tool (no template renders it)
+  std::string tool_call_id;                      // tool (cmd4 renders it, as a position or as is)
+  // The content as the request gave it when that was a list of parts (or, for a tool result of
+  // cmd4's, a JSON object); null when it was a string. `content` holds the parts' text joined
+  // with newlines (what the string-content templates read); cmd4 reads the parts themselves, as
+  // its template walks them: text and image parts of a turn, one numbered result per part of a
+  // tool result (text, document and anything else as its JSON).
+  nlohmann::ordered_json parts;
 };
 
 // What a template is rendered with (the variables transformers' apply_chat_template passes).
@@ -46,6 +52,19 @@ struct ChatInput {
   // switches reasoning off when `reasoning` is unset. The other families ignore them.
   std::optional<bool> reasoning;
   std::optional<std::string> reasoning_effort;
+  // cmd4 only (the other families refuse documents and response_format, and ignore the flags):
+  // `documents` (the request field vLLM
+  // passes to templates: a list of objects, each rendered as its JSON, or its "data" member when
+  // that is truthy), and the chat_template_kwargs `grounding` ("enabled" in any case turns on
+  // the grounding paragraph when there are tools or documents), `platform_instruction_override`
+  // (replaces the default platform instruction when non-empty) and `regen_tool_call_ids` (false:
+  // tool calls and results keep their ids instead of positions). response_format (json_object,
+  // or a json_schema / schema member) adds the JSON-mode instructions to the platform turn.
+  nlohmann::ordered_json documents = nlohmann::ordered_json::array();
+  std::optional<std::string> grounding;
+  std::optional<std::string> platform_instruction_override;
+  std::optional<bool> regen_tool_call_ids;
+  nlohmann::ordered_json response_format;  // null: none
 };
 
 enum class ChatFamily { kQwen3, kQwen3Coder, kCmd4 };

@@ -187,9 +187,96 @@ class ChatSampler {
   SplitMix64 rng_;
 };
 
+// cmd4's other variables on a sampled conversation (its own random stream, so the other
+// families' conversations stay as they were): documents (text, "data" objects, other objects),
+// grounding in any case, a platform instruction override, response_format (json_object, and
+// string schemas: {{ json_schema }} of an object prints Python's repr), regen_tool_call_ids
+// false, and contents as parts: text and image parts in turns, a leading thinking part of an
+// assistant, and tool results as lists of text, document and other parts, or an object.
+class Cmd4Features {
+ public:
+  explicit Cmd4Features(uint64_t seed) : rng_(seed), text_(seed ^ 0x5bd1e995ull) {}
+
+  void add(ChatInput& in) {
+    if (chance(1, 3)) {
+      for (uint64_t n = 1 + below(3); n > 0; --n) in.documents.push_back(document());
+    }
+    static const char* kGrounding[] = {"enabled", "ENABLED", "Enabled", "disabled", "off", ""};
+    if (chance(1, 2)) in.grounding = kGrounding[below(std::size(kGrounding))];
+    if (chance(1, 5)) in.platform_instruction_override = chance(1, 4) ? std::string() : text_.text();
+    switch (below(8)) {
+      case 0: in.response_format = {{"type", "json_object"}}; break;
+      case 1: in.response_format = {{"type", "json_schema"}, {"json_schema", schema()}}; break;
+      case 2: in.response_format = {{"type", "json_object"}, {"schema", schema()}}; break;
+      case 3: in.response_format = {{"type", "text"}}; break;
+      default: break;
+    }
+    if (chance(1, 8)) in.regen_tool_call_ids = false;
+    for (ChatMessage& m : in.messages) {
+      if (!chance(1, 3)) continue;
+      m.parts = m.role == "tool" ? tool_parts(m.content) : turn_parts(m);
+    }
+  }
+
+ private:
+  uint64_t below(uint64_t n) { return rng_.below(n); }
+  bool chance(uint64_t num, uint64_t den) { return below(den) < num; }
+
+  OJson document() {
+    switch (below(4)) {
+      case 0: return {{"content", text_.text()}};
+      case 1: return {{"data", {{"title", text_.text()}, {"snippet", text_.text()}}}};
+      case 2: return {{"data", ""}, {"url", text_.text()}};  // falsy data: the document itself
+      default: return {{"id", "doc_" + std::to_string(below(100))}, {"text", text_.text()}, {"n", below(5)}};
+    }
+  }
+  std::string schema() {
+    return chance(1, 4) ? std::string() : "{\n  \"type\": \"object\", \"properties\": {\"" + text_.text() + "\": {}}\n}";
+  }
+
+  // The message's text split into text parts, now and then with image parts and, for an
+  // assistant, a leading thinking part; `content` keeps the text.
+  OJson turn_parts(ChatMessage& m) {
+    OJson parts = OJson::array();
+    if (m.role == "assistant" && chance(1, 3))
+      parts.push_back({{"type", "thinking"}, {"thinking", chance(1, 4) ? std::string() : text_.text()}});
+    const std::string& text = m.content;
+    size_t at = 0;
+    while (at < text.size() || parts.empty()) {
+      if (chance(1, 5)) parts.push_back(chance(1, 2) ? OJson{{"type", "image"}} : OJson{{"type", "image"}, {"data", "<|IMG_PATCH|>"}});
+      size_t n = text.size() - at;
+      if (n > 4 && chance(1, 2)) n = 1 + below(n - 1);
+      while (at + n < text.size() && (static_cast<unsigned char>(text[at + n]) & 0xC0) == 0x80) ++n;  // whole characters
+      parts.push_back({{"type", chance(1, 6) ? "Text" : "text"}, {"text", text.substr(at, n)}});
+      at += n;
+    }
+    if (chance(1, 5)) parts.push_back({{"type", "image"}});
+    return parts;
+  }
+
+  OJson tool_parts(const std::string& content) {
+    if (chance(1, 5)) return {{"result", content}, {"ok", chance(1, 2)}};
+    OJson parts = OJson::array();
+    for (uint64_t n = below(4); n > 0; --n) {
+      switch (below(4)) {
+        case 0: parts.push_back({{"type", "document"}, {"document", {{"data", {{"value", text_.text()}}}}}}); break;
+        case 1: parts.push_back({{"type", "document"}, {"document", {{"title", text_.text()}}}}); break;
+        case 2: parts.push_back({{"type", "image_url"}, {"image_url", {{"url", "data:,"}}}}); break;
+        default: parts.push_back({{"type", "text"}, {"text", text_.text()}}); break;
+      }
+    }
+    parts.push_back({{"type", "text"}, {"text", content}});
+    return parts;
+  }
+
+  SplitMix64 rng_;
+  ChatSampler text_;
+};
+
 // The OpenAI-shaped JSON of one message (tool-call arguments as objects, as vLLM passes them).
+// A content given as parts is sent as those parts.
 inline OJson message_json(const ChatMessage& m) {
-  OJson j = {{"role", m.role}, {"content", m.content}};
+  OJson j = {{"role", m.role}, {"content", m.parts.is_null() ? OJson(m.content) : m.parts}};
   if (m.reasoning_content) j["reasoning_content"] = *m.reasoning_content;
   if (!m.tool_calls.empty()) {
     OJson calls = OJson::array();

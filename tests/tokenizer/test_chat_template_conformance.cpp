@@ -1,8 +1,9 @@
 // Conformance of the chat templates with the models' own Jinja templates run by @huggingface/jinja
 // (scripts/chat_template_reference.mjs): byte-identical prompts for thousands of generated
 // conversations per template (Qwen3, Qwen3-Coder, cmd4), covering tools, tool calls, tool
-// results, reasoning, the thinking and reasoning flags and the template options; errors must
-// agree too (both refuse, or neither).
+// results, reasoning, the thinking and reasoning flags and the template options (for cmd4 also
+// documents, grounding, the platform instruction, JSON mode, kept ids, contents and tool results
+// as parts); errors must agree too (both refuse, or neither).
 #include <gtest/gtest.h>
 
 #include "chat_samples.h"
@@ -21,6 +22,9 @@ struct Coverage {
   int with_tools = 0, with_tool_calls = 0, with_tool_results = 0, with_reasoning = 0, continued = 0, errors = 0;
   int thinking[3] = {0, 0, 0};  // unset, true, false
   int reasoning[3] = {0, 0, 0};  // cmd4's: unset, true, false (after reasoning_effort)
+  // cmd4's other variables: documents, grounding enabled, a platform instruction override,
+  // JSON mode, kept ids, turns given as parts, tool results given as parts or objects.
+  int documents = 0, grounding = 0, platform = 0, json_mode = 0, kept_ids = 0, turn_parts = 0, result_parts = 0;
 };
 
 // Every cmd4 tool has parameters now and then left out: the template cannot render a tool
@@ -41,6 +45,16 @@ OJson reference_input(const ChatInput& in, const char* family) {
   if (in.enable_thinking) j["enable_thinking"] = *in.enable_thinking;
   if (in.reasoning) j["reasoning"] = *in.reasoning;
   if (in.reasoning_effort) j["reasoning_effort"] = *in.reasoning_effort;
+  // cmd4's: megadecode gives the template the request's tools as a list, empty when there are
+  // none (as melody does; the template iterates tools when there are documents).
+  if (!in.documents.empty()) {
+    j["documents"] = in.documents;
+    j["tools"] = in.tools;
+  }
+  if (in.grounding) j["grounding"] = *in.grounding;
+  if (in.platform_instruction_override) j["platform_instruction_override"] = *in.platform_instruction_override;
+  if (in.regen_tool_call_ids) j["regen_tool_call_ids"] = *in.regen_tool_call_ids;
+  if (!in.response_format.is_null()) j["response_format"] = in.response_format;
   return j;
 }
 
@@ -57,13 +71,26 @@ void check_family(ChatFamily family, const std::filesystem::path& template_file,
   EXPECT_TRUE(tmpl.exact()) << "the template text differs from the published one this renderer reproduces";
 
   testing::ChatSampler sampler(seed);
+  testing::Cmd4Features cmd4_features(seed + 1);
   std::vector<ChatInput> inputs;
   OJson ref_inputs = OJson::array();
   Coverage cov;
   for (int i = 0; i < kConversations; ++i) {
     inputs.push_back(sampler.conversation());
-    if (family == ChatFamily::kCmd4) give_parameters(inputs.back(), i);
+    if (family == ChatFamily::kCmd4) {
+      give_parameters(inputs.back(), i);
+      cmd4_features.add(inputs.back());
+    }
     const ChatInput& in = inputs.back();
+    cov.documents += !in.documents.empty();
+    cov.grounding += in.grounding && (*in.grounding == "enabled" || *in.grounding == "ENABLED" || *in.grounding == "Enabled");
+    cov.platform += in.platform_instruction_override.has_value();
+    cov.json_mode += !in.response_format.is_null() && in.response_format["type"] != "text";
+    cov.kept_ids += in.regen_tool_call_ids == false;
+    bool turn_parts = false, result_parts = false;
+    for (const ChatMessage& m : in.messages) (m.role == "tool" ? result_parts : turn_parts) |= !m.parts.is_null();
+    cov.turn_parts += turn_parts;
+    cov.result_parts += result_parts;
     ref_inputs.push_back(reference_input(in, chat_family_name(family)));
     cov.with_tools += !in.tools.empty();
     bool calls = false, results = false, reasoning = false;
@@ -110,6 +137,13 @@ void check_family(ChatFamily family, const std::filesystem::path& template_file,
               chat_family_name(family), inputs.size(), bytes, cov.with_tools, cov.with_tool_calls, cov.with_tool_results,
               cov.with_reasoning, cov.continued, cov.thinking[0], cov.thinking[1], cov.thinking[2], cov.reasoning[0],
               cov.reasoning[1], cov.reasoning[2], cov.errors, mismatches);
+  if (family == ChatFamily::kCmd4) {
+    std::printf("cmd4: %d with documents, %d grounding enabled, %d platform instruction override, %d JSON mode, %d "
+                "kept ids, %d with turns as parts, %d with tool results as parts or objects\n",
+                cov.documents, cov.grounding, cov.platform, cov.json_mode, cov.kept_ids, cov.turn_parts, cov.result_parts);
+    for (int n : {cov.documents, cov.grounding, cov.platform, cov.json_mode, cov.kept_ids, cov.turn_parts, cov.result_parts})
+      EXPECT_GT(n, kConversations / 20);
+  }
   EXPECT_EQ(mismatches, 0);
 }
 
