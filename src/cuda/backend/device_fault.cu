@@ -27,8 +27,8 @@ int device_fault_step_from_env() {
 }
 
 void launch_illegal_address_write(cudaStream_t stream) {
-  // Far above any allocation of the unified address space and never mapped.
-  int* target = reinterpret_cast<int*>(uintptr_t{1} << 47);
+  // In the null page, which the device never maps (a null dereference faults the same way).
+  int* target = reinterpret_cast<int*>(uintptr_t{0x100});
   illegal_address_write<<<1, 1, 0, stream>>>(target);
   CUDA_CHECK_LAST();
 }
