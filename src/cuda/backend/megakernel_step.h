@@ -32,8 +32,8 @@ struct MegakernelOptions {
   std::string name;         // the backend's name, for messages
   int n_sms = 0;            // SMs the plan deals tasks to (one CTA each)
   bool per_op = false;      // cuda-ops: one launch per wave, replayed as a graph
-  int64_t wait_timeout_ms;  // bound on any single counter wait inside a step
-  uint32_t kernel_flags;    // MkFlag bits (cuda/megakernel/types.h)
+  int64_t wait_timeout_ms = 2000;  // bound on any single counter wait inside a step (BackendOptions)
+  uint32_t kernel_flags = 0;       // MkFlag bits (cuda/megakernel/types.h)
 };
 
 class MegakernelStep {
