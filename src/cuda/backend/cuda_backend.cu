@@ -26,6 +26,7 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   MD_REQUIRE(b == "cuda" || b == "cuda-mk" || b == "cuda-ops" || b == "cuda-batched",
              "CudaBackend runs cuda, cuda-mk, cuda-ops or cuda-batched, not \"", b, "\"");
   check_backend_options(options_);
+  const Policy policy = policy_by_name(options_.policy);
   const ModelConfig& c = config();
   check_supported(c);  // what the device paths run of the model
   last_path_ = b == "cuda-batched" ? DecodePath::kBatched : DecodePath::kMegakernel;
@@ -48,7 +49,7 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   n_sms_ = options_.n_sms > 0 ? std::min(options_.n_sms, sms) : sms;
   if (b != "cuda-batched") {
     megakernel_ = std::make_unique<MegakernelStep>(
-        c, weights_->view(), policy_by_name(options_.policy),
+        c, weights_->view(), policy,
         MegakernelOptions{.name = b, .n_sms = n_sms_, .per_op = b == "cuda-ops",
                           .wait_timeout_ms = options_.wait_timeout_ms, .kernel_flags = options_.kernel_flags});
   }
@@ -57,7 +58,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
   // The memsets of allocate_kv ran on the legacy stream, which stream_ (non-blocking) does not wait for.
   CUDA_CHECK(cudaDeviceSynchronize());
   fault_step_ = device_fault_step_from_env();
-  if (fault_step_ >= 0) log_warn(name(), ": test hook MEGADECODE_TEST_DEVICE_FAULT_STEP: decode step ", fault_step_, " faults");
+  if (fault_step_ >= 0)
+    log_warn(name(), ": test hook MEGADECODE_TEST_DEVICE_FAULT_STEP: decode step ", fault_step_, " faults");
 }
 
 CudaBackend::~CudaBackend() {
