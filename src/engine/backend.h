@@ -1,6 +1,6 @@
 // The interface every execution backend implements: cpu-ref (fp32 reference), cpu-mk (CPU
-// emulator of the megakernel plan), cuda-mk (the megakernel) and cuda-ops (the megakernel one
-// wave per launch), and the one options struct they are all built from.
+// emulator of the megakernel plan), and the CUDA backends (cuda/backend/cuda_backend.h: cuda,
+// cuda-mk, cuda-ops, cuda-batched), and the one options struct they are all built from.
 // The engine owns the KV block allocator (which physical blocks a sequence holds); a backend owns
 // the KV storage, n_kv_blocks() blocks of kv_block_size() tokens each for the full-attention
 // layers, and for a model with sliding-window layers n_ring_blocks() more blocks of the same size

@@ -1,18 +1,20 @@
 // check_decode_rows (see decode_rows.h).
 #include "engine/decode_rows.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace megadecode {
 
 BatchState check_decode_rows(std::span<const DecodeSeq> seqs, const ModelConfig& c, int n_kv_blocks,
-                             int kv_block_size) {
+                             int kv_block_size, RingPoolShape ring) {
   BatchState batch;
   batch.kv_block_size = kv_block_size;
   batch.seqs.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
     const DecodeSeq& s = seqs[i];
-    require_no_ring_table(s.chunk, "decode");
+    if (ring.ring_len == 0) require_no_ring_table(s.chunk, "decode");
     if (s.prev_row >= 0) {
       MD_REQUIRE(s.chunk.tokens.empty(), "decode: sequence ", i, " is chained to row ", s.prev_row,
                  " and has its own token");
@@ -32,9 +34,26 @@ BatchState check_decode_rows(std::span<const DecodeSeq> seqs, const ModelConfig&
     for (size_t b = 0; b < need; ++b)
       MD_REQUIRE(s.chunk.block_table[b] >= 0 && s.chunk.block_table[b] < n_kv_blocks, "decode: sequence ", i,
                  ": block ", s.chunk.block_table[b], " outside the cache's ", n_kv_blocks, " blocks");
-    batch.seqs.push_back(SeqState{n_ctx, s.chunk.block_table.first(need)});
+    // The ring blocks the step reads and appends to (plan/planner.cpp check_ring_tables).
+    const size_t ring_need =
+        ring.ring_len == 0 ? 0
+                           : check_ring_table(s.chunk.ring_table, need, ring.ring_len, ring.n_ring_blocks,
+                                              cat("decode: sequence ", i));
+    batch.seqs.push_back(SeqState{n_ctx, s.chunk.block_table.first(need), s.chunk.ring_table.first(ring_need)});
   }
   return batch;
+}
+
+size_t check_ring_table(std::span<const int32_t> ring_table, size_t blocks, int ring_len, int n_ring_blocks,
+                        const std::string& who) {
+  const size_t need = std::min<size_t>(blocks, ring_len);
+  MD_REQUIRE(ring_table.size() >= need && ring_table.size() <= static_cast<size_t>(ring_len), who, ": ring table of ",
+             ring_table.size(), " blocks, ",
+             ring_len > 0 ? cat("its positions need ", need, " to ", ring_len) : std::string("the model has no sliding layers"));
+  for (size_t b = 0; b < need; ++b)
+    MD_REQUIRE(ring_table[b] >= 0 && ring_table[b] < n_ring_blocks, who, ": ring block ", ring_table[b],
+               " outside the ring pool's ", n_ring_blocks, " blocks");
+  return need;
 }
 
 }  // namespace megadecode

@@ -1,4 +1,4 @@
-// step_inputs_bytes, pack_step_inputs, launch_ranges (see step_upload.h).
+// step_inputs_bytes, pack_step_inputs, pack_ring_tables, launch_ranges (see step_upload.h).
 #include "plan/step_upload.h"
 
 #include <algorithm>
@@ -34,6 +34,18 @@ void pack_step_inputs(const Plan& plan, const BatchState& batch, std::span<const
     sp[i] = sampling[i];
   }
   std::memcpy(out.data() + b.attn_items.offset, plan.attn_items.data(), plan.attn_items.size() * sizeof(AttnItem));
+}
+
+void pack_ring_tables(const Plan& plan, const BatchState& batch, std::span<uint8_t> out) {
+  const PlanShape& s = plan.params.shape;
+  const BufferSpan& rings = plan.params.buffers.ring_tables;
+  MD_CHECK(batch.seqs.size() == static_cast<size_t>(s.batch) && out.size() >= rings.bytes);
+  auto* rt = reinterpret_cast<int32_t*>(out.data());
+  std::fill(rt, rt + rings.bytes / 4, -1);
+  for (size_t i = 0; i < batch.seqs.size() && s.ring_len > 0; ++i) {
+    const std::span<const int32_t> ring = batch.seqs[i].ring_table;
+    std::copy_n(ring.begin(), std::min<size_t>(ring.size(), s.ring_len), rt + i * s.ring_len);
+  }
 }
 
 std::vector<int32_t> launch_ranges(const Plan& plan) {

@@ -1,6 +1,6 @@
 // What a backend uploads for one megakernel step besides the task lists: the host inputs packed as
 // the arena's first buffers lay them out (token_ids, seq_len, block_tables, sampling, attn_items;
-// one copy from a pinned staging buffer), and the launch ranges (where each SM's tasks, and each
+// one copy from a pinned staging buffer), the ring tables, and the launch ranges (where each SM's tasks, and each
 // wave's, begin and end). Shared by cuda-mk and the null backend of `bench engine`.
 #pragma once
 
@@ -23,6 +23,11 @@ size_t step_inputs_bytes(const Plan& plan);
 // out_tokens before this step reads token_ids).
 void pack_step_inputs(const Plan& plan, const BatchState& batch, std::span<const int32_t> tokens,
                       std::span<const SamplingParams> sampling, std::span<uint8_t> out);
+
+// Packs the ring tables of a model with sliding-window layers into out[0, ring_tables.bytes):
+// [batch][ring_len] ring blocks, -1 past the ones a sequence holds yet (as cpu-mk fills them). The
+// arena keeps them after the step's buffers, so they are uploaded on their own.
+void pack_ring_tables(const Plan& plan, const BatchState& batch, std::span<uint8_t> out);
 
 // [n_waves + 1][2][n_sms]: launch 0 runs whole lists (cuda-mk: ranges[0][0][sm] = list begin,
 // ranges[0][1][sm] = list end); launch 1 + w runs wave w (cuda-ops). O(tasks): recompute only when

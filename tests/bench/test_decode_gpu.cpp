@@ -70,16 +70,16 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
       o.n_kv_blocks = 4000;
       o.kernel_flags = flags;
       cuda::CudaBackend be(w, o);
-      if (flags == 0) be.enable_trace(8192);
+      if (flags == 0) be.probe().enable_trace(8192);
       DecodeResult r;
       be.decode(b.seqs, true, r);
       if (flags == 0) {
         ref = r.logits;
         ref_tokens = r.tokens;
         int64_t dropped = -1;
-        const std::vector<TraceRecord> recs = be.read_trace(&dropped);
+        const std::vector<TraceRecord> recs = be.probe().read_trace(&dropped);
         EXPECT_EQ(dropped, 0);
-        const Plan& plan = be.last_plan();
+        const Plan& plan = be.probe().last_plan();
         std::map<int, int> work_per_task;
         int attn_items = 0;
         int routings = 0, up_shares = 0;
@@ -105,10 +105,10 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
         EXPECT_GT(j["traceEvents"].size(), recs.size() / 2);
         std::printf("batch %d: %s", batch, format_trace_summary(s).c_str());
         // Replays: timed, the trace still there, the logits unchanged.
-        const std::vector<float> ms = be.time_last_step(1, 3);
+        const std::vector<float> ms = be.probe().time_last_step(1, 3);
         EXPECT_EQ(ms.size(), 3u);
         for (float m : ms) EXPECT_GT(m, 0.0f);
-        EXPECT_FALSE(be.read_trace().empty());
+        EXPECT_FALSE(be.probe().read_trace().empty());
       } else {
         ASSERT_EQ(r.logits.size(), ref.size());
         EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0) << "batch " << batch << " flags "

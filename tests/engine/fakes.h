@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/device_error.h"
 #include "core/rng.h"
 #include "engine/backend.h"
 #include "engine/logits.h"
@@ -176,8 +177,12 @@ class FakeBackend : public Backend {
   size_t max_batch() const { return max_batch_; }
   // A chunk containing this token makes prefill/decode throw (error-path tests).
   void fail_on_token(int32_t token) { fail_token_ = token; }
-  // From now on every prefill/decode call throws (a device that died).
-  void fail_every_call() { fail_all_ = true; }
+  // From now on every prefill/decode call throws (a device that died): an Error, or with
+  // device_error the typed error a CUDA backend's CUDA_CHECK throws for a sticky fault.
+  void fail_every_call(bool device_error = false) {
+    device_error_ = device_error;
+    fail_all_ = true;
+  }
   // Slows every call down (load tests: keeps many streams open at once).
   void set_delay_us(int us) { delay_us_ = us; }
   // While closed, every prefill/decode call waits (nothing finishes).
@@ -201,6 +206,9 @@ class FakeBackend : public Backend {
     gate_cv_.wait(lock, [&] { return !gate_closed_; });
   }
   void maybe_fail(std::span<const int32_t> tokens) {
+    if (fail_all_ && device_error_)
+      throw DeviceError(700, "cudaErrorIllegalAddress", "an illegal memory access was encountered",
+                        "cudaStreamSynchronize(stream_)", "fakes.h", 1, true);
     if (fail_all_) throw Error("fake backend: injected device failure");
     if (std::find(tokens.begin(), tokens.end(), fail_token_.load()) != tokens.end())
       throw Error("fake backend: injected failure");
@@ -239,6 +247,7 @@ class FakeBackend : public Backend {
   size_t max_batch_ = 0;
   std::atomic<int32_t> fail_token_{-1};
   std::atomic<bool> fail_all_{false};
+  std::atomic<bool> device_error_{false};
   std::atomic<int> delay_us_{0};
   std::mutex gate_mutex_;
   std::condition_variable gate_cv_;

@@ -1,5 +1,6 @@
 // What a backend uploads per step (plan/step_upload.h): the packed inputs sit where the arena's
-// buffers say, with zeros around them; the launch ranges cut each SM's list into its waves.
+// buffers say, with zeros around them; the ring tables are -1 past the blocks a sequence holds; the
+// launch ranges cut each SM's list into its waves.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -61,6 +62,24 @@ TEST(StepUpload, InputsAndLaunchRanges) {
       EXPECT_EQ(expect_begin, plan.list_begin[sm + 1]);
     }
   }
+}
+
+// The ring tables of a model with sliding layers: [batch][ring_len] blocks, -1 past the ones a
+// sequence holds, nothing written past the buffer.
+TEST(StepUpload, RingTables) {
+  Plan plan;
+  plan.params.shape.batch = 2;
+  plan.params.shape.ring_len = 3;
+  plan.params.buffers.ring_tables = BufferSpan{0, 2 * 3 * 4};
+  const std::vector<int32_t> a = {7, 2}, b = {4, 5, 6, 9};  // b's fourth entry lies past ring_len
+  BatchState batch;
+  batch.seqs = {SeqState{3, {}, a}, SeqState{9, {}, b}};
+  std::vector<uint8_t> out(24 + 4, 0xAB);
+  pack_ring_tables(plan, batch, out);
+  std::vector<int32_t> got(6);
+  std::memcpy(got.data(), out.data(), 24);
+  EXPECT_EQ(got, (std::vector<int32_t>{7, 2, -1, 4, 5, 6}));
+  EXPECT_EQ(out[24], 0xAB) << "wrote past the ring tables";
 }
 
 }  // namespace

@@ -177,6 +177,26 @@ TEST(RefRing, BadRingTablesAreErrors) {
   EXPECT_THROW(KvStore(c, bs, 16, -1), Error);
 }
 
+// A backend with a ring pool (the CUDA ones for a model with sliding layers) checks its decode
+// rows' ring tables in check_decode_rows (engine/decode_rows.h): the state keeps the entries the
+// positions use; a short table, one past the ring length or a block outside the pool is an Error.
+TEST(RefRing, DecodeRowsCheckRingTablesAgainstThePool) {
+  const ModelConfig c = test::cohere_config();
+  const RingPoolShape pool{4, 8};  // rings of 4 blocks, 8 in the pool
+  const std::vector<int32_t> token = {5}, table = {0, 1, 2}, ring = {3, 1, 0};
+  DecodeSeq row;
+  row.chunk = SeqChunk{1, token, 4, table, ring};  // position 4, blocks of 2: 3 blocks, 3 ring blocks
+  const BatchState s = check_decode_rows(std::span<const DecodeSeq>(&row, 1), c, 4, 2, pool);
+  ASSERT_EQ(s.seqs.size(), 1u);
+  EXPECT_EQ(s.seqs[0].ring_table.size(), 3u);
+  EXPECT_EQ(s.seqs[0].block_table.size(), 3u);
+  const std::vector<int32_t> short_ring = {3, 1}, long_ring = {3, 1, 0, 2, 4}, bad_block = {3, 8, 0};
+  for (const auto& bad : {short_ring, long_ring, bad_block}) {
+    row.chunk.ring_table = bad;
+    EXPECT_THROW(check_decode_rows(std::span<const DecodeSeq>(&row, 1), c, 4, 2, pool), Error) << bad.size();
+  }
+}
+
 // The backends without a ring pool (the null backend; the CUDA ones for a model without sliding
 // layers): a ring table reaching them is an error naming the backend (decode rows through
 // check_decode_rows, chunks through require_no_ring_table). cpu-mk keeps a ring pool as cpu-ref

@@ -4,8 +4,9 @@
 //     finish normally, the rest end at the drain timeout with an error event and [DONE] (streams)
 //     or an error body, and the outcome is exit code 0;
 //   - a second signal ends the drain at once;
-//   - a backend that fails mid-step ends every request with an error (event or 500 body), turns
-//     /health to 503, and the outcome is a non-zero exit code.
+//   - a backend that fails mid-step (an Error, or the typed DeviceError a CUDA backend throws for
+//     a sticky fault) ends every request with an error (event or 500 body), turns /health to 503,
+//     and the outcome is exit code 1.
 #include <gtest/gtest.h>
 
 #include <pthread.h>
@@ -172,9 +173,11 @@ TEST(Shutdown, SecondSignalEndsTheDrainAtOnce) {
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
-// A device that dies mid-step: every request, running or waiting, ends with an error; the probe
-// and new requests get 503; the serve loop then ends with a non-zero exit code.
-TEST(Shutdown, BackendFailureEndsEveryRequestAndExitsNonZero) {
+// A device that dies mid-step: every request, running or waiting, ends with an error naming the
+// failure (`expect` in its message); the probe and new requests get 503; the serve loop then ends
+// with exit code 1. device_error: the backend throws the typed error of a sticky CUDA fault
+// (core/device_error.h), as CUDA_CHECK does, rather than a plain Error.
+void check_backend_failure(bool device_error, const std::string& expect) {
   BlockedSignals signals;
   TestServerOptions o;
   o.backend_delay_us = 2000;
@@ -186,7 +189,7 @@ TEST(Shutdown, BackendFailureEndsEveryRequestAndExitsNonZero) {
   auto waiting = send(server.port(), request_body("c", 500, false));
   ASSERT_TRUE(wait_until([&] { return server.engine->metrics().n_waiting.load() == 1; }));
   const size_t before = server.backend.call_log().size();
-  server.backend.fail_every_call();
+  server.backend.fail_every_call(device_error);
 
   for (auto* f : {&stream_a, &stream_b}) {
     HttpResult r = f->get();
@@ -196,12 +199,12 @@ TEST(Shutdown, BackendFailureEndsEveryRequestAndExitsNonZero) {
     const json err = error_event(events);
     ASSERT_FALSE(err.is_null()) << r.body;
     EXPECT_EQ(err["error"]["type"], "server_error");
-    EXPECT_NE(err["error"]["message"].get<std::string>().find("injected device failure"), std::string::npos);
+    EXPECT_NE(err["error"]["message"].get<std::string>().find(expect), std::string::npos) << err.dump();
     EXPECT_EQ(finish_reason(events), "");  // never a normal ending
   }
   HttpResult w = waiting.get();
   EXPECT_EQ(w.status, 500) << w.body;
-  EXPECT_NE(w.json()["error"]["message"].get<std::string>().find("injected device failure"), std::string::npos);
+  EXPECT_NE(w.json()["error"]["message"].get<std::string>().find(expect), std::string::npos) << w.body;
   EXPECT_TRUE(server.engine->failed());
   EXPECT_EQ(HttpClient(server.port()).request("GET", "/health").status, 503);
   HttpResult refused = HttpClient(server.port()).request("POST", "/v1/completions", request_body("new", 2, false).dump());
@@ -213,13 +216,22 @@ TEST(Shutdown, BackendFailureEndsEveryRequestAndExitsNonZero) {
   const ServeOutcome out = serve_until_shutdown(*server.http, *server.engine, signals.set);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
   EXPECT_EQ(out.end, ServeEnd::kEngineFailed);
-  EXPECT_NE(out.failure.find("injected device failure"), std::string::npos) << out.failure;
-  EXPECT_NE(out.exit_code(), 0);
+  EXPECT_NE(out.failure.find(expect), std::string::npos) << out.failure;
+  EXPECT_EQ(out.exit_code(), 1);
   const EngineMetrics& m = server.engine->metrics();
   EXPECT_EQ(m.n_running.load(), 0);
   EXPECT_EQ(m.n_waiting.load(), 0);
   EXPECT_EQ(m.kv_blocks_used.load(), 0);
   EXPECT_EQ(m.finished[static_cast<size_t>(FinishReason::kError)].load(), 3u);
+}
+
+TEST(Shutdown, BackendFailureEndsEveryRequestAndExitsNonZero) {
+  check_backend_failure(false, "injected device failure");
+}
+
+// The CUDA backends' path (CUDA_CHECK throws DeviceError): the same ending, the error named.
+TEST(Shutdown, StickyDeviceErrorEndsEveryRequestAndExitsOne) {
+  check_backend_failure(true, "cudaErrorIllegalAddress");
 }
 
 }  // namespace

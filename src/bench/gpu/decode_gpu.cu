@@ -127,19 +127,19 @@ DecodePointResult DecodeGpu::run(int batch, int context, int warmup, int steps, 
   be.decode(seqs, false, r);
   be.set_routing_capture(nullptr);
   be.decode(seqs, false, r);  // again without capture: cuda-ops replays the graph of its last decode
-  out.step_ms = be.time_last_step(warmup, steps);
+  out.step_ms = be.probe().time_last_step(warmup, steps);
   out.n_sms = be.n_sms();
   out.path = decode_path_name(be.last_path());
-  out.kernel_ms = be.profile_last_step();
+  out.kernel_ms = be.probe().profile_last_step();
   out.distinct_experts = distinct_experts(routing, c);
   if (trace_capacity > 0) {
     MD_REQUIRE(be.last_path() == DecodePath::kMegakernel, "bench decode: the trace is the megakernel's");
-    be.enable_trace(trace_capacity);
+    be.probe().enable_trace(trace_capacity);
     be.decode(seqs, false, r);      // re-plans and (cuda-ops) re-captures with the trace on
-    (void)be.time_last_step(2, 1);  // the last replay's records stay in the buffer
-    out.trace = be.read_trace(&out.trace_dropped);
-    out.plan = be.last_plan();
-    be.enable_trace(0);
+    (void)be.probe().time_last_step(2, 1);  // the last replay's records stay in the buffer
+    out.trace = be.probe().read_trace(&out.trace_dropped);
+    out.plan = be.probe().last_plan();
+    be.probe().enable_trace(0);
   }
   return out;
 }

@@ -105,7 +105,7 @@ int bench_prefill(int argc, char** argv) {
     whole.tokens = tokens;
     whole.block_table = table;
     whole.ring_table = ring;
-    const std::vector<std::pair<std::string, double>> kernels = be.profile_prefill(whole);
+    const std::vector<std::pair<std::string, double>> kernels = be.probe().profile_prefill(whole);
     nlohmann::json kernel_ms = nlohmann::json::object();
     std::printf("    kernels (ms, the whole prompt):");
     for (const auto& [name, ms] : kernels) {
@@ -124,7 +124,7 @@ int bench_prefill(int argc, char** argv) {
       piece.block_table = table;
       piece.ring_table = ring;
       double ms = 0;
-      for (const auto& [name, k_ms] : be.profile_prefill(piece))
+      for (const auto& [name, k_ms] : be.probe().profile_prefill(piece))
         if (name == "attention") ms += k_ms;
       const double flops = prefill_attention_flops(c, begin, static_cast<int64_t>(piece.tokens.size()));
       attn_ms.push_back(ms);

@@ -14,6 +14,9 @@
 // Sampling runs on the device (greedy, temperature, top-k, top-p, min-p; seeded by (seed,
 // position)); a sequence with presence/frequency/repetition penalties (they need its token
 // history) reads its logits row back and is sampled by the host sampler, the same Gumbel draw.
+// Composition: the megakernel step (megakernel_step.h) and the batched step (cuda/batched) over the
+// backend's KV pools and stream; the rows are checked once (engine/decode_rows.h); benchmarks and
+// tests reach the steps through probe() (cuda_probe.h).
 // Threading: one caller at a time (Backend's contract).
 #pragma once
 
@@ -23,15 +26,14 @@
 #include <string>
 #include <vector>
 
+#include "cuda/backend/cuda_probe.h"
 #include "cuda/backend/device_weights.h"
+#include "cuda/backend/megakernel_step.h"
 #include "cuda/batched/batched_step.h"
 #include "cuda/prefill/prefill_runner.h"
 #include "engine/backend.h"
 #include "engine/decode_path.h"
 #include "model/routing.h"
-#include "plan/plan.h"
-#include "plan/step_planner.h"
-#include "plan/policy.h"
 
 namespace megadecode::cuda {
 
@@ -64,7 +66,10 @@ class CudaBackend : public Backend {
   void set_path_policy(const DecodePathPolicy& p) { path_policy_ = p; }
   int n_sms() const { return n_sms_; }
 
-  // ---- test hooks ----
+  // The benchmarks' and tests' door into the steps (cuda_probe.h).
+  CudaProbe& probe() { return probe_; }
+
+  // ---- the device state, for tests and benchmarks ----
   // The paged KV cache of the full-attention layers: [n_full_layers][2 (K, V)][n_kv_blocks][n_kv_heads]
   // [block_size][head_dim] bf16, layer l at its MkLayerWeights::kv_full_index (l itself when no
   // layer slides).
@@ -75,71 +80,31 @@ class CudaBackend : public Backend {
   uint16_t* kv_ring() const { return kv_ring_; }
   size_t kv_ring_elements() const;
   int ring_length() const { return ring_len_; }  // R: ring blocks a sequence holds at most; 0 without
-  // The plan of the last megakernel step and its counters after the step.
-  const Plan& last_plan() const { return plan_; }
-  std::vector<int32_t> read_counters() const;
-  // Counters that differ from the plan's exact totals after the last step ("" when none).
-  std::string check_counter_totals() const;
-  // Test only: adds 1 to the first wait target of plan task `task` in the next steps (-1: off),
-  // so that wait can never be satisfied.
-  void set_stuck_task(int task) { stuck_task_ = task; }
-  // Test only: fills every activation buffer of the step with NaN before the launch (both paths).
-  void set_poison_activations(bool on) {
-    poison_ = on;
-    if (batched_) batched_->set_poison(on);
-  }
-  // Test only: records into `log` the experts and weights every processed token (decode steps and
-  // prefill pieces, keyed by sequence id and position) chose in every layer; nullptr turns it off.
-  // The log must outlive its use.
+  // Records into `log` the experts and weights every processed token (decode steps and prefill
+  // pieces, keyed by sequence id and position) chose in every layer; nullptr turns it off. The log
+  // must outlive its use.
   void set_routing_capture(RoutingLog* log);
 
-  // ---- benchmark hooks (bench decode) ----
-  // Replays the last decode step `warmup` + `reps` times as a CUDA graph (cuda-ops: its per-wave
-  // graph; cuda-mk: the counter/error memsets and the one launch, captured once; the batched
-  // path: its step graph) and returns the
-  // milliseconds of each timed replay (CUDA events around the graph launch). The step is
-  // idempotent (same inputs, same KV slot written), so replays do the same work; the device
-  // error word is checked after every replay.
-  std::vector<float> time_last_step(int warmup, int reps);
-  // The batched path's last step once more with an event after every launch: milliseconds per
-  // kernel, summed over the layers (empty when the last step ran on the megakernel).
-  std::vector<std::pair<std::string, double>> profile_last_step();
-  // The next prefill() with an event after every launch: milliseconds per kernel of all its pieces,
-  // summed over the layers. Error when this backend prefills without the prefill runner.
-  std::vector<std::pair<std::string, double>> profile_prefill(const SeqChunk& chunk);
-  // Bytes of one buffer of the last step's arena (e.g. moe_n_items), copied to the host.
-  std::vector<uint8_t> read_buffer(const BufferSpan& span) const;
-  // Per-SM trace of the following launches (trace.h): capacity records per SM and role; 0 turns
-  // it off. Either way a decode() must follow before time_last_step. read_trace() returns every
-  // SM's records of the last launch (the last graph replay for cuda-ops: all its waves) and the
-  // number dropped for lack of capacity.
-  void enable_trace(int capacity_per_sm);
-  std::vector<TraceRecord> read_trace(int64_t* dropped = nullptr) const;
-
  private:
+  friend class CudaProbe;
+
+  void allocate_kv();
+  prefill::KvCacheView kv_view() const;
   void decode_megakernel(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result);
   void decode_batched(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
                       DecodeResult& result);
-  void run_step(const BatchState& batch, std::span<const DecodeSeq> seqs);
-  // A chunk's ring table: none without a ring pool; with one, checked when its step is built.
-  void check_ring_table(const SeqChunk& chunk) const;
   // Resamples the sequences with penalties on the host from their logits rows (row(i, dst) copies
   // sequence i's row).
   void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result,
                           const std::function<void(size_t, std::vector<float>&)>& row);
-  void ensure_capacity(const Plan& plan);
-  void upload_inputs(std::span<const DecodeSeq> seqs);
-  void launch(cudaStream_t stream);
-  void check_error();
   void record_routing(int64_t seq, int first_pos, int n_tokens, const int32_t* experts, const float* weights);
+  // Test only (device_fault.h): before the step MEGADECODE_TEST_DEVICE_FAULT_STEP names, a fault.
+  void maybe_fault();
 
   std::shared_ptr<const DeviceWeights> weights_;
   BackendOptions options_;
-  bool per_op_ = false;  // cuda-ops: one launch per wave
-  bool has_megakernel_ = false, has_batched_ = false;
   DecodePathPolicy path_policy_;
   DecodePath last_path_ = DecodePath::kMegakernel;
-  Policy policy_;
   int n_sms_ = 0;
   int n_kv_blocks_ = 0;
   uint16_t* kv_ = nullptr;
@@ -149,35 +114,13 @@ class CudaBackend : public Backend {
   int n_full_layers_ = 0;  // the other layers: their K/V in the full pool (kv_)
   uint16_t* kv_ring_ = nullptr;
   cudaStream_t stream_ = nullptr;
-
-  std::unique_ptr<StepPlanner> planner_;  // the megakernel's plan per step (plan/step_planner.h)
-  Plan plan_;
-  uint8_t* arena_ = nullptr;
-  size_t arena_bytes_ = 0;
-  uint8_t* counters_ = nullptr;
-  size_t counters_bytes_ = 0;
-  Task* tasks_ = nullptr;
-  size_t tasks_capacity_ = 0;
-  std::vector<Task> uploaded_tasks_;
-  int32_t* ranges_ = nullptr;  // [n_waves + 1][2][n_sms]: per launch, begin and end of each SM's tasks
-  size_t ranges_capacity_ = 0;
-  MkError* error_ = nullptr;
-  MkError* error_host_ = nullptr;  // pinned
-  uint8_t* staging_ = nullptr;     // pinned host inputs (and, after them, the ring tables)
-  size_t staging_bytes_ = 0;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t graph_exec_ = nullptr;
-  int stuck_task_ = -1;
-  bool poison_ = false;
   RoutingLog* routing_log_ = nullptr;
-  int32_t* route_ids_ = nullptr;  // [64][n_layers][top_k] decode-step capture (device)
-  float* route_w_ = nullptr;
-  cudaGraphExec_t bench_exec_ = nullptr;  // cuda-mk step graph of time_last_step
-  TraceRecord* trace_ = nullptr;
-  int32_t* trace_counts_ = nullptr;
-  int trace_capacity_ = 0;
+  int fault_step_ = -1;  // test only (device_fault.h): the decode step that faults
+  int64_t n_decode_steps_ = 0;
   std::unique_ptr<prefill::PrefillRunner> prefill_;  // prefill_chunk > 0
+  std::unique_ptr<MegakernelStep> megakernel_;       // cuda, cuda-mk, cuda-ops
   std::unique_ptr<batched::BatchedStep> batched_;    // cuda, cuda-batched
+  CudaProbe probe_{*this};
 };
 
 }  // namespace megadecode::cuda

@@ -91,9 +91,9 @@ void check_supported(const ModelConfig& c) {
 DeviceWeights::DeviceWeights(const ModelConfig& config) : config_(config) { check_supported(config); }
 
 DeviceWeights::~DeviceWeights() {
-  cudaFree(arena_);
-  cudaFree(layers_dev_);
-  cudaFree(rope_);
+  CUDA_CHECK_NOTHROW(cudaFree(arena_));
+  CUDA_CHECK_NOTHROW(cudaFree(layers_dev_));
+  CUDA_CHECK_NOTHROW(cudaFree(rope_));
 }
 
 std::unique_ptr<DeviceWeights> DeviceWeights::synthetic(const ModelConfig& config, uint64_t seed,

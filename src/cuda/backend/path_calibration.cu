@@ -72,7 +72,7 @@ PathCalibration calibrate_decode_path(CudaBackend& be, uint64_t seed) {
       DecodeResult r;
       be.decode(seqs, false, r);
       MD_CHECK(be.last_path() == (batched ? DecodePath::kBatched : DecodePath::kMegakernel));
-      (batched ? out.batched_ms : out.megakernel_ms).push_back(median(be.time_last_step(1, 5)));
+      (batched ? out.batched_ms : out.megakernel_ms).push_back(median(be.probe().time_last_step(1, 5)));
     }
   }
   } catch (...) {

@@ -6,12 +6,14 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "engine/decode_rows.h"
 #include "cuda/batched/batched_plan.h"
 #include "cuda/batched/decode_attention.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kernel_marks.h"
 #include "cuda/common/workspace_carver.h"
 #include "cuda/common/device_info.h"
+#include "cuda/common/graph_timing.h"
 #include "cuda/common/kernels.h"
 #include "cuda/common/moe.cuh"
 #include "cuda/gemm/gemm.h"
@@ -225,20 +227,20 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
 
 BatchedStep::~BatchedStep() {
   drop_graphs();
-  cudaFree(arena_);
-  cudaFree(inputs_);
-  cudaFreeHost(staging_);
-  cudaFreeHost(tokens_host_);
-  cudaFree(part_o_);
-  cudaFree(part_ml_);
-  cudaFree(route_ids_);
-  cudaFree(route_w_);
-  cudaFree(piece_part_o_);
-  cudaFree(piece_part_ml_);
+  CUDA_CHECK_NOTHROW(cudaFree(arena_));
+  CUDA_CHECK_NOTHROW(cudaFree(inputs_));
+  CUDA_CHECK_NOTHROW(cudaFreeHost(staging_));
+  CUDA_CHECK_NOTHROW(cudaFreeHost(tokens_host_));
+  CUDA_CHECK_NOTHROW(cudaFree(part_o_));
+  CUDA_CHECK_NOTHROW(cudaFree(part_ml_));
+  CUDA_CHECK_NOTHROW(cudaFree(route_ids_));
+  CUDA_CHECK_NOTHROW(cudaFree(route_w_));
+  CUDA_CHECK_NOTHROW(cudaFree(piece_part_o_));
+  CUDA_CHECK_NOTHROW(cudaFree(piece_part_ml_));
 }
 
 void BatchedStep::drop_graphs() {
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [key, exec] : graphs_) CUDA_CHECK_NOTHROW(cudaGraphExecDestroy(exec));  // also from the destructor
   graphs_.clear();
   seen_.clear();
 }
@@ -265,7 +267,7 @@ void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCac
     for (size_t b = 0; b < need; ++b)
       MD_REQUIRE(row.block_table[b] >= 0 && row.block_table[b] < kv.n_blocks, "batched step: row ", r, ": block ",
                  row.block_table[b], " outside the cache's ", kv.n_blocks, " blocks");
-    prefill::check_ring_table(row.ring_table, need, ring_len, kv.n_ring_blocks, cat("batched step: row ", r));
+    check_ring_table(row.ring_table, need, ring_len, kv.n_ring_blocks, cat("batched step: row ", r));
     sampling::validate(row.sampling);
   }
 }
@@ -738,23 +740,9 @@ std::vector<float> BatchedStep::time_last_step(int warmup, int reps, cudaStream_
   MD_REQUIRE(last_rows_ > 0, "batched step: time_last_step needs a step first");
   MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
   const cudaGraphExec_t exec = graph_for(last_shape_, last_kv_, stream);
-  cudaEvent_t a = nullptr, b = nullptr;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < warmup + reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
+  return time_graph_replays(exec, warmup, reps, stream, [&] {
     MD_REQUIRE(tokens_host_[max_rows_] == 0, "batched step: the device reported error ", tokens_host_[max_rows_]);
-    float t = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    if (i >= warmup) ms.push_back(t);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return ms;
+  });
 }
 
 void BatchedStep::set_routing_capture(bool on) {

@@ -12,8 +12,8 @@ KernelMarks::KernelMarks(cudaStream_t stream) : stream_(stream) {
 }
 
 KernelMarks::~KernelMarks() {
-  for (const auto& m : marks_) cudaEventDestroy(m.second);
-  cudaEventDestroy(start_);
+  for (const auto& m : marks_) CUDA_CHECK_NOTHROW(cudaEventDestroy(m.second));
+  CUDA_CHECK_NOTHROW(cudaEventDestroy(start_));
 }
 
 void KernelMarks::mark(const char* name) {

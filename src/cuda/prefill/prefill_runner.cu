@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "engine/decode_rows.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/kernel_marks.h"
 #include "cuda/common/workspace_carver.h"
@@ -108,15 +109,15 @@ PrefillRunner::PrefillRunner(const ModelConfig& config, const MkModelWeights& vi
 }
 
 PrefillRunner::~PrefillRunner() {
-  cudaFree(arena_);
-  cudaFree(block_table_);
-  cudaFreeHost(staging_);
-  cudaFreeHost(error_host_);
-  cudaFree(route_ids_);
-  cudaFree(route_w_);
-  cudaFree(ring_table_);
-  cudaFree(scratch_);
-  cudaFree(scratch_table_);
+  CUDA_CHECK_NOTHROW(cudaFree(arena_));
+  CUDA_CHECK_NOTHROW(cudaFree(block_table_));
+  CUDA_CHECK_NOTHROW(cudaFreeHost(staging_));
+  CUDA_CHECK_NOTHROW(cudaFreeHost(error_host_));
+  CUDA_CHECK_NOTHROW(cudaFree(route_ids_));
+  CUDA_CHECK_NOTHROW(cudaFree(route_w_));
+  CUDA_CHECK_NOTHROW(cudaFree(ring_table_));
+  CUDA_CHECK_NOTHROW(cudaFree(scratch_));
+  CUDA_CHECK_NOTHROW(cudaFree(scratch_table_));
 }
 
 void PrefillRunner::ensure_scratch(int block_size) {
@@ -158,18 +159,6 @@ size_t check_prompt_piece(const ModelConfig& c, std::span<const int32_t> tokens,
   for (size_t b = 0; b < need; ++b)
     MD_REQUIRE(block_table[b] >= 0 && block_table[b] < kv.n_blocks, "prefill: block ", block_table[b],
                " outside the cache's ", kv.n_blocks, " blocks");
-  return need;
-}
-
-size_t check_ring_table(std::span<const int32_t> ring_table, size_t blocks, int ring_len, int n_ring_blocks,
-                        const std::string& who) {
-  const size_t need = std::min<size_t>(blocks, ring_len);
-  MD_REQUIRE(ring_table.size() >= need && ring_table.size() <= static_cast<size_t>(ring_len), who, ": ring table of ",
-             ring_table.size(), " blocks, ",
-             ring_len > 0 ? cat("its positions need ", need, " to ", ring_len) : std::string("the model has no sliding layers"));
-  for (size_t b = 0; b < need; ++b)
-    MD_REQUIRE(ring_table[b] >= 0 && ring_table[b] < n_ring_blocks, who, ": ring block ", ring_table[b],
-               " outside the ring pool's ", n_ring_blocks, " blocks");
   return need;
 }
 

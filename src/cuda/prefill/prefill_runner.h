@@ -46,13 +46,6 @@ struct KvCacheView {
 size_t check_prompt_piece(const ModelConfig& config, std::span<const int32_t> tokens, int start_pos,
                           std::span<const int32_t> block_table, const KvCacheView& kv);
 
-// Error unless a sequence's ring table (kv/kv_cache.h) holds min(ring_len, blocks) blocks of a ring
-// pool of n_ring_blocks, ring_len entries at most (none when ring_len is 0: a model without
-// sliding layers); `who` starts the message ("decode: sequence 3"). Returns min(ring_len, blocks):
-// the entries the positions in those blocks use. (The megakernel, the batched step and prefill.)
-size_t check_ring_table(std::span<const int32_t> ring_table, size_t blocks, int ring_len, int n_ring_blocks,
-                        const std::string& who);
-
 class PrefillRunner {
  public:
   // `view`: the device pointers of every weight; `layers`: a host copy of each layer's pointers.

@@ -30,7 +30,7 @@ std::unique_ptr<cuda::CudaBackend> backend(const std::string& name, int n_blocks
   o.kv_block_size = 16;
   o.max_batch = 256;
   auto be = std::make_unique<cuda::CudaBackend>(small().dev, o);
-  be->set_poison_activations(true);
+  be->probe().set_poison_activations(true);
   return be;
 }
 
@@ -186,7 +186,7 @@ TEST(Sanitize, BatchedTiny) {
   o.max_batch = 16;
   o.prefill_chunk = 0;
   cuda::CudaBackend be(cuda::DeviceWeights::synthetic(c, seed), o);
-  be.set_poison_activations(true);
+  be.probe().set_poison_activations(true);
   SplitMix64 rng(seed);
   const Case k = make_case(c, be, rng, 11, 1300, {1, 513, 1200});
   std::vector<int32_t> tokens;

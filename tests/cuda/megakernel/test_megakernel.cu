@@ -27,7 +27,7 @@ std::unique_ptr<cuda::CudaBackend> backend(bool per_op, int n_blocks = 16600) {
   o.n_kv_blocks = n_blocks;
   o.kv_block_size = 16;
   auto be = std::make_unique<cuda::CudaBackend>(small().dev, o);
-  be->set_poison_activations(true);
+  be->probe().set_poison_activations(true);
   return be;
 }
 
@@ -60,7 +60,7 @@ TEST(Megakernel, MatchesReferenceRaggedBatches) {
     std::vector<int32_t> tokens;
     RoutingLog routing;
     const std::vector<float> dev = run_case(*be, k, &tokens, &routing);
-    const std::string counters = be->check_counter_totals();
+    const std::string counters = be->probe().check_counter_totals();
     EXPECT_EQ(counters, "") << "batch " << batch;
     RoutingAudit audit;
     const auto ref = cpu_ref_step(s.config, s.host.weights, k, be->n_kv_blocks(), routing, true, audit);
@@ -101,7 +101,7 @@ TEST(Megakernel, CudaOpsEqualsMegakernelBitwise) {
     const std::vector<float> b = run_case(*ops, k);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "batch " << batch;
-    EXPECT_EQ(ops->check_counter_totals(), "") << "batch " << batch;
+    EXPECT_EQ(ops->probe().check_counter_totals(), "") << "batch " << batch;
   }
 }
 
@@ -166,7 +166,7 @@ TEST(Megakernel, OneSequenceSixtyFourTimesEqualsItAlone) {
   for (int i = 0; i < 64; ++i)
     ASSERT_EQ(std::memcmp(all.data() + static_cast<size_t>(i) * V, alone.data(), V * 4), 0)
         << "copy " << i << " of the sequence differs from it alone";
-  EXPECT_EQ(be->check_counter_totals(), "");
+  EXPECT_EQ(be->probe().check_counter_totals(), "");
 }
 
 TEST(Megakernel, SeededSamplingIsReproducible) {
@@ -260,12 +260,12 @@ TEST(Megakernel, StuckCounterEndsTheStepWithItsName) {
   Case k = make_case(s.config, be, rng, 3, 300);
   run_case(be, k);  // plan of this batch shape
   int victim = -1;
-  for (size_t i = 0; i < be.last_plan().tasks.size() && victim < 0; ++i)
-    if (be.last_plan().tasks[i].op == static_cast<uint8_t>(Op::kOProj) && be.last_plan().tasks[i].layer == 1)
-      victim = static_cast<int>(i);
+  const Plan& plan = be.probe().last_plan();
+  for (size_t i = 0; i < plan.tasks.size() && victim < 0; ++i)
+    if (plan.tasks[i].op == static_cast<uint8_t>(Op::kOProj) && plan.tasks[i].layer == 1) victim = static_cast<int>(i);
   ASSERT_GE(victim, 0);
-  const std::string name = counter_name(be.last_plan(), be.last_plan().tasks[victim].wait[0].counter);
-  be.set_stuck_task(victim);
+  const std::string name = counter_name(plan, plan.tasks[victim].wait[0].counter);
+  be.probe().set_stuck_task(victim);
   try {
     run_case(be, k);
     FAIL() << "a step with an unsatisfiable wait returned";
@@ -274,7 +274,7 @@ TEST(Megakernel, StuckCounterEndsTheStepWithItsName) {
     std::printf("%s\n", msg.c_str());
     EXPECT_NE(msg.find(name), std::string::npos) << msg;
   }
-  be.set_stuck_task(-1);
+  be.probe().set_stuck_task(-1);
   const std::vector<float> again = run_case(be, k);  // the next step runs normally
   for (float v : again) ASSERT_TRUE(std::isfinite(v));
 }

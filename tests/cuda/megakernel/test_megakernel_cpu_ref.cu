@@ -31,7 +31,7 @@ TEST(MegakernelCpuRef, MatchesCpuRefOnSmallPreset) {
   o.n_kv_blocks = kBlocks;
   o.kv_block_size = 16;
   cuda::CudaBackend be(cuda::DeviceWeights::synthetic(c, seed), o);
-  be.set_poison_activations(true);
+  be.probe().set_poison_activations(true);
   SplitMix64 rng(seed ^ 0x5eedull);
   const std::vector<int> batches = gpu_quick() ? std::vector<int>{3, 64} : std::vector<int>{1, 3, 8, 17, 64};
   for (int batch : batches) {

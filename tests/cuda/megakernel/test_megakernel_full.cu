@@ -21,8 +21,8 @@ TEST(MegakernelFull, MatchesCudaOpsOnTheFullShape) {
   cuda::CudaBackend mk(w, o);
   o.backend = "cuda-ops";
   cuda::CudaBackend ops(w, o);
-  mk.set_poison_activations(true);
-  ops.set_poison_activations(true);
+  mk.probe().set_poison_activations(true);
+  ops.probe().set_poison_activations(true);
   SplitMix64 rng(seed);
   for (int batch : {1, 8}) {
     Case k = make_case(c, mk, rng, batch, 2048);
@@ -42,7 +42,7 @@ TEST(MegakernelFull, MatchesCudaOpsOnTheFullShape) {
     EXPECT_LE(err, 1e-2 * mref);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "same tiles, same plan: expected bitwise equal";
     EXPECT_EQ(ta, tb);
-    EXPECT_EQ(mk.check_counter_totals(), "");
+    EXPECT_EQ(mk.probe().check_counter_totals(), "");
   }
   // Greedy decoding: each step's token becomes the next input.
   Case k = make_case(c, mk, rng, 4, 100);

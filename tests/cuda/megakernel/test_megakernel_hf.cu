@@ -59,7 +59,7 @@ DeviceRun run_device(std::shared_ptr<const cuda::DeviceWeights> w, const ModelCo
   o.n_kv_blocks = 256;
   o.kv_block_size = 16;
   cuda::CudaBackend be(std::move(w), o);
-  be.set_poison_activations(true);
+  be.probe().set_poison_activations(true);
   DeviceRun out;
   out.routing = RoutingLog(c.n_layers, c.n_experts_per_tok);
   be.set_routing_capture(&out.routing);
@@ -346,14 +346,14 @@ TEST(MegakernelHf, MatchesTransformersOnNorthTiny) {
     const std::string tag = " batch " + std::to_string(batch);
     {
       cuda::CudaBackend be(dev, north_options(pools, "cuda-mk"));
-      be.set_poison_activations(true);
+      be.probe().set_poison_activations(true);
       NorthRun run;
       run.routing = RoutingLog(c.n_layers, c.n_experts_per_tok);
       be.set_routing_capture(&run.routing);
       run_north(be, c, pools, prompts, run);
       be.set_routing_capture(nullptr);
       if (HasFatalFailure()) return;
-      EXPECT_EQ(be.check_counter_totals(), "") << "cuda-mk" << tag;
+      EXPECT_EQ(be.probe().check_counter_totals(), "") << "cuda-mk" << tag;
       expect_matches_transformers(dir, c, prompts, run, kRouteNearTieMixed, 1e-2, "cuda-mk" + tag);
     }
     {

@@ -59,7 +59,7 @@ BackendOptions options(const Scenario& sc, const std::string& backend, int prefi
 
 // The scenario on `be`, NaN-poisoned activations, its routing captured.
 RunResult run_captured(const Scenario& sc, cuda::CudaBackend& be) {
-  be.set_poison_activations(true);
+  be.probe().set_poison_activations(true);
   RunResult r;
   r.log = RoutingLog(sc.config.n_layers, sc.config.n_experts_per_tok);
   be.set_routing_capture(&r.log);
@@ -77,7 +77,7 @@ RunResult run_dev(const Scenario& sc, const std::shared_ptr<cuda::DeviceWeights>
   cuda::CudaBackend be(dev, o);
   EXPECT_EQ(be.n_ring_blocks(), sc.n_ring);
   const RunResult r = run_captured(sc, be);
-  if (backend != "cuda-batched") EXPECT_EQ(be.check_counter_totals(), "") << backend;
+  if (backend != "cuda-batched") EXPECT_EQ(be.probe().check_counter_totals(), "") << backend;
   return r;
 }
 

@@ -35,7 +35,7 @@ std::vector<float> check_step(cuda::CudaBackend& be, const ModelConfig& c, const
   std::vector<int32_t> tokens;
   RoutingLog routing;
   std::vector<float> logits = run_case(be, k, &tokens, &routing);
-  EXPECT_EQ(be.check_counter_totals(), "") << be.name();
+  EXPECT_EQ(be.probe().check_counter_totals(), "") << be.name();
   RoutingAudit audit;
   const auto ref = cpu_ref_step(c, host.weights, k, be.n_kv_blocks(), routing, true, audit);
   expect_routing_exact(audit, static_cast<int64_t>(k.seqs.size()) * c.n_layers, kRouteNearTie, be.name());
@@ -59,7 +59,7 @@ TEST(Sanitize, Tiny) {
   Case k;
   for (int per_op = 0; per_op < 2; ++per_op) {
     cuda::CudaBackend be(dev, options(per_op ? "cuda-ops" : "cuda-mk", 128));
-    be.set_poison_activations(true);
+    be.probe().set_poison_activations(true);
     if (per_op == 0) k = make_case(c, be, rng, 3, 700, {1, 37, 700});
     logits[per_op] = check_step(be, c, host, k);
   }
@@ -77,7 +77,7 @@ TEST(Sanitize, Wide) {
   const uint64_t seed = seed_for("small widths, 1 layer, 16 experts, vocabulary 8192");
   const LoadedModel host = synthetic_model(c, seed);
   cuda::CudaBackend be(cuda::DeviceWeights::synthetic(c, seed), options("cuda-mk", 700));
-  be.set_poison_activations(true);
+  be.probe().set_poison_activations(true);
   SplitMix64 rng(seed);
   const Case k = make_case(c, be, rng, 8, 1800, {1800, 1, 513, 257, 256});
   check_step(be, c, host, k);

@@ -263,7 +263,7 @@ TEST(Prefill, MixedStepsMatchCpuRefAndKeepDecodeRowsBitwise) {
   o.prefill_chunk = 512;
   o.max_batch = 8;
   cuda::CudaBackend be(device_weights(c, seed), o);
-  be.set_poison_activations(true);
+  be.probe().set_poison_activations(true);
   ASSERT_EQ(be.max_mixed_prompt_rows(), 512) << "the prefill chunk bounds a mixed step's prompt rows";
   SplitMix64 rng(seed ^ 0x51ed27a1c0ffee11ull);
   const int n = gpu_quick() ? 1500 : 2500;

@@ -1,0 +1,114 @@
+// MegakernelStep: one decode step on the megakernel, beside the batched step (cuda/batched). Per
+// step: the plan (plan/step_planner.h) → the inputs packed (plan/step_upload.h) and uploaded with
+// the task lists and launch ranges → counters and the error word zeroed → one launch of the
+// persistent kernel (cuda-mk) or one launch per wave in a CUDA graph (cuda-ops) → the device error
+// word checked (a watchdog timeout names the stuck counter). It owns the step's arena, counters,
+// task lists, error word, staging buffer, graphs, trace buffers and routing capture; the KV pools
+// and the stream are the caller's (CudaBackend).
+// Threading: one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/megakernel/trace.h"
+#include "cuda/megakernel/types.h"
+#include "cuda/prefill/prefill_runner.h"
+#include "engine/backend.h"
+#include "model/config.h"
+#include "plan/plan.h"
+#include "plan/policy.h"
+#include "plan/step_planner.h"
+#include "sampling/params.h"
+
+namespace megadecode::cuda {
+
+struct MegakernelOptions {
+  std::string name;         // the backend's name, for messages
+  int n_sms = 0;            // SMs the plan deals tasks to (one CTA each)
+  bool per_op = false;      // cuda-ops: one launch per wave, replayed as a graph
+  int64_t wait_timeout_ms = 2000;  // bound on any single counter wait inside a step (BackendOptions)
+  uint32_t kernel_flags = 0;       // MkFlag bits (cuda/megakernel/types.h)
+};
+
+class MegakernelStep {
+ public:
+  static constexpr int kMaxBatch = 64;  // sequences per step (the kernel's token groups)
+
+  MegakernelStep(const ModelConfig& config, const MkModelWeights& weights, const Policy& policy,
+                 const MegakernelOptions& options);
+  ~MegakernelStep();
+  MegakernelStep(const MegakernelStep&) = delete;
+  MegakernelStep& operator=(const MegakernelStep&) = delete;
+
+  // Runs the step of `rows` on `stream` against the pools of `kv`, and waits for it. `batch` is the
+  // rows' checked view (engine/decode_rows.h: check_decode_rows), which the plan is made from; the
+  // uploaded block and ring tables are the rows' whole tables (up to the plan's row stride), the
+  // bytes the device path has always had: packing only the blocks the step needs once broke
+  // cuda-ops' consecutive one-token steps, a cause not yet pinned down. Error (naming the counter,
+  // the task or the input) when the device reports one; DeviceError for a failed CUDA call.
+  void run(std::span<const DecodeSeq> rows, const BatchState& batch, const prefill::KvCacheView& kv,
+           cudaStream_t stream);
+  // The last step's sampled tokens [batch] and logits rows [first_row, first_row + rows) [rows, vocab].
+  void read_tokens(std::span<int32_t> out) const;
+  void read_logits(size_t first_row, std::span<float> out) const;
+
+  // The experts and weights each row chose in every layer in the following steps ([n_rows][n_layers]
+  // [top_k]; a dense layer as expert -1, weight 0, as cpu-mk records it).
+  void set_routing_capture(bool on);
+  void read_routing(int n_rows, std::vector<int32_t>& experts, std::vector<float>& weights) const;
+
+  // ---- probes (CudaProbe) ----
+  const Plan& last_plan() const { return plan_; }
+  std::vector<int32_t> read_counters() const;
+  std::string check_counter_totals() const;  // "" when every counter reached its plan's total
+  void set_stuck_task(int task) { stuck_task_ = task; }
+  void set_poison(bool on) { poison_ = on; }
+  std::vector<float> time_last_step(int warmup, int reps, cudaStream_t stream);
+  void enable_trace(int capacity_per_sm, cudaStream_t stream);
+  std::vector<TraceRecord> read_trace(int64_t* dropped, cudaStream_t stream) const;
+
+ private:
+  void ensure_capacity(const Plan& plan);
+  void upload(std::span<const DecodeSeq> rows, const BatchState& batch, cudaStream_t stream);
+  void launch(cudaStream_t stream);
+  void check_error();
+
+  ModelConfig config_;
+  MkModelWeights weights_;
+  MegakernelOptions options_;
+  prefill::KvCacheView kv_;  // the last step's pools (time_last_step replays it)
+  std::unique_ptr<StepPlanner> planner_;
+  Plan plan_;
+  uint8_t* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  uint8_t* counters_ = nullptr;
+  size_t counters_bytes_ = 0;
+  Task* tasks_ = nullptr;
+  size_t tasks_capacity_ = 0;
+  std::vector<Task> uploaded_tasks_;
+  int32_t* ranges_ = nullptr;  // [n_waves + 1][2][n_sms]: per launch, begin and end of each SM's tasks
+  size_t ranges_capacity_ = 0;
+  MkError* error_ = nullptr;
+  MkError* error_host_ = nullptr;  // pinned
+  uint8_t* staging_ = nullptr;     // pinned host inputs (and, after them, the ring tables)
+  size_t staging_bytes_ = 0;
+  cudaGraph_t graph_ = nullptr;            // cuda-ops: the step's waves
+  cudaGraphExec_t graph_exec_ = nullptr;
+  cudaGraphExec_t bench_exec_ = nullptr;   // cuda-mk step graph of time_last_step
+  int stuck_task_ = -1;
+  bool poison_ = false;
+  bool capture_routing_ = false;
+  int32_t* route_ids_ = nullptr;  // [kMaxBatch][n_layers][top_k] (device)
+  float* route_w_ = nullptr;
+  TraceRecord* trace_ = nullptr;
+  int32_t* trace_counts_ = nullptr;
+  int trace_capacity_ = 0;
+};
+
+}  // namespace megadecode::cuda
