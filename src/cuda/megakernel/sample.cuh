@@ -23,23 +23,21 @@ __device__ __noinline__ bool op_sample(const MkParams& p, int row_begin, int row
     const float* row = buf<float>(p, b.logits) + static_cast<int64_t>(t) * s.vocab;
     const SamplingParams sp = buf<const SamplingParams>(p, b.sampling)[t];
     const int64_t position = buf<int32_t>(p, b.seq_len)[t];
-    // The argmax pass is the LM head tiles' (lm_best): merge their n_lm_tasks entries (the
-    // sample-full-pass switch reads the row instead).
-    const LogitBest* best = buf<const LogitBest>(p, b.lm_best) + t;
-    const bool full = (p.flags & kMkSampleFullPass) != 0;
-    float mx = -INFINITY;
-    int arg = 0x7fffffff;
-    for (int i = threadIdx.x; i < (full ? s.vocab : s.n_lm_tasks); i += kConsumerThreads) {
-      if (full) {
-        argmax_merge(mx, arg, __ldcg(row + i), i);
-      } else {
+    auto ld = [&](int i) { return __ldcg(row + i); };
+    int32_t token;
+    if (p.flags & kMkSampleFullPass) {  // the switch: the row sampler's own argmax pass over the row
+      token = sample_row<kConsumerThreads>(ld, s.vocab, sp, position, sc, [] { consumer_sync(); });
+    } else {  // the argmax pass is the LM head tiles' (lm_best): merge their n_lm_tasks entries
+      const LogitBest* best = buf<const LogitBest>(p, b.lm_best) + t;
+      float mx = -INFINITY;
+      int arg = 0x7fffffff;
+      for (int i = threadIdx.x; i < s.n_lm_tasks; i += kConsumerThreads) {
         const int2 e = __ldcg(reinterpret_cast<const int2*>(best + static_cast<int64_t>(i) * s.batch));
         argmax_merge(mx, arg, __int_as_float(e.x), e.y);
       }
+      row_argmax(mx, arg, sc, [] { consumer_sync(); });
+      token = sample_row_given_max<kConsumerThreads>(ld, s.vocab, sp, position, mx, arg, sc, [] { consumer_sync(); });
     }
-    row_argmax(mx, arg, sc, [] { consumer_sync(); });
-    const int32_t token = sample_row_given_max<kConsumerThreads>([&](int i) { return __ldcg(row + i); }, s.vocab, sp,
-                                                                 position, mx, arg, sc, [] { consumer_sync(); });
     if (threadIdx.x == 0) buf<int32_t>(p, b.out_tokens)[t] = token;
   }
   return true;
