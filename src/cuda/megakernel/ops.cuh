@@ -306,7 +306,6 @@ __device__ __forceinline__ void moe_combine(const MkParams& p, const RouteSmem& 
 __device__ __noinline__ void lm_head_best_init(const MkParams& p, LogitBest* best) {
   for (int i = threadIdx.x; i < p.plan.shape.batch * 16; i += kConsumerThreads) best[i] = LogitBest{-INFINITY, 0x7fffffff};
 }
-// Out of line, after op_gemm (nothing of it stays live through the job loop).
 __device__ __noinline__ void lm_head_best(const MkParams& p, int task, const LogitBest* best) {
   const PlanShape& s = p.plan.shape;
   consumer_sync();
