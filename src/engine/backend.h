@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "engine/token_constraint.h"
 #include "sampling/params.h"
 
 namespace megadecode {
@@ -90,6 +91,9 @@ struct DecodeSeq {
   // history[0, history_prompt_len) is the prompt: the repetition penalty sees all of history, the
   // presence/frequency penalties only the generated part after it (vLLM).
   size_t history_prompt_len = 0;
+  // Structured output: the tokens this row may sample, a packed bitmask of token_mask_words(vocab)
+  // words (engine/token_constraint.h); empty: every token. Every backend samples among set bits only.
+  std::span<const uint32_t> allowed;
   // decode_async only: >= 0 when the input token is the one this backend sampled for row prev_row
   // of the step launched just before (still running, perhaps: the engine chains steps); then
   // chunk.tokens is empty, and the row has no penalties (its history would lack that token).

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/token_constraint.h"
 #include "sampling/params.h"
 
 namespace megadecode {
@@ -91,6 +92,8 @@ struct SequenceRequest {
   bool prompt_logprobs = false;  // also the prompt's logprobs (echo with logprobs); top `logprobs`
   Clock::time_point arrival = Clock::now();
   std::shared_ptr<OutputSink> sink;
+  // Structured output: the tokens this sequence may generate (null: any). One object per sequence.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 }  // namespace megadecode
