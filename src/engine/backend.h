@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
 #include "engine/token_constraint.h"
+#include "model/config.h"
 #include "sampling/params.h"
 
 namespace megadecode {
