@@ -23,6 +23,9 @@ enum MkFlag : uint32_t {
   kMkInflightOff = 4u << 4,
   kMkSampleFullPass = 1u << 7,  // SAMPLE reads the whole logits row for its argmax, not the LM head
                                 // tiles' LogitBest entries (the pass the tiles took over: same tokens)
+  kMkDownSplitK = 1u << 8,      // batch <= 8: each expert-down job split over the 8 consumer warps with a
+                                // reduction and a barrier a job, not one warp a job (ops.cuh
+                                // down_jobs_by_warp; the same bits)
 };
 inline constexpr uint32_t kMkInflightMask = 7u << 4;
 // The default: one page in flight per SM (H100, 8K, no cap -> 1: North b1 3.980 -> 3.877 ms,
@@ -46,6 +49,7 @@ inline constexpr MkSwitch kMkSwitches[] = {
     {"loader-in-order", kMkLoaderInOrder}, {"l2-prefetch", kMkL2Prefetch}, {"poll-backoff", kMkPollBackoff},
     {"kv-prefetch", kMkKvPrefetch},        {"inflight-2", kMkInflight2},   {"inflight-3", kMkInflight3},
     {"inflight-off", kMkInflightOff},      {"sample-full-pass", kMkSampleFullPass},
+    {"down-split-k", kMkDownSplitK},
 };
 
 }  // namespace megadecode::cuda
