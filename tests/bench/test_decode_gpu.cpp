@@ -1,8 +1,8 @@
 // GPU checks of the benchmark's kernel switches and trace (ctest label gpu, from the `_gpu`
 // suffix; like every GPU test it fails without a GPU unless MEGADECODE_ALLOW_NO_GPU is set): on the
 // `small` preset, every switch (the loader in order, the L2 prefetch, backed-off polls, the caps, the
-// sampler's full argmax pass, the expert-down jobs split over the warps, the experts' pages uncapped)
-// gives bitwise the logits and the same tokens (greedy rows and seeded draws) of the default kernel
+// sampler's full argmax pass, the expert-down jobs split over the warps, the experts' pages uncapped, early
+// or late) gives bitwise the logits and the same tokens (greedy rows and seeded draws) of the default kernel
 // (they change only when work runs), and a traced step records exactly one work record per task
 // (attention items are tasks) and exports to a Chrome trace.
 #include <gtest/gtest.h>
@@ -66,7 +66,7 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
                            uint32_t{cuda::kMkPollBackoff}, uint32_t{cuda::kMkKvPrefetch}, uint32_t{cuda::kMkInflight2},
                            uint32_t{cuda::kMkInflight3}, uint32_t{cuda::kMkInflightOff}, uint32_t{cuda::kMkSampleFullPass},
                            uint32_t{cuda::kMkDownSplitK}, uint32_t{cuda::kMkExpertsUncapped},
-                           uint32_t{cuda::kMkDownUncapped},
+                           uint32_t{cuda::kMkDownUncapped}, uint32_t{cuda::kMkExpertsUncappedLate},
                            uint32_t{cuda::kMkLoaderInOrder | cuda::kMkL2Prefetch | cuda::kMkKvPrefetch}}) {
       BackendOptions o;
       o.backend = "cuda-mk";

@@ -29,6 +29,8 @@ enum MkFlag : uint32_t {
   kMkExpertsUncapped = 1u << 9,  // the experts' pages (up and down shares) issued as soon as a slot is
                                  // free, not under the inflight cap (the other tasks' pages keep it)
   kMkDownUncapped = 1u << 10,    // the same for the expert-down shares' pages only
+  kMkExpertsUncappedLate = 1u << 11,  // the experts' pages uncapped once the consumers are on their task
+                                      // (before that, while they run attention or wait, under the cap)
 };
 inline constexpr uint32_t kMkInflightMask = 7u << 4;
 // The default: one page in flight per SM (H100, 8K, no cap -> 1: North b1 3.980 -> 3.877 ms,
@@ -53,7 +55,7 @@ inline constexpr MkSwitch kMkSwitches[] = {
     {"kv-prefetch", kMkKvPrefetch},        {"inflight-2", kMkInflight2},   {"inflight-3", kMkInflight3},
     {"inflight-off", kMkInflightOff},      {"sample-full-pass", kMkSampleFullPass},
     {"down-split-k", kMkDownSplitK},       {"experts-uncapped", kMkExpertsUncapped},
-    {"down-uncapped", kMkDownUncapped},
+    {"down-uncapped", kMkDownUncapped},    {"experts-uncapped-late", kMkExpertsUncappedLate},
 };
 
 }  // namespace megadecode::cuda
