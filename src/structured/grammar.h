@@ -26,6 +26,11 @@ struct GrammarNode {
   std::vector<CallEdge> calls;
   std::vector<NodeId> eps;
   bool final = false;  // the node's rule may end (return to its caller) here
+  // The start of a JSON string's next character, when the string's closing quote ends the node's
+  // rule: at least string_need more characters before the quote, at most string_room (-1: none).
+  // The matcher takes this node's token set from Vocabulary::strings() instead of a trie walk.
+  bool string_char = false;
+  int32_t string_need = 0, string_room = -1;
 };
 
 struct Grammar {
@@ -56,6 +61,11 @@ class GrammarBuilder {
   NodeId rule();
   void define(NodeId rule, Frag body);
 
+  void mark_string_char(NodeId n, int32_t need, int32_t room) {
+    g_.nodes[n].string_char = true;
+    g_.nodes[n].string_need = need;
+    g_.nodes[n].string_room = room;
+  }
   void eps(NodeId from, NodeId to) { g_.nodes[from].eps.push_back(to); }
   void edge(NodeId from, uint8_t lo, uint8_t hi, NodeId to) { g_.nodes[from].bytes.push_back({lo, hi, to}); }
   size_t size() const { return g_.nodes.size(); }

@@ -2,6 +2,7 @@
 // scalar values (no lone surrogates), so every output parses with a strict JSON parser.
 #include "structured/json_grammar.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -97,6 +98,7 @@ Frag JsonGrammar::string(int min_chars, int max_chars) {
     if (k >= min_chars) b_.edge(at, '"', '"', end);
     if (max_chars >= 0 && k == max_chars) break;
     const Frag c = string_char();
+    b_.mark_string_char(c.begin, std::max(min_chars - k, 0), max_chars < 0 ? -1 : max_chars - k);
     b_.eps(at, c.begin);
     if (max_chars < 0 && k == min_chars) {
       b_.eps(c.end, at);

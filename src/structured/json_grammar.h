@@ -20,7 +20,9 @@ class JsonGrammar {
   Frag ws();                // up to max_whitespace bytes
   Frag ws(int max_bytes);   // up to max_bytes
   Frag string();            // any JSON string
-  Frag string(int min_chars, int max_chars);  // max_chars < 0: no limit (inline, not shared)
+  // max_chars < 0: no limit. Inline (not shared); the caller makes it the whole of a rule's value
+  // (its closing quote ends the rule: the matcher's string token sets rely on it).
+  Frag string(int min_chars, int max_chars);
   Frag formatted(const std::string& format);  // "date", "date-time", "uuid" (caller checks the name)
   Frag number();
   Frag integer();

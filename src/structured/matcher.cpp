@@ -3,8 +3,9 @@
 #include "structured/matcher.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
-#include <unordered_set>
 
 #include "core/check.h"
 
@@ -37,14 +38,12 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabula
 void CompiledGrammar::close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting) const {
   std::vector<std::vector<NodeId>> work;
   work.push_back(std::move(stack));
-  std::unordered_set<std::string> seen;
-  std::string key;
+  std::vector<std::vector<NodeId>> seen;  // closures are small: a list beats hashing
   while (!work.empty()) {
     std::vector<NodeId> st = std::move(work.back());
     work.pop_back();
-    key.clear();
-    append_key(key, st);
-    if (!seen.insert(key).second) continue;
+    if (std::find(seen.begin(), seen.end(), st) != seen.end()) continue;
+    seen.push_back(st);
     const GrammarNode& node = grammar_.nodes[st.back()];
     for (const NodeId e : node.eps) {
       std::vector<NodeId> next = st;
@@ -96,8 +95,7 @@ inline StateId CompiledGrammar::step(StateId s, uint8_t byte) {
 StateId CompiledGrammar::compute_step(StateId s, uint8_t byte) {
   std::vector<std::vector<NodeId>> out;
   bool accepting = false;
-  const std::vector<std::vector<NodeId>> stacks = states_[s].stacks;  // intern() may move states_
-  for (const auto& st : stacks) {
+  for (const auto& st : states_[s].stacks) {  // (close() leaves states_ alone; intern() comes after)
     for (const ByteEdge& e : grammar_.nodes[st.back()].bytes) {
       if (byte < e.lo || byte > e.hi) continue;
       std::vector<NodeId> next = st;
@@ -145,6 +143,11 @@ void CompiledGrammar::walk(int32_t from, StateId s, Fn&& fn) {
 const CompiledGrammar::LocalSet& CompiledGrammar::local_set(NodeId top) {
   LocalSet& ls = local_[top];
   if (ls.ready) return ls;
+  const GrammarNode& node = grammar_.nodes[top];
+  if (node.string_char) {
+    string_set(node, ls);
+    return ls;
+  }
   const std::span<const TrieNode> trie = vocab_->trie();
   const std::span<const int32_t> tokens = vocab_->trie_tokens();
   const StateId s0 = intern({{top}}, false);
@@ -163,6 +166,27 @@ const CompiledGrammar::LocalSet& CompiledGrammar::local_set(NodeId top) {
   }
   ls.ready = true;
   return ls;
+}
+
+// A string's next character (GrammarNode::string_char): the tokens that stay inside the string
+// within the room left, those that close it after `need` to `room` characters and end at the
+// quote, and the exits just past such a quote. Equal to the trie walk's result (the string's
+// closing quote ends the rule), from masks made once per vocabulary.
+void CompiledGrammar::string_set(const GrammarNode& node, LocalSet& ls) {
+  const StringTable& t = vocab_->strings();
+  const size_t n_words = token_mask_words(vocab_->size());
+  const size_t room = node.string_room < 0 ? SIZE_MAX : static_cast<size_t>(node.string_room);
+  const size_t need = static_cast<size_t>(std::max(node.string_need, 1));
+  ls.dense = true;
+  ls.words = t.inside_upto[std::min(room, t.inside_upto.size() - 1)];
+  const size_t hi = std::min(room, t.closing_upto.size() - 1), lo = std::min(need - 1, t.closing_upto.size() - 1);
+  if (hi > lo) {
+    const std::vector<uint32_t>& a = t.closing_upto[hi];
+    const std::vector<uint32_t>& b = t.closing_upto[lo];
+    for (size_t w = 0; w < n_words; ++w) ls.words[w] |= a[w] & ~b[w];
+  }
+  for (size_t c = need; c < t.exits.size() && c <= room; ++c) ls.exits.insert(ls.exits.end(), t.exits[c].begin(), t.exits[c].end());
+  ls.ready = true;
 }
 
 StateId CompiledGrammar::advance_bytes(StateId s, std::string_view bytes) {
@@ -188,6 +212,28 @@ void CompiledGrammar::fill_mask(StateId s, std::span<uint32_t> words) {
   const std::lock_guard lock(mu_);
   const size_t n_words = token_mask_words(vocab_->size());
   MD_CHECK(words.size() >= n_words, "token mask of ", words.size(), " words for a vocabulary of ", vocab_->size());
+  std::fill(words.begin() + static_cast<ptrdiff_t>(n_words), words.end(), 0u);
+  for (const auto& [state, mask] : mask_cache_) {
+    if (state == s) {
+      std::copy(mask.begin(), mask.end(), words.begin());
+      return;
+    }
+  }
+  make_mask(s, words.first(n_words));
+  if (mask_cache_.size() < kCachedMasks) {
+    mask_cache_.emplace_back(s, std::vector<uint32_t>(words.begin(), words.begin() + static_cast<ptrdiff_t>(n_words)));
+  } else {
+    auto& [state, mask] = mask_cache_[mask_cache_next_];
+    state = s;
+    std::copy(words.begin(), words.begin() + static_cast<ptrdiff_t>(n_words), mask.begin());
+    mask_cache_next_ = (mask_cache_next_ + 1) % kCachedMasks;
+  }
+}
+
+// The mask of state s (the lock held): the union over its stacks of each top's local set and the
+// walks from that set's exits with the stack's continuation.
+void CompiledGrammar::make_mask(StateId s, std::span<uint32_t> words) {
+  const size_t n_words = words.size();
   std::fill(words.begin(), words.end(), 0u);
   const std::span<const TrieNode> trie = vocab_->trie();
   const std::span<const int32_t> tokens = vocab_->trie_tokens();

@@ -69,7 +69,9 @@ class CompiledGrammar {
   StateId step(StateId s, uint8_t byte);
   StateId compute_step(StateId s, uint8_t byte);
   StateId continuation(StateId s, size_t stack_index);
+  void make_mask(StateId s, std::span<uint32_t> words);
   const LocalSet& local_set(NodeId top);
+  void string_set(const GrammarNode& node, LocalSet& ls);
   // Walks the children of trie node `from` starting in state `s`; fn(trie node, state) per live node.
   template <typename Fn>
   void walk(int32_t from, StateId s, Fn&& fn);
@@ -82,6 +84,10 @@ class CompiledGrammar {
   std::unordered_map<std::string, StateId> index_;
   std::vector<LocalSet> local_;  // per grammar node
   std::vector<StateId> walk_states_;
+  // The last masks made, by state (a string's body or a value's end repeats step after step).
+  static constexpr size_t kCachedMasks = 64;
+  std::vector<std::pair<StateId, std::vector<uint32_t>>> mask_cache_;
+  size_t mask_cache_next_ = 0;
   StateId start_ = kDead;
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string_view>
 
 #include "core/check.h"
 #include "tokenizer/tokenizer.h"
@@ -20,6 +21,7 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<bool> i
     is_text_[id] = false;
   }
   build_trie();
+  build_string_table();
 }
 
 Vocabulary Vocabulary::from_tokenizer(const Tokenizer& tokenizer, std::vector<int32_t> end_ids) {
@@ -72,6 +74,101 @@ void Vocabulary::build_trie() {
     trie_[path.back()].subtree_end = static_cast<int32_t>(trie_.size());
     path.pop_back();
   }
+}
+
+namespace {
+
+// The byte automaton of one string character (json_grammar.cpp's string_char(), state for state):
+// kBody is between characters; every other state is inside one.
+enum ScanState : int8_t { kScanDead = -1, kBody, kEsc, kU, kUd, kH3, kH2, kH1, kC1, kC2, kC3, kE0, kEd, kF0, kF4 };
+
+bool is_hex(uint8_t b) { return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
+
+int8_t scan(int8_t s, uint8_t b) {
+  const bool cont = b >= 0x80 && b <= 0xBF;
+  switch (s) {
+    case kBody:
+      if ((b >= 0x20 && b <= 0x21) || (b >= 0x23 && b <= 0x5B) || (b >= 0x5D && b <= 0x7F)) return kBody;
+      if (b == '\\') return kEsc;
+      if (b >= 0xC2 && b <= 0xDF) return kC1;
+      if (b == 0xE0) return kE0;
+      if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return kC2;
+      if (b == 0xED) return kEd;
+      if (b == 0xF0) return kF0;
+      if (b >= 0xF1 && b <= 0xF3) return kC3;
+      if (b == 0xF4) return kF4;
+      return kScanDead;
+    case kEsc:
+      if (b == 'u') return kU;
+      for (const char c : std::string_view("\"\\/bfnrt"))
+        if (b == static_cast<uint8_t>(c)) return kBody;
+      return kScanDead;
+    case kU:
+      if (b == 'd' || b == 'D') return kUd;
+      return is_hex(b) ? kH3 : kScanDead;
+    case kUd: return b >= '0' && b <= '7' ? kH2 : kScanDead;
+    case kH3: return is_hex(b) ? kH2 : kScanDead;
+    case kH2: return is_hex(b) ? kH1 : kScanDead;
+    case kH1: return is_hex(b) ? kBody : kScanDead;
+    case kC1: return cont ? kBody : kScanDead;
+    case kC2: return cont ? kC1 : kScanDead;
+    case kC3: return cont ? kC2 : kScanDead;
+    case kE0: return b >= 0xA0 && b <= 0xBF ? kC1 : kScanDead;
+    case kEd: return b >= 0x80 && b <= 0x9F ? kC1 : kScanDead;
+    case kF0: return b >= 0x90 && b <= 0xBF ? kC2 : kScanDead;
+    case kF4: return b >= 0x80 && b <= 0x8F ? kC2 : kScanDead;
+    default: return kScanDead;
+  }
+}
+
+// Prefix unions: masks[c] = union of by_count[1..c] (masks[0] empty).
+std::vector<std::vector<uint32_t>> prefix_masks(const std::vector<std::vector<int32_t>>& by_count, size_t n_words) {
+  std::vector<std::vector<uint32_t>> masks(by_count.size(), std::vector<uint32_t>(n_words, 0));
+  for (size_t c = 1; c < by_count.size(); ++c) {
+    masks[c] = masks[c - 1];
+    for (const int32_t id : by_count[c]) masks[c][id >> 5] |= 1u << (id & 31);
+  }
+  return masks;
+}
+
+}  // namespace
+
+// One walk of the trie from inside a string, counting characters per depth.
+void Vocabulary::build_string_table() {
+  std::vector<std::vector<int32_t>> inside(1), closing(1);
+  strings_.exits.assign(1, {});
+  std::vector<int8_t> state(static_cast<size_t>(max_depth_) + 1, kBody);
+  std::vector<int32_t> chars(static_cast<size_t>(max_depth_) + 1, 0);
+  auto at = [](std::vector<std::vector<int32_t>>& v, size_t c) -> std::vector<int32_t>& {
+    if (v.size() <= c) v.resize(c + 1);
+    return v[c];
+  };
+  for (int32_t i = 1; i < static_cast<int32_t>(trie_.size());) {
+    const TrieNode& n = trie_[i];
+    const int8_t ps = state[n.depth - 1];
+    const int32_t pc = chars[n.depth - 1];
+    if (ps == kBody && n.byte == '"') {  // the closing quote: the string ends here
+      if (pc >= 1) {
+        for (int32_t k = n.tok_begin; k < n.tok_end; ++k) at(closing, static_cast<size_t>(pc)).push_back(trie_tokens_[k]);
+        if (n.subtree_end > i + 1) at(strings_.exits, static_cast<size_t>(pc)).push_back(i);
+      }
+      i = n.subtree_end;
+      continue;
+    }
+    const int8_t s = scan(ps, n.byte);
+    if (s == kScanDead) {
+      i = n.subtree_end;
+      continue;
+    }
+    state[n.depth] = s;
+    chars[n.depth] = pc + (s == kBody ? 1 : 0);
+    const size_t used = static_cast<size_t>(chars[n.depth] + (s == kBody ? 0 : 1));
+    for (int32_t k = n.tok_begin; k < n.tok_end; ++k) at(inside, used).push_back(trie_tokens_[k]);
+    ++i;
+  }
+  const size_t n_words = (static_cast<size_t>(size()) + 31) / 32;
+  strings_.inside_upto = prefix_masks(inside, n_words);
+  strings_.closing_upto = prefix_masks(closing, n_words);
 }
 
 }  // namespace megadecode::structured

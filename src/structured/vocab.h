@@ -22,6 +22,16 @@ struct TrieNode {
   uint8_t byte;         // the byte that leads here from the parent
 };
 
+// The text tokens seen from inside a JSON string, by the number of characters they use (a
+// character split by the token's end counts): what a string's body allows at any count, without
+// a trie walk. Built once per vocabulary; the string language is json_grammar.cpp's string_char().
+struct StringTable {
+  std::vector<std::vector<uint32_t>> inside_upto;   // [c]: masks of tokens inside the string using <= c characters
+  std::vector<std::vector<uint32_t>> closing_upto;  // [c]: tokens of 1..c characters and the closing quote, ending there
+  std::vector<std::vector<int32_t>> exits;          // [c]: trie nodes just past the closing quote after c >= 1
+                                                    //      characters, with children
+};
+
 class Vocabulary {
  public:
   // token_bytes[id]: the token's bytes; is_text[id]: false for special and added tokens (never
@@ -40,9 +50,11 @@ class Vocabulary {
   std::span<const TrieNode> trie() const { return trie_; }
   std::span<const int32_t> trie_tokens() const { return trie_tokens_; }
   int max_depth() const { return max_depth_; }
+  const StringTable& strings() const { return strings_; }
 
  private:
   void build_trie();
+  void build_string_table();
 
   std::vector<std::string> bytes_;
   std::vector<bool> is_text_;
@@ -50,6 +62,7 @@ class Vocabulary {
   std::vector<TrieNode> trie_;
   std::vector<int32_t> trie_tokens_;  // token ids grouped by trie node
   int max_depth_ = 0;
+  StringTable strings_;
 };
 
 }  // namespace megadecode::structured
