@@ -1,6 +1,7 @@
 // Random schemas of the supported subset on a synthetic 1,003-token vocabulary: every walk that
 // completes parses and validates against its schema; the end token is allowed exactly when the
 // grammar accepts; the mask and accept() agree on every token (exactness) on random states.
+// sanitize: address
 #include <cstdio>
 
 #include <gtest/gtest.h>

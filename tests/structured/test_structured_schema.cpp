@@ -1,6 +1,7 @@
 // The schema compiler's language, checked byte by byte on a vocabulary of the 256 single bytes:
 // integer ranges exhaustively, formats, string lengths, property order, whitespace policy,
 // recursion, JSON mode, choice; every refused keyword names itself and its JSON pointer.
+// sanitize: address
 #include <string>
 
 #include <gtest/gtest.h>
