@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "structured/json_grammar.h"
+#include "structured/regex.h"
 
 namespace megadecode::structured {
 
@@ -369,11 +370,19 @@ Spec Spec::choice(std::vector<std::string> choices, Options options) {
   return s;
 }
 
+Spec Spec::regex(std::string pattern) {
+  Spec s;
+  s.kind = SpecKind::kRegex;
+  s.pattern = std::move(pattern);
+  return s;
+}
+
 std::string Spec::cache_key() const {
   std::string key = cat(static_cast<int>(kind), ":", options.max_whitespace, ":", options.leading_whitespace, ":");
   if (kind == SpecKind::kJsonSchema) key += schema;
   if (kind == SpecKind::kChoice)
     for (const std::string& c : choices) key += cat(c.size(), ":", c);
+  if (kind == SpecKind::kRegex) key += pattern;
   return key;
 }
 
@@ -388,6 +397,10 @@ Grammar build_grammar(const Spec& spec) {
       options.push_back(b.literal(c));
     }
     b.define(root, b.alt(options));
+    return b.finish(root);
+  }
+  if (spec.kind == SpecKind::kRegex) {
+    b.define(root, regex_fragment(b, spec.pattern));
     return b.finish(root);
   }
   Json schema;

@@ -1,6 +1,6 @@
 // What a request may constrain its output to, and the compilers from each kind to a Grammar:
 // a JSON Schema (the subset in the README's "Structured output" section), any JSON object
-// (JSON mode), or one of a list of literal strings (choice).
+// (JSON mode), one of a list of literal strings (choice), or a regular expression (regex.h).
 //
 // Whitespace: every structural gap (after '{' and '[', around ':' and ',', before '}' and ']')
 // takes at most Options::max_whitespace bytes of ' ', '\n' or '\t' (0: compact JSON only); the
@@ -34,21 +34,23 @@ struct Options {
   bool operator==(const Options&) const = default;
 };
 
-enum class SpecKind { kJsonSchema, kJsonObject, kChoice };
+enum class SpecKind { kJsonSchema, kJsonObject, kChoice, kRegex };
 
 struct Spec {
   SpecKind kind = SpecKind::kJsonObject;
   std::string schema;                // kJsonSchema: the schema's JSON text
   std::vector<std::string> choices;  // kChoice: the output is exactly one of these
+  std::string pattern;               // kRegex: the output matches it whole (regex.h's subset)
   Options options;
 
   static Spec json_schema(std::string schema_text, Options options = {});
   static Spec json_object(Options options = {});
   static Spec choice(std::vector<std::string> choices, Options options = {});
+  static Spec regex(std::string pattern);
   std::string cache_key() const;
 };
 
-// Throws SchemaError (unsupported or malformed schema) or Error (bad choice list).
+// Throws SchemaError (unsupported or malformed schema) or Error (bad choice list or regex).
 Grammar build_grammar(const Spec& spec);
 
 }  // namespace megadecode::structured

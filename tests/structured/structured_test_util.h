@@ -47,6 +47,19 @@ inline Vocabulary synthetic_vocab(uint64_t seed, int n) {
   return Vocabulary(std::move(bytes), std::move(text), {n - 1});
 }
 
+// The 256 single bytes and an end token (256): outputs fed byte by byte.
+inline Vocabulary byte_vocab() {
+  std::vector<std::string> bytes;
+  std::vector<bool> text;
+  for (int b = 0; b < 256; ++b) {
+    bytes.push_back(std::string(1, static_cast<char>(b)));
+    text.push_back(true);
+  }
+  bytes.push_back("<eos>");
+  text.push_back(false);
+  return Vocabulary(std::move(bytes), std::move(text), {256});
+}
+
 // Validates `v` against `schema` (the supported subset; `root` resolves $ref). Returns "" or why not.
 inline std::string validate(const Json& v, const Json& schema, const Json& root) {
   if (schema.is_boolean()) return schema.get<bool>() ? "" : "schema false";

@@ -9,24 +9,13 @@
 
 #include "structured/compiler.h"
 #include "structured/reasoning.h"
+#include "structured_test_util.h"
 
 namespace megadecode::structured {
 namespace {
 
-Vocabulary byte_vocab() {
-  std::vector<std::string> bytes;
-  std::vector<bool> text;
-  for (int b = 0; b < 256; ++b) {
-    bytes.push_back(std::string(1, static_cast<char>(b)));
-    text.push_back(true);
-  }
-  bytes.push_back("<eos>");
-  text.push_back(false);
-  return Vocabulary(std::move(bytes), std::move(text), {256});
-}
-
 Compiler& compiler() {
-  static Compiler c(byte_vocab());
+  static Compiler c(testing::byte_vocab());
   return c;
 }
 
@@ -176,7 +165,7 @@ TEST(StructuredSchema, FinishedOnlyWhenNothingMayFollow) {
 }
 
 TEST(StructuredSchema, CompileCacheSharesGrammars) {
-  Compiler c(byte_vocab());
+  Compiler c(testing::byte_vocab());
   const Spec spec = Spec::json_schema(R"({"type":"string"})");
   EXPECT_EQ(c.compile(spec), c.compile(spec));
   EXPECT_NE(c.compile(spec), c.compile(Spec::json_schema(R"({"type":"string"})", {0, 0})));
