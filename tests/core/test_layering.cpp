@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 // Lower layers first; folders of one layer never include each other.
 const std::map<std::string, int> kLayers = {
     {"core", 0},  {"model", 1}, {"tokenizer", 1}, {"kv", 1},     {"sampling", 1}, {"plan", 2}, {"engine", 3},
-    {"ref", 4},   {"cuda", 5},  {"emu", 6},       {"server", 7}, {"bench", 7},    {"cli", 8}};
+    {"ref", 4},   {"structured", 4}, {"cuda", 5}, {"emu", 6}, {"server", 7}, {"bench", 7}, {"cli", 8}};
 const std::map<std::string, int> kCudaRooms = {{"common", 0}, {"gemm", 1},    {"megakernel", 2},
                                                {"prefill", 3}, {"batched", 4}, {"backend", 5}};
 

@@ -1,0 +1,56 @@
+// What a request may constrain its output to, and the compilers from each kind to a Grammar:
+// a JSON Schema (the subset in the README's "Structured output" section), any JSON object
+// (JSON mode), one of a list of literal strings (choice), or a regular expression (regex.h).
+//
+// Whitespace: every structural gap (after '{' and '[', around ':' and ',', before '}' and ']')
+// takes at most Options::max_whitespace bytes of ' ', '\n' or '\t' (0: compact JSON only); the
+// output may start with at most Options::leading_whitespace such bytes. Objects list their
+// properties in the schema's order.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "structured/grammar.h"
+
+namespace megadecode::structured {
+
+// A schema the engine cannot enforce: the keyword and its JSON pointer (e.g. "/properties/a/pattern";
+// "" is the root), for an HTTP 400.
+class SchemaError : public Error {
+ public:
+  SchemaError(std::string keyword, std::string pointer, const std::string& why);
+  const std::string& keyword() const { return keyword_; }
+  const std::string& pointer() const { return pointer_; }
+
+ private:
+  std::string keyword_, pointer_;
+};
+
+struct Options {
+  int max_whitespace = 1;      // bytes of whitespace at each structural gap
+  int leading_whitespace = 0;  // bytes of whitespace before the value
+  bool operator==(const Options&) const = default;
+};
+
+enum class SpecKind { kJsonSchema, kJsonObject, kChoice, kRegex };
+
+struct Spec {
+  SpecKind kind = SpecKind::kJsonObject;
+  std::string schema;                // kJsonSchema: the schema's JSON text
+  std::vector<std::string> choices;  // kChoice: the output is exactly one of these
+  std::string pattern;               // kRegex: the output matches it whole (regex.h's subset)
+  Options options;
+
+  static Spec json_schema(std::string schema_text, Options options = {});
+  static Spec json_object(Options options = {});
+  static Spec choice(std::vector<std::string> choices, Options options = {});
+  static Spec regex(std::string pattern);
+  std::string cache_key() const;
+};
+
+// Throws SchemaError (unsupported or malformed schema) or Error (bad choice list or regex).
+Grammar build_grammar(const Spec& spec);
+
+}  // namespace megadecode::structured
