@@ -132,6 +132,7 @@ class Scheduler {
   void finish_in_flight();
   void complete(InFlight& step);
   void process(const InFlight& step, const DecodeResult& result);
+  bool advance_constraint(Sequence& s, int32_t token, bool& ends, std::string& error);
   void release(const InFlight& step);
   void drain();
 

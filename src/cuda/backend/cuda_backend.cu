@@ -258,7 +258,7 @@ void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResu
     MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", i, ": history_prompt_len ",
                s.history_prompt_len, " beyond its history of ", s.history.size());
     const sampling::TokenHistory h{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
-    result.tokens[i] = sampling::sample_token(row, s.sampling, s.chunk.start_pos + 1, h);
+    result.tokens[i] = sampling::sample_token(row, s.sampling, s.chunk.start_pos + 1, h, s.allowed);
   }
 }
 
