@@ -227,9 +227,9 @@ void Scheduler::process(const InFlight& step, const DecodeResult& result) {
       // With a constraint, only among the tokens its mask allows; when it allows nothing but the
       // banned end tokens, the end token stays (and ends the sequence below) rather than hang.
       MD_CHECK(have_logits, "sequence ", s.id, " needs its logits to resample a banned end token");
+      const std::span<const uint32_t> allowed = s.constrained() ? s.mask : std::span<const uint32_t>();
       const int32_t again = sample_with_bans(row, s.req.sampling, static_cast<int64_t>(s.tokens.size()), s.tokens,
-                                             static_cast<size_t>(s.n_prompt), s.banned,
-                                             s.constrained() ? std::span<const uint32_t>(s.mask) : std::span<const uint32_t>());
+                                             static_cast<size_t>(s.n_prompt), s.banned, allowed);
       if (again >= 0) token = again;
     }
     bool ends = false;  // the constraint ends the sequence with this token

@@ -112,7 +112,8 @@ void MegakernelStep::upload(std::span<const DecodeSeq> rows, const BatchState& b
   const size_t mask_bytes = pack_token_masks(plan_, masks, std::span(mask_staging, b.token_masks.bytes));
   token_masks_ = mask_bytes > 0;
   if (token_masks_)
-    CUDA_CHECK(cudaMemcpyAsync(arena_ + b.token_masks.offset, mask_staging, mask_bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync(arena_ + b.token_masks.offset, mask_staging, mask_bytes, cudaMemcpyHostToDevice, stream));
   if (uploaded_tasks_.size() != plan_.tasks.size() ||
       std::memcmp(uploaded_tasks_.data(), plan_.tasks.data(), plan_.tasks.size() * sizeof(Task)) != 0) {
     CUDA_CHECK(cudaMemcpyAsync(tasks_, plan_.tasks.data(), plan_.tasks.size() * sizeof(Task), cudaMemcpyHostToDevice,

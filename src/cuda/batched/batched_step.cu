@@ -26,8 +26,8 @@ namespace megadecode::cuda::batched {
 // Byte offsets of one step's inputs (host staging and device copy alike).
 struct BatchedStep::Inputs {
   size_t tokens = 0, positions = 0, table_offsets = 0, seq_lens = 0, split_begin = 0, sample_pos = 0, sampling = 0,
-         mask_slots = 0, tables = 0, ring_offsets = 0, ring_split_begin = 0, ring_tables = 0, n_work = 0, work = 0, merge = 0,
-         prompt_tables = 0, bytes = 0;
+         mask_slots = 0, tables = 0, ring_offsets = 0, ring_split_begin = 0, ring_tables = 0, n_work = 0, work = 0,
+         merge = 0, prompt_tables = 0, bytes = 0;
   int work_capacity = 0;
   // rows: every row (tokens, positions, table offsets); decode rows: the decode fields and tables,
   // and with sliding layers (ring_len > 0) the ring tables, their offsets and the windowed splits;

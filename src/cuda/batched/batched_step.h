@@ -190,13 +190,13 @@ class BatchedStep {
   float* logits_ = nullptr;         // [R][V] fp32
   int32_t* out_tokens_ = nullptr;   // [R]
   float* split_ws_ = nullptr;       // split-K partials of the dense GEMMs (gemm::workspace_floats)
+  int32_t* split_sem_ = nullptr;    // their semaphores (zeroed once)
   // Token masks of the constrained rows, [n_masked][ceil(V/32)] words (slot k at k * words; the
   // step's inputs hold each decode row's slot, -1: any token), uploaded from the pinned masks_host_
   // in a step with a constrained row. Allocated for max_rows_ rows by the first such step (the
   // graphs are recaptured then); until then the sampler is launched without masks.
   uint32_t* masks_ = nullptr;
   uint32_t* masks_host_ = nullptr;
-  int32_t* split_sem_ = nullptr;    // their semaphores (zeroed once)
 
   // The last step's shape and the step graphs per shape; seen_: shapes that ran once eagerly (the
   // next step of the shape captures its graph).
