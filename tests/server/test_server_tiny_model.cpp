@@ -20,6 +20,7 @@
 #include "cli/generate_loop.h"
 #include "model/loader.h"
 #include "server/model_text.h"
+#include "../structured/structured_test_util.h"
 #include "server_fixture.h"
 #include "tokenizer/chat_template.h"
 
@@ -308,6 +309,83 @@ TEST_F(TinyModelTest, NorthTinyTalksWithItsOwnTokenizerAndTemplate) {
   EXPECT_EQ(usage["prompt_tokens"], rendered_tokens("Weather in Oslo?", true));
   EXPECT_GE(usage["completion_tokens"].get<int>(), 1);
   EXPECT_LE(usage["completion_tokens"].get<int>(), 16);
+}
+
+// Structured output end to end on cpu-ref's random weights: every completed output holds its schema
+// (random draws, n = 4, and streamed), a choice is one of its strings, JSON mode's output is a
+// whole object or cut with "length", and a cut output ends with "length", never as complete.
+TEST_F(TinyModelTest, StructuredOutputHoldsItsSchema) {
+  using nlohmann::json;
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  TinyServer server;
+  testing::HttpClient c(server.http->port());
+  const json schema = json::parse(R"({"type": "object", "additionalProperties": false, "required": ["name", "age"],
+      "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+                     "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3}}})");
+  const json base = {{"model", "tiny"}, {"prompt", "A person as JSON:"}, {"max_tokens", 200}, {"temperature", 1.0},
+                     {"seed", seed % 1000000}};
+
+  json ask = base;
+  ask["n"] = 4;
+  ask["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}}}};
+  auto r = c.request("POST", "/v1/completions", ask.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.json()["choices"].size(), 4u);
+  for (const json& choice : r.json()["choices"]) {
+    const std::string text = choice["text"];
+    EXPECT_EQ(choice["finish_reason"], "stop") << text;
+    const structured::testing::Json v = structured::testing::Json::parse(text, nullptr, false);
+    ASSERT_FALSE(v.is_discarded()) << text;
+    const auto s = structured::testing::Json::parse(schema.dump());
+    EXPECT_EQ(structured::testing::validate(v, s, s), "") << text;
+  }
+
+  ask = base;
+  ask["structured_outputs"] = {{"choice", {"yes", "no", "maybe"}}};
+  r = c.request("POST", "/v1/completions", ask.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string picked = r.json()["choices"][0]["text"];
+  EXPECT_TRUE(picked == "yes" || picked == "no" || picked == "maybe") << picked;
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "stop");
+
+  ask = base;  // JSON mode bounds no string: cut or complete, never complete and invalid
+  ask["response_format"] = {{"type", "json_object"}};
+  r = c.request("POST", "/v1/completions", ask.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string any = r.json()["choices"][0]["text"];
+  if (r.json()["choices"][0]["finish_reason"] == "stop") {
+    EXPECT_TRUE(json::parse(any, nullptr, false).is_object()) << any;
+  } else {
+    EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(any.substr(0, 1), "{") << any;
+  }
+
+  ask = base;  // streamed: the schema's bounded output, whole
+  ask["stream"] = true;
+  ask["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}}}};
+  r = c.request("POST", "/v1/completions", ask.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string text, finish;
+  for (const std::string& e : testing::sse_data(r.body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    for (const json& ch : chunk["choices"]) {
+      text += ch["text"].get<std::string>();
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+  }
+  EXPECT_EQ(finish, "stop") << text;
+  const json obj = json::parse(text, nullptr, false);
+  EXPECT_TRUE(obj.is_object() && obj.contains("name") && obj.contains("age")) << text;
+
+  ask = base;
+  ask["max_tokens"] = 3;
+  ask["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}}}};
+  r = c.request("POST", "/v1/completions", ask.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "length") << r.body;
+  EXPECT_EQ(r.json()["usage"]["completion_tokens"], 3);
 }
 
 TEST_F(TinyModelTest, WithoutTokenizerTheSameTokensComeBackAsIds) {
