@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "structured/compiler.h"
+#include "structured/matcher.h"
 #include "structured/reasoning.h"
 #include "structured_test_util.h"
 
@@ -170,6 +171,19 @@ TEST(StructuredSchema, CompileCacheSharesGrammars) {
   EXPECT_EQ(c.compile(spec), c.compile(spec));
   EXPECT_NE(c.compile(spec), c.compile(Spec::json_schema(R"({"type":"string"})", {0, 0})));
   EXPECT_EQ(c.n_cached(), 2u);
+}
+
+TEST(StructuredSchema, GrownGrammarsAreReplaced) {
+  Compiler c(testing::byte_vocab(), 256, 40);
+  const Spec spec = Spec::json_object();
+  const auto first = c.compile(spec);
+  std::shared_ptr<TokenConstraint> walk = std::make_shared<GrammarConstraint>(first);
+  for (const char ch : std::string(R"({"a": [[[{"b": [1, 2.5e3, "x\n"]}]]], "c": {"d": null}})")) ASSERT_TRUE(walk->accept(ch));
+  ASSERT_GT(first->n_states(), 40u);
+  const auto second = c.compile(spec);
+  EXPECT_NE(first, second);
+  EXPECT_EQ(second, c.compile(spec));
+  EXPECT_TRUE(walk->accepting());  // the old grammar lives on with its sequence
 }
 
 TEST(StructuredSchema, AnnotationsIgnored) {
