@@ -244,7 +244,7 @@ TEST(StructuredSchema, RefusalsNameKeywordAndPointer) {
 
 TEST(StructuredSchema, AfterReasoningGate) {
   const int n = compiler().vocab().size();
-  const std::vector<int32_t> end_of_reasoning = {'<', '/'};
+  const std::vector<int32_t> end_of_reasoning = {'<', '<', '/'};
   AfterReasoning c(compiler().make(Spec::choice({"ok"})), end_of_reasoning, n, {256});
   std::vector<uint32_t> words(token_mask_words(n));
   auto allowed = [&](int32_t t) { return (words[t >> 5] >> (t & 31)) & 1u; };
@@ -252,7 +252,9 @@ TEST(StructuredSchema, AfterReasoningGate) {
   for (int32_t t = 0; t < 256; ++t) EXPECT_TRUE(allowed(t)) << t;
   EXPECT_FALSE(allowed(256));
   EXPECT_FALSE(c.accept(256));
-  for (const char ch : std::string("think <x</")) EXPECT_TRUE(c.accept(static_cast<uint8_t>(ch)));
+  for (const char ch : std::string("think <x</<<<")) EXPECT_TRUE(c.accept(static_cast<uint8_t>(ch)));
+  EXPECT_TRUE(c.reasoning());  // "<</" not yet spelled
+  EXPECT_TRUE(c.accept('/'));
   EXPECT_FALSE(c.reasoning());
   c.fill_mask(words);
   for (int32_t t = 0; t < n; ++t) EXPECT_EQ(allowed(t), t == 'o') << t;
