@@ -81,9 +81,13 @@ StateId CompiledGrammar::intern(std::vector<std::vector<NodeId>> stacks, bool ac
   s.continuation.assign(stacks.size(), -1);
   s.stacks = std::move(stacks);
   s.accepting = accepting;
+  // Bytes no top reads lead nowhere: known now, so walks never miss on them.
+  std::array<StateId, 256> row;
+  row.fill(kDead);
+  for (const auto& st : s.stacks)
+    for (const ByteEdge& e : grammar_.nodes[st.back()].bytes) std::fill(row.begin() + e.lo, row.begin() + e.hi + 1, -1);
   states_.push_back(std::move(s));
-  next_.emplace_back();
-  next_.back().fill(-1);
+  next_.push_back(row);
   return it->second;
 }
 
