@@ -9,6 +9,7 @@
 
 #include "structured/compiler.h"
 #include "structured/matcher.h"
+#include "structured/framed.h"
 #include "structured/reasoning.h"
 #include "structured_test_util.h"
 
@@ -261,6 +262,46 @@ TEST(StructuredSchema, AfterReasoningGate) {
   EXPECT_TRUE(c.accept('o'));
   EXPECT_TRUE(c.accept('k'));
   EXPECT_TRUE(c.finished());
+}
+
+TEST(StructuredSchema, FramedByAddedTokens) {
+  std::vector<std::string> bytes;
+  std::vector<bool> text;
+  for (int b = 0; b < 256; ++b) {
+    bytes.push_back(std::string(1, static_cast<char>(b)));
+    text.push_back(true);
+  }
+  for (const char* special : {"<eos>", "<tool_call>", "</tool_call>"}) {
+    bytes.push_back(special);
+    text.push_back(false);
+  }
+  Compiler compiler(Vocabulary(bytes, text, {256}));
+  const Spec spec = Spec::json_schema(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})", {0, 1, 1});
+  Framed c(compiler.make(spec), {257}, {258}, 259, {256});
+  std::vector<uint32_t> words(token_mask_words(259));
+  auto allowed = [&](int32_t t) {
+    c.fill_mask(words);
+    return ((words[t >> 5] >> (t & 31)) & 1u) != 0;
+  };
+  EXPECT_TRUE(allowed(257));
+  EXPECT_FALSE(allowed('\n'));
+  EXPECT_FALSE(c.accept('{'));
+  EXPECT_TRUE(c.accept(257));
+  for (const char ch : std::string("\n{\"a\":")) ASSERT_TRUE(c.accept(ch));
+  EXPECT_FALSE(allowed(258));
+  EXPECT_FALSE(c.accept(258));
+  for (const char ch : std::string("12}")) ASSERT_TRUE(c.accept(ch));
+  EXPECT_TRUE(allowed(258));
+  EXPECT_TRUE(allowed('\n'));
+  EXPECT_FALSE(allowed(256));  // the frame is not closed yet
+  EXPECT_FALSE(c.accepting());
+  EXPECT_FALSE(c.accept(256));
+  EXPECT_TRUE(c.accept('\n'));
+  EXPECT_TRUE(c.accept(258));
+  EXPECT_TRUE(c.accepting());
+  EXPECT_TRUE(c.finished());
+  for (int32_t t = 0; t < 259; ++t) EXPECT_EQ(allowed(t), t == 256) << t;
+  EXPECT_TRUE(c.accept(256));
 }
 
 }  // namespace
