@@ -8,7 +8,12 @@
 // the token still to come (the "exits"). A mask is then the union of the local sets of the
 // state's stack tops plus, at each exit, a walk of that trie subtree against the real caller
 // stack. A string's body, a number or whitespace share their local sets across every place they
-// appear.
+// appear; a string's next character takes its set from the vocabulary's per-count string masks
+// (vocab.h) instead of a walk. The last kCachedMasks masks are kept by state.
+//
+// Limits: a stack deeper than kMaxStackDepth ends its path (a state left with no way on allows the
+// end tokens, as TokenConstraint requires); the state memo only grows (Compiler replaces a grammar
+// whose memo outgrew its bound).
 //
 // Thread-safety: a CompiledGrammar is shared by every sequence that uses the same spec; its memo
 // tables are guarded by one mutex, so matchers on different threads may share it.
