@@ -70,7 +70,13 @@ class CompiledGrammar {
   };
 
   StateId intern(std::vector<std::vector<NodeId>> stacks, bool accepting);
-  void close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting) const;
+  struct LocalClosure {
+    bool ready = false;
+    bool pops = false;
+    std::vector<std::vector<NodeId>> stacks;
+  };
+  const LocalClosure& local_closure(NodeId n);
+  void close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting);
   StateId step(StateId s, uint8_t byte);
   StateId compute_step(StateId s, uint8_t byte);
   StateId continuation(StateId s, size_t stack_index);
@@ -88,6 +94,7 @@ class CompiledGrammar {
   std::vector<std::array<StateId, 256>> next_;  // per state: -1 unknown
   std::unordered_map<std::string, StateId> index_;
   std::vector<LocalSet> local_;  // per grammar node
+  std::vector<LocalClosure> closures_;  // per grammar node
   std::vector<StateId> walk_states_;
   // The last masks made, by state (a string's body or a value's end repeats step after step).
   static constexpr size_t kCachedMasks = 64;
