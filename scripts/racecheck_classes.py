@@ -13,6 +13,7 @@ With --probe-ring / --probe-tables (the counts test_racecheck_probe's log gave),
 did not show (count 0) is not known: its reports count as OTHER. Standard library only.
 """
 import argparse
+import os
 import re
 
 BULK = r"bulk_g2s|issue_job|walk_pages|issue_weights|issue_activations|cp\.async\.bulk"
@@ -22,7 +23,10 @@ TABLE_R = r"JobWalk|share_of|ops\.cuh|gemm\.cuh|table_probe"  # the consumers' r
 
 def classify_report(text):
     """'ring', 'tables' or 'other' for one report (its lines joined)."""
-    sides = re.findall(r"(Read|Write) access at (.*?) in ", text)
+    # Each side as "function file" (the function's name or its file may name the pattern: a consumer's
+    # read of the tables inlined into another routine of ops.cuh or gemm.cuh names that routine).
+    sides = [(k, f"{fn} {os.path.basename(path)}")
+             for k, fn, path in re.findall(r"(Read|Write) access at (.*?) in (\S+?):\d+", text)]
     reads = [f for k, f in sides if k == "Read"]
     writes = [f for k, f in sides if k == "Write"]
     if writes and reads and all(re.search(BULK, f) for f in writes):

@@ -34,8 +34,8 @@ const char* const kDecodeBenchUsage =
     "  switches, cuda-ops.\n"
     "  --trace: a Chrome/Perfetto trace of one cuda-mk step (--trace-batch, first context).\n"
     "  --switches: megakernel switches for the main sweep and the trace (cuda/megakernel/flags.h: loader-in-order,\n"
-    "  l2-prefetch, poll-backoff, kv-prefetch, inflight-2, inflight-3, inflight-off, sample-full-pass; the default\n"
-    "  cap is 1).\n";
+    "  l2-prefetch, poll-backoff, kv-prefetch, inflight-2, inflight-3, inflight-off, sample-full-pass,\n"
+    "  down-split-k, experts-uncapped, down-uncapped, experts-uncapped-late; the default cap is 1).\n";
 
 namespace {
 

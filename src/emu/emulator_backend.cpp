@@ -6,6 +6,7 @@
 #include "plan/planner.h"
 #include "plan/validator.h"
 #include "sampling/host_sampler.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode::emu {
 namespace {
@@ -113,6 +114,7 @@ void CpuMkBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Dec
     MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", s.chunk.seq_id,
                ": history_prompt_len ", s.history_prompt_len, " exceeds the history of ", s.history.size());
     sampling::validate(s.sampling);
+    sampling::check_token_mask(s.allowed, static_cast<size_t>(config_.vocab_size));
     kv_.check_tables(s.chunk);
     batch.seqs.push_back({s.chunk.start_pos + 1, s.chunk.block_table, s.chunk.ring_table});
     tokens.push_back(s.chunk.tokens[0]);
@@ -127,7 +129,7 @@ void CpuMkBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Dec
     const DecodeSeq& s = seqs[t];
     const sampling::TokenHistory history{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
     // The sampled token takes the position after the one just run.
-    return sampling::sample_token(logits, s.sampling, s.chunk.start_pos + 1, history);
+    return sampling::sample_token(logits, s.sampling, s.chunk.start_pos + 1, history, s.allowed);
   };
   in.record_routing = routing_record_ != nullptr;
   StepOutput out;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode {
 
@@ -27,6 +28,7 @@ BatchState check_decode_rows(std::span<const DecodeSeq> seqs, const ModelConfig&
     MD_REQUIRE(s.chunk.start_pos >= 0 && s.chunk.start_pos < c.max_position_embeddings, "decode: sequence ", i,
                ": position ", s.chunk.start_pos, " outside [0, ", c.max_position_embeddings, ")");
     sampling::validate(s.sampling);
+    sampling::check_token_mask(s.allowed, static_cast<size_t>(c.vocab_size));
     const int n_ctx = s.chunk.start_pos + 1;
     const size_t need = (static_cast<size_t>(n_ctx) + kv_block_size - 1) / kv_block_size;
     MD_REQUIRE(s.chunk.block_table.size() >= need, "decode: sequence ", i, ": block table covers ",

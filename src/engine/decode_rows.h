@@ -1,6 +1,7 @@
 // The checks a backend makes of a decode step's rows, and the plan's view of them (BatchState):
 // one token per row (or a chained row, DecodeSeq::prev_row, whose token the device holds),
-// positions inside the model, sampling parameters in range, block tables that cover the new
+// positions inside the model, sampling parameters in range, token masks (DecodeSeq::allowed) of the
+// vocabulary's size allowing a token, block tables that cover the new
 // position with blocks of the cache, and ring tables that fit the backend's ring pool (none
 // without one: require_no_ring_table). An Error names the row. Used by cpu-mk, the null backend of
 // `bench engine` and the CUDA backends; check_ring_table also by the CUDA prefill and batched step.

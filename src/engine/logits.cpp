@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sampling/host_sampler.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode {
 namespace {
@@ -135,8 +136,10 @@ TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top
 }
 
 int32_t sample_with_bans(std::span<const float> logits, const SamplingParams& params, int64_t position,
-                         std::span<const int32_t> history, size_t n_prompt, std::span<const int32_t> banned) {
+                         std::span<const int32_t> history, size_t n_prompt, std::span<const int32_t> banned,
+                         std::span<const uint32_t> allowed) {
   std::vector<float> masked(logits.begin(), logits.end());
+  sampling::apply_token_mask(masked, allowed);
   for (int32_t t : banned)
     if (t >= 0 && static_cast<size_t>(t) < masked.size()) masked[t] = -std::numeric_limits<float>::infinity();
   if (std::none_of(masked.begin(), masked.end(), [](float x) { return x > -std::numeric_limits<float>::infinity(); }))

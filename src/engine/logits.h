@@ -18,9 +18,11 @@ namespace megadecode {
 TokenLogprob token_logprob(std::span<const float> logits, int32_t token, int top);
 
 // The host sampler's token (sampling::sample_token, the backends' semantics) for `logits` with every
-// token of `banned` removed; -1 when nothing is left. `history` is prompt then output, the first
+// token of `banned` removed and, with a token mask `allowed` (structured output; empty: every token),
+// only the tokens it allows; -1 when nothing is left. `history` is prompt then output, the first
 // n_prompt tokens being the prompt; `position` is the position the sampled token will take.
 int32_t sample_with_bans(std::span<const float> logits, const SamplingParams& params, int64_t position,
-                         std::span<const int32_t> history, size_t n_prompt, std::span<const int32_t> banned);
+                         std::span<const int32_t> history, size_t n_prompt, std::span<const int32_t> banned,
+                         std::span<const uint32_t> allowed = {});
 
 }  // namespace megadecode

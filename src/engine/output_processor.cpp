@@ -32,12 +32,12 @@ bool OutputProcessor::is_end_token(int32_t token) const {
          std::find(stop_.eos_token_ids.begin(), stop_.eos_token_ids.end(), token) != stop_.eos_token_ids.end();
 }
 
-OutputProcessor::Step OutputProcessor::push(int32_t token) {
+OutputProcessor::Step OutputProcessor::push(int32_t token, bool ends) {
   Step step;
   ++n_generated_;
   // The n-th token may end the sequence once n-1 >= min_tokens (vLLM: min_tokens tokens come
   // before any end token).
-  if (n_generated_ > stop_.min_tokens && is_end_token(token)) {
+  if ((n_generated_ > stop_.min_tokens || ends) && is_end_token(token)) {
     step.finished = true;
     step.reason = FinishReason::kStop;
     if (std::find(stop_.stop_token_ids.begin(), stop_.stop_token_ids.end(), token) != stop_.stop_token_ids.end())
@@ -48,10 +48,10 @@ OutputProcessor::Step OutputProcessor::push(int32_t token) {
   }
   pending_ += decoder_->push(token);
   if (match_stop(step)) return step;
-  if (n_generated_ >= stop_.max_tokens) {
+  if (ends || n_generated_ >= stop_.max_tokens) {
     pending_ += decoder_->flush();
     step.finished = true;
-    step.reason = FinishReason::kLength;
+    step.reason = ends ? FinishReason::kStop : FinishReason::kLength;
     if (match_stop(step)) return step;
     release(step, true);
     return step;

@@ -25,8 +25,10 @@ class OutputProcessor {
     std::optional<std::string> stop_string;
     std::optional<int32_t> stop_token;
   };
-  // Takes the next generated token (the n-th, counting from 1).
-  Step push(int32_t token);
+  // Takes the next generated token (the n-th, counting from 1). With `ends` (a token constraint that
+  // is finished, or that allowed nothing but the end tokens) the sequence ends with this token
+  // ("stop", the text so far is the output), before min_tokens too and ahead of max_tokens.
+  Step push(int32_t token, bool ends = false);
   int n_generated() const { return n_generated_; }
   // Whether `token` may end the sequence now; the engine keeps such tokens from being sampled
   // before min_tokens.

@@ -16,13 +16,21 @@
 // A prompt's last token always goes through decode, so the backend does all sampling.
 // Finished, aborted and failed sequences free their blocks at once.
 //
+// Token constraints (SequenceRequest::constraint, structured output): before each step that samples
+// for a constrained sequence its constraint fills the sequence's mask (DecodeSeq::allowed); the
+// sampled token goes to accept() (refused: the backend sampled outside the mask, the sequence ends
+// with an error naming it), and a finished() constraint ends the sequence with "stop". An end token
+// the mask allows ends it as usual; before min_tokens the end tokens are banned even where the mask
+// allows them, unless it allows nothing else (then the end token ends the sequence: no hang).
+//
 // Overlap: when the batch stays as it is, an iteration launches step N+1 before it
 // processes step N's tokens, so the host's work for one step runs while the device runs the other.
 // Step N+1's rows take their input tokens from step N on the backend's side (DecodeSeq::prev_row).
 // A sequence that stops at step N (end token, max_tokens, stop string) or is aborted has its
 // step-N+1 token discarded: never sent, never counted. The batch "stays" when no sequence ended,
 // nothing waits that could be admitted, no prompt is being prefilled, every row has its next block,
-// and no row needs the host to pick its token (penalties, end tokens banned before min_tokens).
+// and no row needs the host to pick its token (penalties, end tokens banned before min_tokens) or
+// its mask (a constrained row: its mask follows the token step N samples).
 // Threading: single-threaded; the Engine's scheduler thread owns it (tests drive it directly).
 #pragma once
 
@@ -132,6 +140,7 @@ class Scheduler {
   void finish_in_flight();
   void complete(InFlight& step);
   void process(const InFlight& step, const DecodeResult& result);
+  bool advance_constraint(Sequence& s, int32_t token, bool& ends, std::string& error);
   void release(const InFlight& step);
   void drain();
 

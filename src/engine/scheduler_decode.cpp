@@ -45,6 +45,11 @@ void Scheduler::decode() {
       d.history = s.tokens;
       d.history_prompt_len = static_cast<size_t>(s.n_prompt);
     }
+    if (s.constrained()) {  // the tokens this step may sample: the constraint's mask after every token so far
+      s.mask.assign(token_mask_words(static_cast<int>(logits_.size())), 0u);
+      s.req.constraint->fill_mask(s.mask);
+      d.allowed = s.mask;
+    }
     want_logits |= s.req.logprobs >= 0 || s.host_may_resample();
     rows.push_back(&s);
     seqs.push_back(d);
@@ -89,8 +94,9 @@ bool Scheduler::chain() {
   const std::vector<Sequence*>& rows = in_flight_->rows;
   // The batch stays: every running sequence is a live row (none ended, none being prefilled) ...
   if (rows.size() != running_.size()) return false;
+  // A constrained row's mask depends on the token step N samples: it never chains either.
   for (const Sequence* s : rows)
-    if (s->ended || s->has_penalties() || s->host_may_resample()) return false;
+    if (s->ended || s->has_penalties() || s->host_may_resample() || s->constrained()) return false;
   // ... and nothing waiting could be admitted now.
   if (!waiting_.empty() && static_cast<int>(running_.size()) < config_.max_num_seqs && kv_.fits(head_admission()))
     return false;
@@ -218,10 +224,21 @@ void Scheduler::process(const InFlight& step, const DecodeResult& result) {
     std::span<const float> row;
     if (have_logits) row = std::span<const float>(result.logits).subspan(b * vocab, vocab);
     if (s.out.end_tokens_banned() && s.out.is_end_token(token)) {
+      // With a constraint, only among the tokens its mask allows; when it allows nothing but the
+      // banned end tokens, the end token stays (and ends the sequence below) rather than hang.
       MD_CHECK(have_logits, "sequence ", s.id, " needs its logits to resample a banned end token");
+      const std::span<const uint32_t> allowed = s.constrained() ? s.mask : std::span<const uint32_t>();
       const int32_t again = sample_with_bans(row, s.req.sampling, static_cast<int64_t>(s.tokens.size()), s.tokens,
-                                             static_cast<size_t>(s.n_prompt), s.banned);
+                                             static_cast<size_t>(s.n_prompt), s.banned, allowed);
       if (again >= 0) token = again;
+    }
+    bool ends = false;  // the constraint ends the sequence with this token
+    if (s.constrained()) {
+      std::string refused;
+      if (!advance_constraint(s, token, ends, refused)) {
+        finish_running(running_index(s), FinishReason::kError, refused);
+        continue;
+      }
     }
     s.n_computed = static_cast<int>(s.tokens.size());
     kv_.commit(s.id, s.tokens, s.n_computed);
@@ -234,7 +251,7 @@ void Scheduler::process(const InFlight& step, const DecodeResult& result) {
     OutputProcessor::Step out;
     std::string error;
     try {
-      out = s.out.push(token);
+      out = s.out.push(token, ends);
     } catch (const std::exception& e) {
       // Detokenization failed for this sequence only: end it, keep the batch going.
       out = OutputProcessor::Step{};
@@ -251,6 +268,26 @@ void Scheduler::process(const InFlight& step, const DecodeResult& result) {
     remove_running(running_index(*s));
   }
   checkpoint();
+}
+
+// A constrained sequence's sampled token: an end token ends it (allowed by its mask: the text is
+// complete, or the mask allowed nothing else); any other goes to accept(), and ends the sequence
+// when the constraint is finished after it. False, with `error` naming the backend, when the token
+// is one the mask did not allow (a backend bug).
+bool Scheduler::advance_constraint(Sequence& s, int32_t token, bool& ends, std::string& error) {
+  const bool allowed = token_mask_allows(s.mask.data(), token);
+  if (s.out.is_end_token(token) && allowed) {
+    ends = true;
+    return true;
+  }
+  if (!allowed || !s.req.constraint->accept(token)) {
+    error = cat("backend ", backend_.name(), " sampled token ", token, " for sequence ", s.id,
+                ", which its token constraint does not allow");
+    log_error(error);
+    return false;
+  }
+  ends = s.req.constraint->finished();
+  return true;
 }
 
 void Scheduler::release(const InFlight& step) {

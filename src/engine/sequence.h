@@ -32,6 +32,9 @@ struct Scheduler::Sequence {
   int n_in_flight = 0;  // launched steps holding a row of it, not yet processed
   OutputProcessor out;
   std::vector<int32_t> banned;  // end tokens, kept from sampling before min_tokens
+  // With a constraint (req.constraint): the tokens its next step may sample, filled by fill_mask()
+  // before each step that samples for it ([token_mask_words(vocab)] words; DecodeSeq::allowed).
+  std::vector<uint32_t> mask;
   std::vector<std::optional<TokenLogprob>> prompt_lp;  // [n_prompt] with prompt_logprobs
   Clock::time_point last_token_time;
   Clock::time_point first_token_time;  // set with first_token_done
@@ -46,6 +49,7 @@ struct Scheduler::Sequence {
   }
   bool ready_to_decode() const { return n_computed == static_cast<int>(tokens.size()) - 1; }
   bool has_penalties() const { return req.sampling.has_penalties(); }
+  bool constrained() const { return req.constraint != nullptr; }
   // Whether the token the backend samples next may be replaced on the host (min_tokens bans).
   bool host_may_resample() const { return out.end_tokens_banned() && !banned.empty(); }
 };

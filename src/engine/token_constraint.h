@@ -11,11 +11,9 @@
 #include <cstdint>
 #include <span>
 
-namespace megadecode {
+#include "sampling/token_mask.h"  // token_mask_words: bit (t % 32) of word t / 32 is token t
 
-// Words of a packed token mask for a vocabulary of `vocab` ids: bit (t % 32) of word t / 32 is
-// token t.
-constexpr size_t token_mask_words(int vocab) { return (static_cast<size_t>(vocab) + 31) / 32; }
+namespace megadecode {
 
 class TokenConstraint {
  public:

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "kv/kv_cache.h"
 #include "sampling/params.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode {
 
@@ -240,6 +241,7 @@ BufferLayout buffer_layout(const PlanShape& s) {
   L.o_out = place(s.parallel ? b * h * 4 : 0);
   L.shared_act = place(b * static_cast<uint64_t>(s.shared_inter) * 4);
   L.lm_best = place(s.lm_head ? b * static_cast<uint64_t>(s.n_lm_tasks) * sizeof(LogitBest) : 0);
+  L.token_masks = place(s.sample ? b * (1 + token_mask_words(s.vocab)) * 4 : 0);
   L.total_bytes = off;
   return L;
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode {
 
@@ -46,6 +47,28 @@ void pack_ring_tables(const Plan& plan, const BatchState& batch, std::span<uint8
     const std::span<const int32_t> ring = batch.seqs[i].ring_table;
     std::copy_n(ring.begin(), std::min<size_t>(ring.size(), s.ring_len), rt + i * s.ring_len);
   }
+}
+
+size_t pack_token_masks(const Plan& plan, std::span<const std::span<const uint32_t>> masks, std::span<uint8_t> out) {
+  const PlanShape& s = plan.params.shape;
+  const size_t n = static_cast<size_t>(s.batch), words = token_mask_words(s.vocab);
+  MD_CHECK(masks.size() == n);
+  size_t n_masked = 0;
+  for (std::span<const uint32_t> m : masks) {
+    MD_CHECK(m.empty() || m.size() == words, "a token mask of ", m.size(), " words, the vocabulary needs ", words);
+    n_masked += m.empty() ? 0 : 1;
+  }
+  if (n_masked == 0) return 0;
+  const size_t bytes = (n + n_masked * words) * 4;
+  MD_CHECK(s.sample && bytes <= plan.params.buffers.token_masks.bytes && out.size() >= bytes);
+  auto* slots = reinterpret_cast<int32_t*>(out.data());
+  auto* w = reinterpret_cast<uint32_t*>(out.data()) + n;
+  int32_t slot = 0;
+  for (size_t i = 0; i < n; ++i) {
+    slots[i] = masks[i].empty() ? -1 : slot;
+    if (!masks[i].empty()) std::copy(masks[i].begin(), masks[i].end(), w + static_cast<size_t>(slot++) * words);
+  }
+  return bytes;
 }
 
 std::vector<int32_t> launch_ranges(const Plan& plan) {

@@ -29,6 +29,13 @@ void pack_step_inputs(const Plan& plan, const BatchState& batch, std::span<const
 // arena keeps them after the step's buffers, so they are uploaded on their own.
 void pack_ring_tables(const Plan& plan, const BatchState& batch, std::span<uint8_t> out);
 
+// Packs the token masks of the constrained rows (structured output; masks[i] is row i's
+// DecodeSeq::allowed, empty: any token) into out as the token_masks buffer lays them out: [batch]
+// int32 slots (-1 for a free row), then the constrained rows' masks, [n_masked][token_mask_words(V)]
+// words, slot k at word batch + k * words. Returns the bytes to upload (they start the buffer), 0
+// when no row is constrained (then nothing is written and the step's SAMPLE reads nothing of it).
+size_t pack_token_masks(const Plan& plan, std::span<const std::span<const uint32_t>> masks, std::span<uint8_t> out);
+
 // [n_waves + 1][2][n_sms]: launch 0 runs whole lists (cuda-mk: ranges[0][0][sm] = list begin,
 // ranges[0][1][sm] = list end); launch 1 + w runs wave w (cuda-ops). O(tasks): recompute only when
 // the lists changed (StepPlanner's PlanUpdate).

@@ -162,7 +162,8 @@ MD_HOST_DEVICE inline int32_t layer_counter(const CounterLayout& c, int layer, i
   X(ring_tables, int32_t, "[B, ring_len] ring blocks of the sliding layers (host-written; 0 bytes without)") \
   X(o_out, float, "[B, H] parallel blocks: the attention branch o, added by the down shares (0 bytes otherwise)") \
   X(shared_act, float, "[B, shared_inter] silu(gate)*up of the shared experts' MLP (0 bytes without)") \
-  X(lm_best, uint8_t, "[n_lm_tasks, B] LogitBest of each LM head tile: its largest logit, lowest id first")
+  X(lm_best, uint8_t, "[n_lm_tasks, B] LogitBest of each LM head tile: its largest logit, lowest id first") \
+  X(token_masks, uint32_t, "[B] int32 mask slot of each row (-1: any token), then [n_masked, ceil(V/32)] packed masks (host-written only in a step with a constrained row)")
 
 struct BufferSpan {
   uint64_t offset;  // bytes from the arena start

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "sampling/host_sampler.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode::ref {
 
@@ -44,6 +45,7 @@ void RefBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Decod
     MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", s.chunk.seq_id,
                ": history_prompt_len ", s.history_prompt_len, " exceeds the history of ", s.history.size());
     sampling::validate(s.sampling);
+    sampling::check_token_mask(s.allowed, vocab);
   }
   result.tokens.assign(seqs.size(), 0);
   result.logits.assign(want_logits ? seqs.size() * vocab : 0, 0.0f);
@@ -53,7 +55,7 @@ void RefBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, Decod
     model_.forward(s.chunk, kv_, logits);
     const sampling::TokenHistory history{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
     // The sampled token takes the position after the one just run.
-    result.tokens[i] = sampling::sample_token(logits, s.sampling, s.chunk.start_pos + 1, history);
+    result.tokens[i] = sampling::sample_token(logits, s.sampling, s.chunk.start_pos + 1, history, s.allowed);
     if (want_logits) std::copy(logits.begin(), logits.end(), result.logits.begin() + i * vocab);
   }
 }

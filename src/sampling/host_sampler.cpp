@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode::sampling {
 namespace {
@@ -70,19 +71,22 @@ struct Kept {
   std::vector<Candidate> candidates;
 };
 
-Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history);
+Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history,
+          std::span<const uint32_t> allowed);
 
 }  // namespace
 
 namespace {
 
-Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history) {
+Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history,
+          std::span<const uint32_t> allowed) {
   validate(p);
   MD_REQUIRE(!raw_logits.empty(), "sampling: empty logits");
-  for (float l : raw_logits) MD_REQUIRE(!std::isnan(l) && l != INFINITY, "sampling: logits contain NaN or +inf");
   Kept result;
   std::vector<float>& logits = result.logits;
   logits.assign(raw_logits.begin(), raw_logits.end());
+  apply_token_mask(logits, allowed);  // disallowed tokens are -inf from here on (NaN ones included)
+  for (float l : logits) MD_REQUIRE(!std::isnan(l) && l != INFINITY, "sampling: logits contain NaN or +inf");
   apply_penalties(logits, p, history);
   if (p.greedy()) {
     result.candidates = {Candidate{argmax_lowest(logits), 1.0}};
@@ -134,13 +138,13 @@ Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const Toke
 }  // namespace
 
 std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& p,
-                                           const TokenHistory& history) {
-  return keep(logits, p, history).candidates;
+                                           const TokenHistory& history, std::span<const uint32_t> allowed) {
+  return keep(logits, p, history, allowed).candidates;
 }
 
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int64_t position,
-                     const TokenHistory& history) {
-  const Kept kept = keep(logits, p, history);
+                     const TokenHistory& history, std::span<const uint32_t> allowed) {
+  const Kept kept = keep(logits, p, history, allowed);
   if (kept.candidates.size() == 1) return kept.candidates[0].id;
   const float inv_t = 1.0f / p.temperature;
   int32_t best = -1;

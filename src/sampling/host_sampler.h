@@ -15,7 +15,10 @@
 //      (i, position lo, position hi, 0) and key (seed lo, seed hi). This picks i with the kept
 //      tokens' renormalised probability; one (seed, position) gives one token whatever the batch,
 //      and the same token as the device sampler given the same logits.
-// `position` is the sequence position the sampled token will take.
+// `position` is the sequence position the sampled token will take. `allowed` (structured output,
+// sampling/token_mask.h; empty: every token) comes first of all: the logits of the tokens it does not
+// allow count as -inf before step 1, so no mode ever picks one, and a mask that allows every token
+// gives exactly the unconstrained token.
 #pragma once
 
 #include <cstdint>
@@ -47,10 +50,10 @@ struct Candidate {
 // Steps 1-6: the tokens the draw chooses from, in canonical order, probabilities summing to 1
 // (one token with probability 1 when greedy). Error for NaN logits or bad parameters (validate()).
 std::vector<Candidate> sampling_candidates(std::span<const float> logits, const SamplingParams& params,
-                                           const TokenHistory& history);
+                                           const TokenHistory& history, std::span<const uint32_t> allowed = {});
 
 // The sampled token (steps 1-7).
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, int64_t position,
-                     const TokenHistory& history);
+                     const TokenHistory& history, std::span<const uint32_t> allowed = {});
 
 }  // namespace megadecode::sampling

@@ -115,9 +115,8 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
     const json* v = request_field(body, name);
     return v != nullptr && !(v->is_object() && v->empty()) && !(v->is_array() && v->empty());
   };
-  for (const char* name : {"logit_bias", "functions", "function_call", "suffix", "prompt_logprobs", "guided_json",
-                           "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "allowed_token_ids",
-                           "bad_words", "chat_template"})
+  for (const char* name : {"logit_bias", "functions", "function_call", "suffix", "prompt_logprobs", "guided_grammar",
+                           "allowed_token_ids", "bad_words", "chat_template"})
     if (set(name)) throw bad_request(cat("'", name, "' is not supported by this server"), name);
   if (endpoint == Endpoint::kCompletions)
     for (const char* name : {"tools", "tool_choice", "documents"})
@@ -135,13 +134,6 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
   }
   if (endpoint == Endpoint::kChat && request_bool(body, "echo").value_or(false))
     throw bad_request("'echo' is not supported for chat completions", "echo");
-  if (const json* v = request_field(body, "response_format")) {
-    const json* type = v->is_object() ? request_field(*v, "type") : nullptr;
-    if (type == nullptr || *type != "text")
-      throw bad_request(cat("'response_format' ", type != nullptr && type->is_string() ? "of type " + type->get<std::string>() + " " : "",
-                            "is not supported by this server (structured output is not implemented; only {\"type\": \"text\"})"),
-                        "response_format");
-  }
   if (auto best_of = get_int(body, "best_of"); best_of && *best_of != 1 && *best_of != get_int(body, "n").value_or(1))
     throw bad_request("'best_of' is not supported by this server", "best_of");
 }
@@ -228,6 +220,7 @@ OpenAiRequest parse_generate_request(const json& body, Endpoint endpoint) {
   r.include_stop_str_in_output = request_bool(body, "include_stop_str_in_output").value_or(false);
   if (const json* v = request_field(body, "user"); v != nullptr && !v->is_string())
     throw bad_request("'user' must be a string", "user");
+  r.structured = parse_structured_output(body);
   return r;
 }
 

@@ -11,6 +11,7 @@
 
 #include "server/chat_request.h"
 #include "server/request_json.h"
+#include "server/structured_request.h"
 
 namespace megadecode {
 
@@ -49,6 +50,7 @@ struct OpenAiRequest {
   bool include_stop_str_in_output = false;
   std::optional<int> logprobs;  // completions: top count; chat: top_logprobs when logprobs is true
   bool echo = false;            // completions
+  std::optional<StructuredOutput> structured;  // response_format / structured_outputs (structured_request.h)
 };
 
 // Throws ApiError (400) for anything malformed.

@@ -13,6 +13,7 @@
 #include "sampling/params.h"
 #include "server/api_error.h"
 #include "server/generation_state.h"
+#include "structured/reasoning.h"
 
 namespace megadecode {
 
@@ -113,6 +114,35 @@ void OpenAiService::refuse_text_fields(const OpenAiRequest& r) const {
   if (r.echo) require_tokenizer("'echo' needs a tokenizer", "echo");
   if (!r.stop.empty()) require_tokenizer("'stop' strings need a tokenizer (stop_token_ids work)", "stop");
   if (r.logprobs) require_tokenizer("'logprobs' needs a tokenizer", "logprobs");
+  if (r.structured) require_tokenizer("structured output needs a tokenizer", r.structured->field.c_str());
+}
+
+std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::constraints(const StructuredOutput& so,
+                                                                         const ChatOutputOptions& chat_output, bool chat,
+                                                                         int n) {
+  std::call_once(compiler_once_, [&] {
+    compiler_ = std::make_unique<structured::Compiler>(
+        structured::Vocabulary::from_tokenizer(*model_.tokenizer, model_.eos_token_ids));
+  });
+  try {
+    compiler_->compile(so.spec);  // once a request: every sequence's make() finds it cached
+  } catch (const Error& e) {  // SchemaError names the keyword and its JSON pointer
+    throw bad_request(cat("'", so.field, "' cannot be enforced: ", e.what()), so.field);
+  }
+  // The grammar starts once the reasoning ends (vLLM): Qwen3's </think>, cmd4's <|END_THINKING|>.
+  std::vector<int32_t> end_of_reasoning;
+  if (chat && chat_output.reasoning)
+    end_of_reasoning = model_.tokenizer->encode(
+        chat_output.reasoning_format == ReasoningFormat::kCohereCommand4 ? "<|END_THINKING|>" : "</think>", false);
+  std::vector<std::shared_ptr<TokenConstraint>> out;
+  for (int i = 0; i < n; ++i) {
+    std::shared_ptr<TokenConstraint> c = compiler_->make(so.spec);
+    if (!end_of_reasoning.empty())
+      c = std::make_shared<structured::AfterReasoning>(std::move(c), end_of_reasoning, model_.tokenizer->vocab_size(),
+                                                       model_.eos_token_ids);
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 // Ids a prompt may hold: the tokenizer's (a model's vocabulary is often padded past it, and vLLM
@@ -211,6 +241,13 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   } catch (const sampling::ParamError& e) {
     throw bad_request(e.what(), e.field());
   }
+  std::vector<std::shared_ptr<TokenConstraint>> constraint;  // one a sequence, with structured output
+  if (r.structured) {
+    if (chat && !setup.chat_output.primed.empty())
+      throw bad_request(cat("'", r.structured->field, "' cannot be combined with a required or named 'tool_choice'"),
+                        r.structured->field);
+    constraint = constraints(*r.structured, setup.chat_output, chat, static_cast<int>(setup.prompts.size()) * r.n);
+  }
   const uint64_t request_id = engine_.new_request_id();
   auto state = std::make_shared<GenerationState>(setup, model_.tokenizer, exchange);
   std::vector<SequenceRequest> seqs;
@@ -237,6 +274,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
       s.prompt_logprobs = r.echo && r.logprobs.has_value();
       s.arrival = arrival;
       s.sink = state;
+      if (!constraint.empty()) s.constraint = constraint[s.index];
       seqs.push_back(std::move(s));
     }
   }

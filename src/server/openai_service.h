@@ -17,6 +17,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,6 +28,8 @@
 #include "server/chat_request.h"
 #include "server/exchange.h"
 #include "server/generation_defaults.h"
+#include "server/openai_request.h"
+#include "structured/compiler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace megadecode {
@@ -59,12 +63,20 @@ class OpenAiService {
   std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) const;
   int prompt_vocab_size() const;
   uint64_t fresh_seed();
+  // Structured output: each sequence's constraint (a grammar compiled once a request, cached by spec),
+  // after the model's reasoning when the output starts in it. ApiError 400 for a spec it cannot enforce.
+  std::vector<std::shared_ptr<TokenConstraint>> constraints(const StructuredOutput& so, const ChatOutputOptions& chat_output,
+                                                            bool chat, int n);
 
   Engine& engine_;
   ServedModel model_;
   ApiKeyGuard api_key_;
   int64_t started_at_;
   std::atomic<uint64_t> seed_counter_;
+  // Built at the first request that asks for structured output (the tokenizer's byte strings and
+  // their trie take tens of ms at 152K tokens); thread-safe after.
+  std::once_flag compiler_once_;
+  std::unique_ptr<structured::Compiler> compiler_;
 };
 
 // Prometheus text exposition (version 0.0.4) of the engine's metrics, labelled with the model.

@@ -1,9 +1,14 @@
 // GPU checks of the benchmark's kernel switches and trace (ctest label gpu, from the `_gpu`
 // suffix; like every GPU test it fails without a GPU unless MEGADECODE_ALLOW_NO_GPU is set): on the
 // `small` preset, every switch (the loader in order, the L2 prefetch, backed-off polls, the caps, the
-// sampler's full argmax pass) gives bitwise the logits and the same tokens (greedy rows and seeded
-// draws) of the default kernel (they change only when work runs), and a traced step records exactly one work record per
-// task (attention items are tasks) and exports to a Chrome trace.
+// sampler's full argmax pass, the expert-down jobs split over the warps, the experts' pages uncapped, early
+// or late) gives bitwise the logits and the same tokens (greedy rows and seeded draws) of the default kernel
+// (they change only when work runs), and a traced step records exactly one work record per task
+// (attention items are tasks) and exports to a Chrome trace. Token masks (structured output) on
+// every device path (cuda-mk, cuda-ops, cuda-batched): a constrained row samples only allowed tokens,
+// exactly the host sampler's token under its mask on the step's logits (greedy, seeded draws with
+// top-k / top-p / min-p, a penalised row resampled on the host), unconstrained rows of the same
+// batch keep their tokens, and masks that allow everything change no token or logit.
 #include <gtest/gtest.h>
 
 #if defined(MEGADECODE_HAVE_CUDA)
@@ -20,6 +25,8 @@
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/common/device_info.h"
 #include "model/presets.h"
+#include "sampling/host_sampler.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode {
 namespace {
@@ -64,6 +71,8 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
     for (uint32_t flags : {0u, uint32_t{cuda::kMkLoaderInOrder}, uint32_t{cuda::kMkL2Prefetch},
                            uint32_t{cuda::kMkPollBackoff}, uint32_t{cuda::kMkKvPrefetch}, uint32_t{cuda::kMkInflight2},
                            uint32_t{cuda::kMkInflight3}, uint32_t{cuda::kMkInflightOff}, uint32_t{cuda::kMkSampleFullPass},
+                           uint32_t{cuda::kMkDownSplitK}, uint32_t{cuda::kMkExpertsUncapped},
+                           uint32_t{cuda::kMkDownUncapped}, uint32_t{cuda::kMkExpertsUncappedLate},
                            uint32_t{cuda::kMkLoaderInOrder | cuda::kMkL2Prefetch | cuda::kMkKvPrefetch}}) {
       BackendOptions o;
       o.backend = "cuda-mk";
@@ -114,6 +123,92 @@ TEST(DecodeGpu, SwitchesKeepLogitsBitwiseAndTraceCoversEveryTask) {
         EXPECT_EQ(std::memcmp(r.logits.data(), ref.data(), ref.size() * 4), 0) << "batch " << batch << " flags "
                                                                                  << flags;
         EXPECT_EQ(r.tokens, ref_tokens) << "batch " << batch << " flags " << flags;
+      }
+    }
+  }
+}
+
+// A random mask of `vocab` tokens allowing a share `density` (at least token `keep` when >= 0) and
+// never token `drop` (when >= 0 and other than keep).
+std::vector<uint32_t> random_mask(SplitMix64& rng, int vocab, float density, int32_t keep, int32_t drop) {
+  std::vector<uint32_t> m(token_mask_words(vocab), 0u);
+  for (int t = 0; t < vocab; ++t)
+    if (rng.unit() < density) m[t >> 5] |= 1u << (t & 31);
+  if (drop >= 0) m[drop >> 5] &= ~(1u << (drop & 31));
+  if (keep < 0 || keep == drop) keep = (drop + 1 + static_cast<int32_t>(rng.below(vocab - 1))) % vocab;
+  m[keep >> 5] |= 1u << (keep & 31);
+  return m;
+}
+
+TEST(DecodeGpu, TokenMasksOnEveryPath) {
+  MD_REQUIRE_GPU();
+  const ModelConfig c = preset_config("small");
+  const int V = c.vocab_size;
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::shared_ptr<cuda::DeviceWeights> w = cuda::DeviceWeights::synthetic(c, seed);
+  SplitMix64 rng(seed);
+  for (const char* backend : {"cuda-mk", "cuda-ops", "cuda-batched"}) {
+    BackendOptions o;
+    o.backend = backend;
+    o.n_kv_blocks = 4000;
+    o.prefill_chunk = 0;
+    cuda::CudaBackend be(w, o);
+    for (int batch : {1, 5, 17}) {
+      Batch b = make_batch(rng, c, batch, 16);
+      std::vector<std::vector<int32_t>> histories(batch);
+      for (int i = 0; i < batch; ++i) {  // every sampling mode among the rows
+        SamplingParams& sp = b.seqs[i].sampling;
+        if (i % 5 == 2) sp.top_k = 1 + static_cast<int>(rng.below(40));
+        if (i % 5 == 3) sp.min_p = 0.1f;
+        if (i % 7 == 5) {  // a penalised row: the host resamples it, under its mask
+          sp.temperature = 0.7f;
+          sp.repetition_penalty = 1.3f;
+          for (int k = 0; k < 6; ++k) histories[i].push_back(static_cast<int32_t>(rng.below(V)));
+          b.seqs[i].history = histories[i];
+        }
+      }
+      const std::string what = cat(backend, " batch ", batch);
+      DecodeResult free_run;
+      be.decode(b.seqs, true, free_run);
+
+      // Masks that allow everything: the same logits and tokens.
+      const std::vector<uint32_t> all(token_mask_words(V), ~0u);
+      Batch full = b;
+      for (DecodeSeq& d : full.seqs) d.allowed = all;
+      DecodeResult full_run;
+      be.decode(full.seqs, true, full_run);
+      EXPECT_EQ(full_run.tokens, free_run.tokens) << what << ", masks allowing everything";
+      ASSERT_EQ(full_run.logits.size(), free_run.logits.size());
+      EXPECT_EQ(std::memcmp(full_run.logits.data(), free_run.logits.data(), free_run.logits.size() * 4), 0) << what;
+
+      // Random masks on most rows (batch 1: its one row), each without the row's free token, some
+      // allowing a single token; the other rows unconstrained.
+      for (int round = 0; round < 3; ++round) {
+        Batch masked = b;
+        std::vector<std::vector<uint32_t>> masks(batch);
+        for (int i = 0; i < batch; ++i) {
+          if (batch > 1 && rng.below(3) == 0) continue;
+          const float density = round == 0 ? 0.0f : rng.unit();
+          masks[i] = random_mask(rng, V, density, -1, free_run.tokens[i]);
+          masked.seqs[i].allowed = masks[i];
+        }
+        DecodeResult r;
+        be.decode(masked.seqs, true, r);
+        ASSERT_EQ(r.tokens.size(), static_cast<size_t>(batch));
+        for (int i = 0; i < batch; ++i) {
+          const DecodeSeq& d = masked.seqs[i];
+          const std::string row = cat(what, " round ", round, " row ", i);
+          if (masks[i].empty()) {
+            EXPECT_EQ(r.tokens[i], free_run.tokens[i]) << row << ": an unconstrained row changed";
+            continue;
+          }
+          ASSERT_TRUE(r.tokens[i] >= 0 && r.tokens[i] < V) << row;
+          EXPECT_TRUE(token_mask_allows(masks[i].data(), r.tokens[i])) << row << ": token " << r.tokens[i];
+          const std::span<const float> logits(r.logits.data() + static_cast<size_t>(i) * V, V);
+          const sampling::TokenHistory h{d.history.first(d.history_prompt_len), d.history.subspan(d.history_prompt_len)};
+          EXPECT_EQ(r.tokens[i], sampling::sample_token(logits, d.sampling, d.chunk.start_pos + 1, h, masks[i])) << row;
+        }
       }
     }
   }

@@ -15,6 +15,7 @@
 #include "emu/emulator_backend.h"
 #include "ref/ref_backend.h"
 #include "sampling/host_sampler.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode {
 namespace {
@@ -103,6 +104,73 @@ TEST(CpuMkBackend, MatchesCpuRefOverPrefillAndDecodeSteps) {
       EXPECT_EQ(got.tokens[s], sampling::sample_token(g, seqs[s].sampling, batch[s].chunk.start_pos + 1, h));
     }
     for (int s = 0; s < 3; ++s) seqs[s].tokens.push_back(want.tokens[s]);  // both continue alike
+  }
+}
+
+// Token masks (DecodeSeq::allowed): cpu-mk samples among allowed tokens only, its token is the host
+// sampler's under the mask on its own logits, and a greedy row's token is cpu-ref's under the same
+// mask; an unconstrained row in the same batch is unaffected.
+TEST(CpuMkBackend, HonoursTokenMasksLikeCpuRef) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  const ModelConfig config = test::small_moe_config();
+  const test::TestWeights w = test::random_weights(config, Dtype::kBF16, rng.next());
+  const int bs = 4, n_blocks = 48, V = config.vocab_size;
+  emu::CpuMkBackend mk(config, w.weights, w.store,
+                       {.backend = "cpu-mk", .kv_block_size = bs, .n_kv_blocks = n_blocks, .n_threads = 4}, {});
+  ref::RefBackend ref(config, w.weights, w.store, {.kv_block_size = bs, .n_kv_blocks = n_blocks, .n_threads = 1});
+  struct Seq {
+    std::vector<int32_t> tokens, table;
+    SamplingParams sampling;
+    bool constrained;
+  };
+  std::vector<Seq> seqs(3);
+  for (int s = 0; s < 3; ++s) {
+    for (int b = 0; b < 16; ++b) seqs[s].table.push_back(s * 16 + b);
+    seqs[s].tokens = test::random_tokens(rng, 1 + static_cast<int>(rng.below(9)), V);
+    seqs[s].sampling.temperature = s == 1 ? 0.9f : 0.0f;
+    seqs[s].sampling.seed = rng.next();
+    seqs[s].constrained = s != 2;
+    const SeqChunk chunk{s, seqs[s].tokens, 0, seqs[s].table};
+    mk.prefill(chunk, {});
+    ref.prefill(chunk, {});
+  }
+  for (int step = 0; step < 5; ++step) {
+    std::vector<DecodeSeq> batch;
+    std::vector<int32_t> last(3);
+    std::vector<std::vector<uint32_t>> masks(3);
+    for (int s = 0; s < 3; ++s) {
+      last[s] = seqs[s].tokens.back();
+      DecodeSeq d;
+      d.chunk = SeqChunk{s, std::span<const int32_t>(&last[s], 1), static_cast<int>(seqs[s].tokens.size()) - 1, seqs[s].table};
+      d.sampling = seqs[s].sampling;
+      if (seqs[s].constrained) {
+        masks[s].assign(token_mask_words(V), 0u);
+        const float density = step == 0 ? 0.02f : rng.unit();
+        for (int t = 0; t < V; ++t)
+          if (rng.unit() < density) masks[s][t >> 5] |= 1u << (t & 31);
+        const int one = static_cast<int>(rng.below(V));
+        masks[s][one >> 5] |= 1u << (one & 31);
+        d.allowed = masks[s];
+      }
+      batch.push_back(d);
+    }
+    DecodeResult got, want;
+    mk.decode(batch, true, got);
+    ref.decode(batch, true, want);
+    for (int s = 0; s < 3; ++s) {
+      const std::string what = cat("step ", step, " sequence ", s);
+      std::span<const float> g(got.logits.data() + s * V, V);
+      if (seqs[s].constrained) {
+        EXPECT_TRUE(token_mask_allows(masks[s].data(), got.tokens[s])) << what;
+        EXPECT_TRUE(token_mask_allows(masks[s].data(), want.tokens[s])) << what << " (cpu-ref)";
+      }
+      EXPECT_EQ(got.tokens[s], sampling::sample_token(g, seqs[s].sampling, batch[s].chunk.start_pos + 1, {}, masks[s]))
+          << what;
+      if (seqs[s].sampling.greedy()) EXPECT_EQ(got.tokens[s], want.tokens[s]) << what;
+    }
+    for (int s = 0; s < 3; ++s) seqs[s].tokens.push_back(want.tokens[s]);
   }
 }
 

@@ -23,6 +23,7 @@
 #include "engine/backend.h"
 #include "engine/logits.h"
 #include "engine/request.h"
+#include "engine/token_constraint.h"
 #include "sampling/host_sampler.h"
 
 namespace megadecode::testing {
@@ -53,9 +54,72 @@ inline std::vector<float> fake_logits(std::span<const int32_t> history) {
 
 // The fake backend samples like the real ones: the host sampler at the new token's position.
 inline int32_t fake_sample(std::span<const float> logits, const SamplingParams& p, int position,
-                           std::span<const int32_t> history, size_t n_prompt) {
+                           std::span<const int32_t> history, size_t n_prompt, std::span<const uint32_t> allowed = {}) {
   n_prompt = std::min(n_prompt, history.size());
-  return sampling::sample_token(logits, p, position, sampling::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)});
+  return sampling::sample_token(logits, p, position, sampling::TokenHistory{history.first(n_prompt), history.subspan(n_prompt)},
+                                allowed);
+}
+
+// A test double of a structured-output constraint (engine/token_constraint.h): after k accepted
+// tokens it allows a random share `density` of the vocabulary drawn from (seed, k), never an end
+// token, and at least one token; from `accepting_from` tokens on it is accepting (the end tokens are
+// allowed too), from `only_end_from` on it allows the end tokens alone; finished after `n_tokens`.
+// accept() checks the token against the mask it would fill and keeps every token it took.
+class RandomSetConstraint : public TokenConstraint {
+ public:
+  struct Options {
+    int vocab = kFakeVocab;
+    uint64_t seed = 0;
+    float density = 0.25f;
+    int n_tokens = 1 << 30;
+    int accepting_from = 1 << 30;
+    int only_end_from = 1 << 30;
+    std::vector<int32_t> end_tokens = {kFakeEos, kFakeImEnd};
+  };
+  explicit RandomSetConstraint(Options o) : o_(std::move(o)) {}
+  // A fresh constraint of the same options (no token taken yet).
+  std::shared_ptr<RandomSetConstraint> fresh() const { return std::make_shared<RandomSetConstraint>(o_); }
+
+  void fill_mask(std::span<uint32_t> words) const override {
+    std::fill(words.begin(), words.end(), 0u);
+    auto set = [&](int32_t t) { words[t >> 5] |= 1u << (t & 31); };
+    const int k = static_cast<int>(accepted.size());
+    if (k < o_.only_end_from) {
+      int32_t first = -1;
+      for (int32_t t = 0; t < o_.vocab; ++t) {
+        if (is_end(t)) continue;
+        if (first < 0) first = t;
+        if (uniform_at(o_.seed, static_cast<uint64_t>(k), static_cast<uint64_t>(t)) * 0.5f + 0.5f < o_.density) set(t);
+      }
+      const int32_t pick = static_cast<int32_t>(mix64(o_.seed ^ static_cast<uint64_t>(k)) % o_.vocab);
+      set(is_end(pick) ? first : pick);  // never empty
+    }
+    if (accepting())
+      for (int32_t t : o_.end_tokens) set(t);
+  }
+  bool accept(int32_t token) override {
+    std::vector<uint32_t> mask(token_mask_words(o_.vocab));
+    fill_mask(mask);
+    if (token < 0 || token >= o_.vocab || !token_mask_allows(mask.data(), token)) return false;
+    accepted.push_back(token);
+    return true;
+  }
+  bool accepting() const override {
+    const int k = static_cast<int>(accepted.size());
+    return k >= o_.accepting_from || k >= o_.only_end_from || finished();
+  }
+  bool finished() const override { return static_cast<int>(accepted.size()) >= o_.n_tokens; }
+
+  std::vector<int32_t> accepted;  // every token taken, in order
+
+ private:
+  bool is_end(int32_t t) const { return std::find(o_.end_tokens.begin(), o_.end_tokens.end(), t) != o_.end_tokens.end(); }
+  Options o_;
+};
+
+// A request's constraint replaced by a fresh one of the same options (a run of a workload twice).
+inline void refresh_constraint(SequenceRequest& r) {
+  if (auto* c = dynamic_cast<RandomSetConstraint*>(r.constraint.get())) r.constraint = c->fresh();
 }
 
 // What the engine must produce for one sequence without end tokens: the reference next tokens.
@@ -131,7 +195,9 @@ class FakeBackend : public Backend {
     for (const DecodeSeq& d : seqs) {
       auto history = read(d.chunk, d.chunk.start_pos + 1);
       auto logits = fake_logits(history);
-      result.tokens.push_back(fake_sample(logits, d.sampling, d.chunk.start_pos + 1, d.history, d.history_prompt_len));
+      result.tokens.push_back(
+          fake_sample(logits, d.sampling, d.chunk.start_pos + 1, d.history, d.history_prompt_len, d.allowed));
+      if (!d.allowed.empty()) ++n_masked_rows_;
       if (want_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
     }
   }
@@ -175,6 +241,8 @@ class FakeBackend : public Backend {
     return prefill_seqs_;
   }
   size_t max_batch() const { return max_batch_; }
+  // Rows sampled under a token mask (DecodeSeq::allowed), all steps together.
+  size_t n_masked_rows() const { return n_masked_rows_; }
   // A chunk containing this token makes prefill/decode throw (error-path tests).
   void fail_on_token(int32_t token) { fail_token_ = token; }
   // From now on every prefill/decode call throws (a device that died): an Error, or with
@@ -245,6 +313,7 @@ class FakeBackend : public Backend {
   size_t n_prefill_tokens_ = 0;
   std::vector<int64_t> prefill_seqs_;
   size_t max_batch_ = 0;
+  size_t n_masked_rows_ = 0;
   std::atomic<int32_t> fail_token_{-1};
   std::atomic<bool> fail_all_{false};
   std::atomic<bool> device_error_{false};
@@ -276,6 +345,7 @@ class DeferredFakeBackend : public FakeBackend {
       r.token = d.prev_row >= 0 ? -1 : d.chunk.tokens[0];
       r.table.assign(d.chunk.block_table.begin(), d.chunk.block_table.end());
       r.history.assign(d.history.begin(), d.history.end());
+      r.allowed.assign(d.allowed.begin(), d.allowed.end());
       q.rows.push_back(std::move(r));
     }
     queue_.push_back(std::move(q));
@@ -300,6 +370,7 @@ class DeferredFakeBackend : public FakeBackend {
     DecodeSeq seq;
     int32_t token;
     std::vector<int32_t> table, history;
+    std::vector<uint32_t> allowed;
   };
   struct Queued {
     uint64_t id;
@@ -321,6 +392,7 @@ class DeferredFakeBackend : public FakeBackend {
         d.chunk.tokens = std::span<const int32_t>(&r.token, 1);
         d.chunk.block_table = r.table;
         d.history = r.history;
+        d.allowed = r.allowed;
         seqs.push_back(d);
       }
       DecodeResult result;

@@ -1,5 +1,6 @@
 // OutputProcessor: stop strings (split across tokens, several candidates, include in output,
-// multi-byte text), end tokens with min_tokens, max_tokens; released text never holds a stop
+// multi-byte text), end tokens with min_tokens, max_tokens, a token that ends the sequence (a
+// finished token constraint); released text never holds a stop
 // string and the concatenation equals the expected cut text.
 #include <gtest/gtest.h>
 
@@ -113,6 +114,32 @@ TEST(OutputProcessor, EndTokensStopAndAreNotOutput) {
 
 // Random texts and stop sets: the released text equals the reference cut (first occurrence of
 // any stop string in the full text, which must start before the token budget runs out).
+// push(token, ends): a finished constraint ends the sequence with "stop" and every held-back byte
+// released, ahead of max_tokens and whatever min_tokens says; an end token it allowed ends it too.
+TEST(OutputProcessor, ATokenThatEndsTheSequenceStopsWithTheTextSoFar) {
+  StopConditions stop;
+  stop.max_tokens = 3;
+  stop.min_tokens = 5;
+  stop.stop = {"xyz"};  // holds back two bytes
+  stop.eos_token_ids = {testing::kFakeEos};
+  OutputProcessor p(stop, std::make_unique<testing::FakeDecoder>(true));
+  std::string text = p.push('a').text;
+  text += p.push('b').text;
+  EXPECT_EQ(text, "");  // the last max_stop_bytes - 1 = 2 bytes are held back
+  const OutputProcessor::Step last = p.push('c', true);  // the 3rd token: max_tokens too
+  EXPECT_TRUE(last.finished);
+  EXPECT_EQ(last.reason, FinishReason::kStop);
+  EXPECT_FALSE(last.stop_token.has_value());
+  EXPECT_EQ(text + last.text, "abc");
+
+  OutputProcessor q(stop, std::make_unique<testing::FakeDecoder>(true));
+  EXPECT_FALSE(q.push('a').finished);
+  EXPECT_FALSE(q.push(testing::kFakeEos).finished) << "an end token before min_tokens";
+  const OutputProcessor::Step end = q.push(testing::kFakeEos, true);
+  EXPECT_TRUE(end.finished);
+  EXPECT_EQ(end.reason, FinishReason::kStop);
+}
+
 TEST(OutputProcessor, RandomStopStringsMatchReference) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));

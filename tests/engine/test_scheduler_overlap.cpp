@@ -119,6 +119,7 @@ Outcome run(Backend& backend, const RunSetup& setup, const std::vector<SequenceR
     for (size_t i = 0; i < requests.size(); ++i) {
       if (static_cast<int>(i % 3) * (3 + static_cast<int>(i % 3)) != it) continue;
       SequenceRequest r = requests[i];
+      testing::refresh_constraint(r);  // a constraint is state: each run takes a fresh one
       r.sink = sink;
       sched.add(std::move(r));
     }
@@ -393,6 +394,101 @@ TEST(SchedulerOverlap, CpuRefTinyModel) {
   }
   expect_same(outs[0], outs[1], "cpu-ref");
   EXPECT_GT(outs[1].n_chained, 0u);
+}
+
+// Token constraints (structured output): a constrained row's mask depends on the token its step
+// samples, so it never chains; the overlapped loops give the plain loop's events, every constrained
+// token was sampled under its mask (none in a chained row), and the unconstrained rows of later
+// waves still chain.
+std::vector<SequenceRequest> constrained_workload(SplitMix64& rng, int vocab, std::vector<int32_t> end_tokens) {
+  std::vector<SequenceRequest> reqs;
+  for (int i = 0; i < 9; ++i) {
+    SequenceRequest r;
+    r.request_id = static_cast<uint64_t>(i + 1);
+    for (int n = 1 + static_cast<int>(rng.below(12)); n > 0; --n) r.prompt.push_back(static_cast<int32_t>(33 + rng.below(90)));
+    r.sampling.temperature = rng.below(2) ? 0.0f : 0.8f;
+    r.sampling.seed = rng.next();
+    if (rng.below(3) == 0) r.sampling.top_k = 1 + static_cast<int>(rng.below(10));
+    r.stop.max_tokens = 1 + static_cast<int>(rng.below(20));
+    r.stop.eos_token_ids = end_tokens;
+    if (rng.below(4) == 0) r.stop.min_tokens = static_cast<int>(rng.below(r.stop.max_tokens));
+    if (i % 3 != 2) {  // two in three constrained: the third wave (i % 3 == 2) runs free and chains
+      testing::RandomSetConstraint::Options o;
+      o.vocab = vocab;
+      o.seed = rng.next();
+      o.density = 0.02f + static_cast<float>(rng.below(60)) / 100.0f;
+      o.n_tokens = 1 + static_cast<int>(rng.below(25));
+      o.accepting_from = static_cast<int>(rng.below(10));
+      o.end_tokens = end_tokens;
+      r.constraint = std::make_shared<testing::RandomSetConstraint>(o);
+    }
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+// The generated tokens of the constrained requests, summed; none ended with an error.
+size_t constrained_tokens(const Outcome& o, const std::vector<SequenceRequest>& reqs) {
+  size_t n = 0;
+  for (const SequenceRequest& r : reqs) {
+    if (!r.constraint) continue;
+    for (const SeqOutput& e : o.events.at({r.request_id, 0})) {
+      n += e.tokens.size();
+      EXPECT_TRUE(e.error.empty()) << "request " << r.request_id << ": " << e.error;
+    }
+  }
+  return n;
+}
+
+TEST(SchedulerOverlap, ConstrainedRowsNeverChain) {
+  SplitMix64 rng = seeded_rng();
+  uint64_t chained = 0;
+  for (int round = 0; round < 6; ++round) {
+    const std::vector<SequenceRequest> reqs =
+        constrained_workload(rng, testing::kFakeVocab, {testing::kFakeEos, testing::kFakeImEnd});
+    RunSetup plain, sync, deferred;
+    plain.scheduler.overlap = Overlap::kOff;
+    sync.scheduler.overlap = Overlap::kAlways;
+    for (RunSetup* s : {&plain, &sync, &deferred}) s->scheduler.max_num_seqs = 1 + static_cast<int>(round % 4) * 2;
+    FakeBackend b0(plain.n_blocks, plain.block_size), b1(plain.n_blocks, plain.block_size);
+    DeferredFakeBackend b2(plain.n_blocks, plain.block_size);
+    const Outcome want = run(b0, plain, reqs);
+    const Outcome got_sync = run(b1, sync, reqs);
+    const Outcome got_deferred = run(b2, deferred, reqs);
+    const std::string what = "round " + std::to_string(round);
+    expect_same(want, got_sync, what + " (overlap, synchronous backend)");
+    expect_same(want, got_deferred, what + " (overlap, deferred backend)");
+    const size_t n = constrained_tokens(want, reqs);
+    EXPECT_GT(n, 0u);
+    EXPECT_EQ(b0.n_masked_rows(), n) << what;
+    EXPECT_EQ(b1.n_masked_rows(), n) << what << ": a constrained row was chained";
+    EXPECT_EQ(b2.n_masked_rows(), n) << what << ": a constrained row was chained";
+    chained += std::min(got_sync.n_chained, got_deferred.n_chained);
+  }
+  EXPECT_GT(chained, 0u) << "the unconstrained rows never chained";
+}
+
+// The same on cpu-ref with the tiny model (its default decode_async): the overlapped loop's tokens
+// are the plain loop's, and every constrained token passed its constraint's accept().
+TEST(SchedulerOverlap, CpuRefTinyModelConstrained) {
+  SplitMix64 rng = seeded_rng();
+  auto model = std::make_shared<LoadedModel>(synthetic_model("tiny", 3));
+  BackendOptions opt;
+  opt.kv_block_size = 4;
+  opt.n_kv_blocks = 256;
+  opt.n_threads = 2;
+  const std::vector<SequenceRequest> reqs = constrained_workload(rng, model->config.vocab_size, {1, 2});
+  Outcome outs[2];
+  for (int k = 0; k < 2; ++k) {
+    ref::RefBackend backend(model->config, model->weights, model, opt);
+    RunSetup s;
+    s.n_blocks = opt.n_kv_blocks;
+    s.block_size = opt.kv_block_size;
+    s.scheduler.overlap = k == 0 ? Overlap::kOff : Overlap::kAlways;
+    outs[k] = run(backend, s, reqs);
+  }
+  expect_same(outs[0], outs[1], "cpu-ref, constrained");
+  EXPECT_GT(constrained_tokens(outs[0], reqs), 0u);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // What a backend uploads per step (plan/step_upload.h): the packed inputs sit where the arena's
 // buffers say, with zeros around them; the ring tables are -1 past the blocks a sequence holds; the
-// launch ranges cut each SM's list into its waves.
+// launch ranges cut each SM's list into its waves; the token masks are the constrained rows' masks
+// behind a slot a row, nothing at all in a step without one.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 #include "plan/planner.h"
 #include "plan/step_upload.h"
 #include "plan_test_util.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode {
 namespace {
@@ -80,6 +82,45 @@ TEST(StepUpload, RingTables) {
   std::memcpy(got.data(), out.data(), 24);
   EXPECT_EQ(got, (std::vector<int32_t>{7, 2, -1, 4, 5, 6}));
   EXPECT_EQ(out[24], 0xAB) << "wrote past the ring tables";
+}
+
+TEST(StepUpload, TokenMasks) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  for (int round = 0; round < 20; ++round) {
+    const ModelConfig c = test::random_config(rng);
+    const int batch = 1 + static_cast<int>(rng.below(9));
+    const test::RandomBatch rb = test::random_batch(rng, batch, 300, test::pick(rng, {1, 4, 16}));
+    const Plan plan = make_plan(c, rb.state, test::random_policy(rng, "default"), PlanOptions{.n_sms = 4});
+    const size_t words = token_mask_words(c.vocab_size);
+    const BufferSpan& span = plan.params.buffers.token_masks;
+    ASSERT_GE(span.bytes, batch * (1 + words) * 4) << "room for every row's mask";
+    std::vector<std::vector<uint32_t>> masks(batch);
+    std::vector<std::span<const uint32_t>> views(batch);
+    std::vector<uint8_t> out(span.bytes, 0xAB);
+    EXPECT_EQ(pack_token_masks(plan, views, out), 0u) << "a step without constrained rows uploads nothing";
+    EXPECT_EQ(out[0], 0xAB);
+    for (int i = 0; i < batch; ++i) {
+      if (rng.below(2) == 0 && i + 1 < batch) continue;
+      masks[i].resize(words);
+      for (uint32_t& w : masks[i]) w = static_cast<uint32_t>(rng.next());
+      views[i] = masks[i];
+    }
+    const size_t bytes = pack_token_masks(plan, views, out);
+    const auto* slots = reinterpret_cast<const int32_t*>(out.data());
+    const auto* packed = reinterpret_cast<const uint32_t*>(out.data()) + batch;
+    int32_t next = 0;
+    for (int i = 0; i < batch; ++i) {
+      if (masks[i].empty()) {
+        EXPECT_EQ(slots[i], -1);
+        continue;
+      }
+      ASSERT_EQ(slots[i], next++);
+      EXPECT_EQ(std::memcmp(packed + static_cast<size_t>(slots[i]) * words, masks[i].data(), words * 4), 0);
+    }
+    EXPECT_EQ(bytes, (batch + next * words) * 4);
+  }
 }
 
 }  // namespace

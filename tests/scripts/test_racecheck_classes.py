@@ -38,6 +38,14 @@ class RacecheckClasses(unittest.TestCase):
         self.assertEqual(rc.classify(MIXED_TABLES), (0, 0, 1))
         self.assertEqual(rc.classify(report("issue_job", "x") + report("my_kernel", "x")), (1, 0, 1))
 
+    def test_a_table_read_inlined_elsewhere_in_ops_or_gemm(self):
+        # The function names another routine, the file the consumers' ops: still the tables' handoff.
+        lines = ["========= Error: Race reported between Write access at void compute_routing(int)+0x1a0 in /src/routing.cuh:95\n",
+                 "=========     and Read access at moe_combine(int)+0x50 in /src/cuda/megakernel/ops.cuh:288 [4 hazards]\n"]
+        self.assertEqual(rc.classify(lines), (0, 1, 0))
+        lines[1] = lines[1].replace("ops.cuh", "attention.cuh")
+        self.assertEqual(rc.classify(lines), (0, 0, 1))
+
     def test_no_reports(self):
         self.assertEqual(rc.classify(["========= RACECHECK SUMMARY: 0 hazards displayed\n"]), (0, 0, 0))
 

@@ -310,8 +310,24 @@ TEST(ServerChat, RefusedFieldsSayWhich) {
     EXPECT_EQ(e["param"], param) << r.body;
     EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << r.body;
   };
-  expect_400({{"response_format", {{"type", "json_object"}}}}, "response_format", "json_object");
-  expect_400({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}, "response_format", "json_schema");
+  // Structured output: malformed or unenforceable specs name their field (the keyword and its JSON
+  // pointer for a schema), and two forms at once are refused.
+  expect_400({{"response_format", {{"type", "grammar"}}}}, "response_format", "grammar");
+  expect_400({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}, "response_format", "'schema'");
+  expect_400({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", "{}"}}}}}},
+             "response_format", "object");
+  expect_400({{"response_format",
+               {{"type", "json_schema"},
+                {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}, {"properties", {{"a", {{"not", {{"type", "string"}}}}}}}}}}}}}},
+             "response_format", "/properties/a");
+  expect_400({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}}, "structured_outputs", "grammar");
+  expect_400({{"structured_outputs", {{"regex", "a+"}, {"choice", {"a"}}}}}, "structured_outputs", "exactly one");
+  expect_400({{"structured_outputs", {{"choice", json::array()}}}}, "structured_outputs", "non-empty");
+  expect_400({{"response_format", {{"type", "json_object"}}}, {"structured_outputs", {{"choice", {"a", "b"}}}}},
+             "structured_outputs", "both");
+  expect_400({{"guided_json", "not json"}}, "guided_json", "JSON Schema");
+  expect_400({{"tools", weather_tools()}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}},
+             "response_format", "tool_choice");
   expect_400({{"tools", {{{"type", "retrieval"}}}}}, "tools", "function");
   expect_400({{"tools", {{{"type", "function"}, {"function", {{"description", "no name"}}}}}}}, "tools", "name");
   expect_400({{"tool_choice", "auto"}}, "tool_choice", "tools");

@@ -174,7 +174,7 @@ void CudaBackend::decode_batched(std::span<const SeqChunk> prompts, std::span<co
     const DecodeSeq& s = seqs[i];
     MD_REQUIRE(s.chunk.tokens.size() == 1, "decode: sequence ", i, " has ", s.chunk.tokens.size(), " tokens, expected 1");
     rows[i] = batched::StepRow{s.chunk.tokens[0], s.chunk.start_pos, s.chunk.block_table, s.sampling,
-                               s.chunk.ring_table};
+                               s.chunk.ring_table, s.allowed};
   }
   result.tokens.assign(B, 0);
   if (want_logits) {
@@ -258,7 +258,7 @@ void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResu
     MD_REQUIRE(s.history_prompt_len <= s.history.size(), "decode: sequence ", i, ": history_prompt_len ",
                s.history_prompt_len, " beyond its history of ", s.history.size());
     const sampling::TokenHistory h{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
-    result.tokens[i] = sampling::sample_token(row, s.sampling, s.chunk.start_pos + 1, h);
+    result.tokens[i] = sampling::sample_token(row, s.sampling, s.chunk.start_pos + 1, h, s.allowed);
   }
 }
 

@@ -80,19 +80,22 @@ void MegakernelStep::upload(std::span<const DecodeSeq> rows, const BatchState& b
   const size_t n = rows.size();
   std::vector<int32_t> tokens(n);
   std::vector<SamplingParams> sampling(n);
+  std::vector<std::span<const uint32_t>> masks(n);
   BatchState tables = batch;  // the rows' whole tables (see run)
   for (size_t i = 0; i < n; ++i) {
     MD_REQUIRE(rows[i].prev_row < 0 && rows[i].chunk.tokens.size() == 1, "decode: sequence ", i,
                " has no token of its own (chained rows are decode_async's)");
     tokens[i] = rows[i].chunk.tokens[0];
     sampling[i] = rows[i].sampling;
+    masks[i] = rows[i].allowed;
     tables.seqs[i].block_table = rows[i].chunk.block_table;
     tables.seqs[i].ring_table = rows[i].chunk.ring_table;
   }
   // Host inputs, packed into one pinned buffer laid out like the arena's first buffers; the ring
-  // tables (placed after the step's buffers in the arena) follow them in the staging buffer.
+  // tables and the token masks (placed after the step's buffers in the arena) follow them in the
+  // staging buffer, each uploaded on its own (the masks only in a step with a constrained row).
   const size_t need = step_inputs_bytes(plan_);
-  const size_t total = need + b.ring_tables.bytes;
+  const size_t total = need + b.ring_tables.bytes + b.token_masks.bytes;
   if (total > staging_bytes_) {
     CUDA_CHECK(cudaFreeHost(staging_));
     CUDA_CHECK(cudaMallocHost(&staging_, total));
@@ -105,6 +108,12 @@ void MegakernelStep::upload(std::span<const DecodeSeq> rows, const BatchState& b
     CUDA_CHECK(cudaMemcpyAsync(arena_ + b.ring_tables.offset, staging_ + need, b.ring_tables.bytes,
                                cudaMemcpyHostToDevice, stream));
   }
+  uint8_t* mask_staging = staging_ + need + b.ring_tables.bytes;
+  const size_t mask_bytes = pack_token_masks(plan_, masks, std::span(mask_staging, b.token_masks.bytes));
+  token_masks_ = mask_bytes > 0;
+  if (token_masks_)
+    CUDA_CHECK(
+        cudaMemcpyAsync(arena_ + b.token_masks.offset, mask_staging, mask_bytes, cudaMemcpyHostToDevice, stream));
   if (uploaded_tasks_.size() != plan_.tasks.size() ||
       std::memcmp(uploaded_tasks_.data(), plan_.tasks.data(), plan_.tasks.size() * sizeof(Task)) != 0) {
     CUDA_CHECK(cudaMemcpyAsync(tasks_, plan_.tasks.data(), plan_.tasks.size() * sizeof(Task), cudaMemcpyHostToDevice,
@@ -138,6 +147,7 @@ void MegakernelStep::launch(cudaStream_t stream) {
   p.flags = options_.kernel_flags;
   p.route_ids = capture_routing_ ? route_ids_ : nullptr;
   p.route_w = capture_routing_ ? route_w_ : nullptr;
+  p.token_masks = token_masks_ ? 1 : 0;
   p.trace = trace_;
   p.trace_counts = trace_counts_;
   p.trace_capacity = trace_capacity_;

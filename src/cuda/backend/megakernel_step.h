@@ -96,13 +96,14 @@ class MegakernelStep {
   size_t ranges_capacity_ = 0;
   MkError* error_ = nullptr;
   MkError* error_host_ = nullptr;  // pinned
-  uint8_t* staging_ = nullptr;     // pinned host inputs (and, after them, the ring tables)
+  uint8_t* staging_ = nullptr;     // pinned host inputs (and, after them, the ring tables and token masks)
   size_t staging_bytes_ = 0;
   cudaGraph_t graph_ = nullptr;            // cuda-ops: the step's waves
   cudaGraphExec_t graph_exec_ = nullptr;
   cudaGraphExec_t bench_exec_ = nullptr;   // cuda-mk step graph of time_last_step
   int stuck_task_ = -1;
   bool poison_ = false;
+  bool token_masks_ = false;  // the step being run carries token masks (MkParams::token_masks)
   bool capture_routing_ = false;
   int32_t* route_ids_ = nullptr;  // [kMaxBatch][n_layers][top_k] (device)
   float* route_w_ = nullptr;

@@ -19,14 +19,15 @@
 #include "cuda/gemm/gemm.h"
 #include "cuda/prefill/prefill_kernels.h"
 #include "kv/kv_cache.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode::cuda::batched {
 
 // Byte offsets of one step's inputs (host staging and device copy alike).
 struct BatchedStep::Inputs {
   size_t tokens = 0, positions = 0, table_offsets = 0, seq_lens = 0, split_begin = 0, sample_pos = 0, sampling = 0,
-         tables = 0, ring_offsets = 0, ring_split_begin = 0, ring_tables = 0, n_work = 0, work = 0, merge = 0,
-         prompt_tables = 0, bytes = 0;
+         mask_slots = 0, tables = 0, ring_offsets = 0, ring_split_begin = 0, ring_tables = 0, n_work = 0, work = 0,
+         merge = 0, prompt_tables = 0, bytes = 0;
   int work_capacity = 0;
   // rows: every row (tokens, positions, table offsets); decode rows: the decode fields and tables,
   // and with sliding layers (ring_len > 0) the ring tables, their offsets and the windowed splits;
@@ -46,6 +47,7 @@ struct BatchedStep::Inputs {
     split_begin = take((decode_rows + 1) * sizeof(int32_t));
     sample_pos = take(decode_rows * sizeof(int64_t));
     sampling = take(decode_rows * sizeof(SamplingParams));
+    mask_slots = take(decode_rows * sizeof(int32_t));
     tables = take(static_cast<size_t>(decode_rows) * stride * sizeof(int32_t));
     ring_offsets = take(ring_len > 0 ? rows * sizeof(int32_t) : 0);
     ring_split_begin = take(ring_len > 0 ? (decode_rows + 1) * sizeof(int32_t) : 0);
@@ -231,6 +233,8 @@ BatchedStep::~BatchedStep() {
   CUDA_CHECK_NOTHROW(cudaFree(inputs_));
   CUDA_CHECK_NOTHROW(cudaFreeHost(staging_));
   CUDA_CHECK_NOTHROW(cudaFreeHost(tokens_host_));
+  CUDA_CHECK_NOTHROW(cudaFree(masks_));
+  CUDA_CHECK_NOTHROW(cudaFreeHost(masks_host_));
   CUDA_CHECK_NOTHROW(cudaFree(part_o_));
   CUDA_CHECK_NOTHROW(cudaFree(part_ml_));
   CUDA_CHECK_NOTHROW(cudaFree(route_ids_));
@@ -269,6 +273,7 @@ void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCac
                  row.block_table[b], " outside the cache's ", kv.n_blocks, " blocks");
     check_ring_table(row.ring_table, need, ring_len, kv.n_ring_blocks, cat("batched step: row ", r));
     sampling::validate(row.sampling);
+    sampling::check_token_mask(row.allowed, static_cast<size_t>(c.vocab_size));
   }
 }
 
@@ -347,11 +352,21 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
   auto* sb = reinterpret_cast<int32_t*>(staging_ + in.split_begin);
   auto* spos = reinterpret_cast<int64_t*>(staging_ + in.sample_pos);
   auto* sp = reinterpret_cast<SamplingParams*>(staging_ + in.sampling);
+  auto* slots = reinterpret_cast<int32_t*>(staging_ + in.mask_slots);
   auto* bt = reinterpret_cast<int32_t*>(staging_ + in.tables);
   auto* pt = reinterpret_cast<int32_t*>(staging_ + in.prompt_tables);
   const int prompt_table0 = static_cast<int>((in.prompt_tables - in.tables) / sizeof(int32_t));
   std::fill(pos, pos + shape.rows, -1);  // padding unless a row below says otherwise
-  int splits = 0;
+  std::fill(slots, slots + shape.decode_rows, -1);
+  const size_t mask_words = token_mask_words(c.vocab_size);
+  int n_masked = 0;
+  for (const StepRow& row : rows) n_masked += row.allowed.empty() ? 0 : 1;
+  if (n_masked > 0 && masks_ == nullptr) {  // the first constrained step: room for every row's mask
+    drop_graphs();  // they launch the sampler without masks
+    CUDA_CHECK(cudaMalloc(&masks_, static_cast<size_t>(max_rows_) * mask_words * sizeof(uint32_t)));
+    CUDA_CHECK(cudaMallocHost(&masks_host_, static_cast<size_t>(max_rows_) * mask_words * sizeof(uint32_t)));
+  }
+  int splits = 0, next_slot = 0;
   for (int r = 0; r < shape.decode_rows; ++r) {
     sb[r] = splits;
     toff[r] = r * shape.stride;
@@ -366,6 +381,10 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
     len[r] = row.position + 1;
     spos[r] = row.position + 1;  // the position the sampled token takes (the megakernel's seq_len)
     sp[r] = row.sampling;
+    if (!row.allowed.empty()) {  // the constrained rows' masks, compacted in row order
+      slots[r] = next_slot;
+      std::copy(row.allowed.begin(), row.allowed.end(), masks_host_ + static_cast<size_t>(next_slot++) * mask_words);
+    }
     const size_t used = static_cast<size_t>(row.position / kv.block_size) + 1;
     std::memcpy(bt + static_cast<size_t>(r) * shape.stride, row.block_table.data(), used * sizeof(int32_t));
     splits += decode_splits(row.position + 1).n;
@@ -405,6 +424,9 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
         std::span(reinterpret_cast<prefill::AttnMergeRow*>(staging_ + in.merge), shape.rows - shape.decode_rows));
   }
   CUDA_CHECK(cudaMemcpyAsync(inputs_, staging_, in.bytes, cudaMemcpyHostToDevice, stream));
+  if (n_masked > 0)
+    CUDA_CHECK(cudaMemcpyAsync(masks_, masks_host_, static_cast<size_t>(n_masked) * mask_words * sizeof(uint32_t),
+                               cudaMemcpyHostToDevice, stream));
   if (poison_) {  // NaN everywhere but the semaphores (the last buffer of the arena)
     const size_t upto = reinterpret_cast<uint8_t*>(split_sem_) - arena_;
     CUDA_CHECK(cudaMemsetAsync(arena_, 0xff, upto, stream));
@@ -483,7 +505,8 @@ void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& k
   if (marks_) marks_->mark("lm_head_gemm");
   sample_tokens(logits_, c.vocab_size, bucket, c.vocab_size,
                 reinterpret_cast<const SamplingParams*>(inputs_ + in.sampling),
-                reinterpret_cast<const int64_t*>(inputs_ + in.sample_pos), out_tokens_, 1024, stream);
+                reinterpret_cast<const int64_t*>(inputs_ + in.sample_pos), out_tokens_, 1024, stream,
+                masks_ != nullptr ? reinterpret_cast<const int32_t*>(inputs_ + in.mask_slots) : nullptr, masks_);
   if (marks_) marks_->mark("sample");
   CUDA_CHECK(cudaMemcpyAsync(tokens_host_, out_tokens_, bucket * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaMemcpyAsync(tokens_host_ + max_rows_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));

@@ -46,13 +46,15 @@ namespace megadecode::cuda::batched {
 
 // One sequence's row of a step: its new token at `position`, its block table covering
 // position + 1 keys, how its next token is drawn; with sliding-window layers also its ring table
-// (min(ring_len, position / block_size + 1) blocks of the ring pool at least, ring_len at most).
+// (min(ring_len, position / block_size + 1) blocks of the ring pool at least, ring_len at most);
+// with a token mask (structured output, DecodeSeq::allowed) only the tokens it allows are sampled.
 struct StepRow {
   int32_t token = 0;
   int position = 0;
   std::span<const int32_t> block_table;
   SamplingParams sampling;
   std::span<const int32_t> ring_table;
+  std::span<const uint32_t> allowed;  // [ceil(vocab / 32)] packed words, empty: any token
 };
 
 // A piece of one prompt riding in a step (a mixed step): tokens at positions start_pos.., written
@@ -189,6 +191,12 @@ class BatchedStep {
   int32_t* out_tokens_ = nullptr;   // [R]
   float* split_ws_ = nullptr;       // split-K partials of the dense GEMMs (gemm::workspace_floats)
   int32_t* split_sem_ = nullptr;    // their semaphores (zeroed once)
+  // Token masks of the constrained rows, [n_masked][ceil(V/32)] words (slot k at k * words; the
+  // step's inputs hold each decode row's slot, -1: any token), uploaded from the pinned masks_host_
+  // in a step with a constrained row. Allocated for max_rows_ rows by the first such step (the
+  // graphs are recaptured then); until then the sampler is launched without masks.
+  uint32_t* masks_ = nullptr;
+  uint32_t* masks_host_ = nullptr;
 
   // The last step's shape and the step graphs per shape; seen_: shapes that ran once eagerly (the
   // next step of the shape captures its graph).

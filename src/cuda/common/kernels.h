@@ -47,9 +47,13 @@ void scale_floats(float* x, int64_t n, float scale, cudaStream_t stream);
 // tokens[r] = sample_row's token for logits[r][0..vocab) under params[r] (device memory; the
 // penalties are the host's, not read here) at positions[r] (the position the sampled token takes;
 // < 0: a padding row, token -1), one CTA of `threads` threads per row: 256 is the megakernel's
-// consumer count (what its SAMPLE op runs), 1024 a standalone CTA.
+// consumer count (what its SAMPLE op runs), 1024 a standalone CTA. Token masks (structured output):
+// with mask_slots non-null, a row r with mask_slots[r] >= 0 samples only among the tokens its mask
+// allows, masks + mask_slots[r] * ceil(vocab / 32) (packed words, sampling/token_mask.h); null: no
+// row is constrained and nothing more is read.
 void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab, const SamplingParams* params,
-                   const int64_t* positions, int32_t* tokens, int threads, cudaStream_t stream);
+                   const int64_t* positions, int32_t* tokens, int threads, cudaStream_t stream,
+                   const int32_t* mask_slots = nullptr, const uint32_t* masks = nullptr);
 
 }  // namespace megadecode::cuda
 

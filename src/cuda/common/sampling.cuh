@@ -17,6 +17,7 @@
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "sampling/params.h"
+#include "sampling/token_mask.h"
 
 namespace megadecode::cuda {
 
@@ -51,6 +52,15 @@ __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi)
     v = ov;
     i = oi;
   }
+}
+
+// The logit loader of a constrained row (structured output): ld(i), or -inf for a token `mask`
+// ([ceil(vocab / 32)] packed words, sampling/token_mask.h) does not allow, so every pass below (the
+// argmax, the filters, the draw) sees the disallowed tokens as -inf, as the host sampler does. The
+// row must take the sampler's own argmax pass (sample_row), not a max found without the mask.
+template <class Load>
+__device__ __forceinline__ auto masked_loader(Load ld, const uint32_t* mask) {
+  return [=](int i) { return token_mask_allows(mask, i) ? ld(i) : -INFINITY; };
 }
 
 // ---- one row by kThreads threads (tid = threadIdx.x < kThreads) that meet at sync() ----

@@ -23,6 +23,14 @@ enum MkFlag : uint32_t {
   kMkInflightOff = 4u << 4,
   kMkSampleFullPass = 1u << 7,  // SAMPLE reads the whole logits row for its argmax, not the LM head
                                 // tiles' LogitBest entries (the pass the tiles took over: same tokens)
+  kMkDownSplitK = 1u << 8,      // batch <= 8: each expert-down job split over the 8 consumer warps with a
+                                // reduction and a barrier a job, not one warp a job (ops.cuh
+                                // down_jobs_by_warp; the same bits)
+  kMkExpertsUncapped = 1u << 9,  // the experts' pages (up and down shares) issued as soon as a slot is
+                                 // free, not under the inflight cap (the other tasks' pages keep it)
+  kMkDownUncapped = 1u << 10,    // the same for the expert-down shares' pages only
+  kMkExpertsUncappedLate = 1u << 11,  // the experts' pages uncapped once the consumers are on their task
+                                      // (before that, while they run attention or wait, under the cap)
 };
 inline constexpr uint32_t kMkInflightMask = 7u << 4;
 // The default: one page in flight per SM (H100, 8K, no cap -> 1: North b1 3.980 -> 3.877 ms,
@@ -46,6 +54,8 @@ inline constexpr MkSwitch kMkSwitches[] = {
     {"loader-in-order", kMkLoaderInOrder}, {"l2-prefetch", kMkL2Prefetch}, {"poll-backoff", kMkPollBackoff},
     {"kv-prefetch", kMkKvPrefetch},        {"inflight-2", kMkInflight2},   {"inflight-3", kMkInflight3},
     {"inflight-off", kMkInflightOff},      {"sample-full-pass", kMkSampleFullPass},
+    {"down-split-k", kMkDownSplitK},       {"experts-uncapped", kMkExpertsUncapped},
+    {"down-uncapped", kMkDownUncapped},    {"experts-uncapped-late", kMkExpertsUncappedLate},
 };
 
 }  // namespace megadecode::cuda

@@ -43,8 +43,12 @@ struct Loader {
   // such page's slot holds it until it is consumed, and the cap is below the ring's length, so its
   // full barrier is at that page's phase.)
   // (A cap of the ring's length or more is no cap: the slot wait bounds the pages in flight.)
+  // (The switches kMkExpertsUncapped / kMkDownUncapped lift it for the task's pages: uncapped_task;
+  // kMkExpertsUncappedLate once the consumers are on the task: uncapped_late.)
+  bool uncapped_task = false, uncapped_late = false;
   __device__ uint32_t inflight_cap() const {
-    const uint32_t cap = mk_inflight_cap(p.flags);
+    const bool lifted = uncapped_task || (uncapped_late && *consumer_task >= cur_task);
+    const uint32_t cap = lifted ? 0u : mk_inflight_cap(p.flags);
     return cap < static_cast<uint32_t>(ring.n_slots) ? cap : 0u;
   }
   __device__ bool slot_ready() {
@@ -230,6 +234,9 @@ struct Loader {
       if (op == Op::kAttn && (threadIdx.x & 31) == 0) prefetch_attn(t);
       if (op == Op::kAttn || op == Op::kSample) continue;
       if (op_is_routed(op) && routed_layer != t.layer && !route_layer(i, end)) return false;
+      uncapped_task = ((p.flags & kMkExpertsUncapped) && (op == Op::kExpertUp || op == Op::kExpertDown)) ||
+                      ((p.flags & kMkDownUncapped) && op == Op::kExpertDown);
+      uncapped_late = (p.flags & kMkExpertsUncappedLate) && (op == Op::kExpertUp || op == Op::kExpertDown);
       JobWalk walk;  // the consumers' job sequence (ops.cuh)
       walk.start(p, t, route);
       const GemmGeo& g = p.geo[walk.kind];

@@ -319,6 +319,104 @@ __device__ __noinline__ void lm_head_best(const MkParams& p, int task, const Log
   }
 }
 
+// EXPERT_DOWN at one token group (batch <= 8) when a job is one page of the whole K: job i of the
+// task (one row block of one active expert) is computed by consumer warp i % 8 alone, in the 8
+// k-chains the 8 warps of consume_job would keep (k block kb in chain kb % 8, in increasing kb; the
+// chains summed in chain order from zero: the same bits as consume_job's warp partials), and its
+// outputs go straight to the combine store. No cross-warp reduction, no barrier a job: the warps
+// consume up to a ring's worth of pages at once. Every warp waits for every page in order (so it
+// sees each of a slot's phases and its parity waits stay unambiguous) and releases the ones it does
+// not compute at once. The consumers meet before a fill (the area's readers are done) and before
+// each row block's combine (every job's outputs are in comb), and after it before comb is written
+// again.
+__device__ __forceinline__ bool down_jobs_by_warp(ConsumerCtx<1>& c, const Task& t, int task, const GemmGeo& g,
+                                                  JobWalk& walk) {
+  const MkParams& p = c.p;
+  const RouteSmem& r = c.route;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t4 = lane & 3;
+  const int K = p.plan.shape.top_k;
+  float* comb = c.combine();
+  int s0 = 0, s1 = 0, job = 0;
+  bool failed = false, comb_read = false;
+  TaskJob tj;
+  while (walk.next<1>(p, t, r, tj)) {  // uniform
+    const int e = r.active[tj.ei];
+    const int n_tok = r.count[e], j0 = r.offset[e], j1 = j0 + n_tok;
+    if (j0 < s0 || j1 > s1) {
+      consumer_sync();  // the area's readers (earlier jobs' warps) are done
+      s0 = j0;
+      s1 = down_group_end([&](int32_t i) { return r.offset[r.active[i]] + r.count[r.active[i]]; }, r.n_active, tj.ei + 1,
+                          j0, j1, g.rows_cap);
+      TraceClock phase;
+      phase.start(p);
+      fill_window(c.fill, 0, s0, s1 - s0);
+      consumer_sync();
+      phase.stop(p, t, task, kPhaseFill);
+      comb_read = false;  // (the fill's barriers ordered the last combine's reads too)
+    } else if (comb_read) {
+      consumer_sync();  // the last row block's combine read comb
+      comb_read = false;
+    }
+    TraceClock phase;
+    phase.start(p, p.trace != nullptr && !mbar_test_wait(&c.ring.full[c.rp.slot], c.rp.phase));
+    failed |= !mbar_wait_bounded(p, &c.ring.full[c.rp.slot], c.rp.phase, 100 + static_cast<int>(c.rp.slot));
+    phase.stop(p, t, task, kPhasePage);
+    if (job % kConsumerWarps == warp) {  // warp-uniform
+      const uint8_t* page = c.ring.pages + static_cast<size_t>(c.rp.slot) * kPageBytes;
+      const uint16_t* xrow = c.act() + static_cast<int64_t>(j0 - s0 + (gq < n_tok ? gq : 0)) * g.pitch + 2 * t4;
+      // Chains 0-3, then 4-7 (each chain's k order is its own, so the halves change no bit; half the
+      // accumulators live at a time), summed into v in chain order.
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 1
+      for (int c0 = 0; c0 < kConsumerWarps; c0 += 4) {
+        float acc[4][1][1][4];
+#pragma unroll
+        for (int ch = 0; ch < 4; ++ch) acc[ch][0][0][0] = acc[ch][0][0][1] = acc[ch][0][0][2] = acc[ch][0][0][3] = 0.0f;
+#pragma unroll 1
+        for (int kb0 = c0; kb0 < g.n_kb; kb0 += kConsumerWarps) {
+#pragma unroll
+          for (int ch = 0; ch < 4; ++ch) {
+            const int kb = kb0 + ch;
+            if (kb < g.n_kb) {
+              const uint32_t b0[1] = {*reinterpret_cast<const uint32_t*>(xrow + kb * 16)};
+              const uint32_t b1[1] = {*reinterpret_cast<const uint32_t*>(xrow + kb * 16 + 8)};
+              packed_mma_k16<1, 1>(acc[ch], [&](int) { return page + kb * kTileBytes; }, b0, b1, 1);
+            }
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int ch = 0; ch < 4; ++ch) v[q] += acc[ch][0][0][q];
+      }
+      // Element q of the C fragment: token 2 t4 + (q & 1), row gq + 8 (q >> 1) (store_partial's map).
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int tok = 2 * t4 + (q & 1), row = gq + 8 * (q >> 1);
+        if (tok < n_tok) {
+          const int slot = j0 + tok;
+          comb[(r.slot_token[slot] * K + r.slot_k[slot]) * 16 + row] = v[q];
+        }
+      }
+      // Generic reads of the page are ordered before the loader's next bulk copy into it.
+      ptx::fence_proxy_async_shared();
+    }
+    __syncwarp();
+    if (lane == 0) ptx::mbar_arrive(&c.ring.empty[c.rp.slot]);
+    c.rp.advance(c.ring.n_slots);
+    ++job;
+    if (walk.at != tj.job.rb_begin) {  // the row block's last job
+      TraceClock comb_phase;
+      comb_phase.start(p);
+      consumer_sync();  // every job's outputs are in comb
+      moe_combine(p, r, comb, tj.job.rb_begin, t.layer);
+      comb_phase.stop(p, t, task, kPhaseCombine);
+      comb_read = true;
+    }
+  }
+  return !failed;
+}
+
 // Every GEMM task. The fill and the epilogue are set up per op as data; one job loop consumes.
 template <int kNT>
 __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int task) {
@@ -363,6 +461,10 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   int s0 = 0, s1 = 0;  // down: the slots [s0, s1) the activation area holds
   JobWalk walk;
   walk.start(p, t, r);
+  if constexpr (kNT == 1) {
+    if (down && g.page_kb == g.n_kb && g.window_kb == g.n_kb && (p.flags & kMkDownSplitK) == 0)
+      return down_jobs_by_warp(c, t, task, g, walk);
+  }
   TaskJob tj;
   bool ok = true;  // this thread's page waits (made uniform at the task's end: megakernel.cuh)
   while (walk.next<kNT>(p, t, r, tj)) {  // uniform

@@ -110,6 +110,10 @@ struct MkParams {
   // written by SM 0's expert-up share.
   int32_t* route_ids;
   float* route_w;
+  // 1: the step carries token masks (a constrained row, structured output): SAMPLE reads each row's
+  // slot in the token_masks buffer and samples a constrained row under its mask. 0: SAMPLE reads
+  // nothing of that buffer (an unconstrained step costs no extra global read).
+  int32_t token_masks;
   // ---- benchmark switches and trace (trace.h); zero/null in production ----
   uint32_t flags;                 // MkFlag bits
   int32_t trace_capacity;         // records per SM per role

@@ -1,6 +1,8 @@
 // GPU tests of the device row sampler (cuda/common/sampling.cuh) at the megakernel's 256 threads
 // and at 1024: greedy argmax (ties to the lowest id), reproducibility per (seed, position), kept
-// sets of min-p / top-k / top-p equal to the host sampler's, and the empirical distribution.
+// sets of min-p / top-k / top-p equal to the host sampler's, the empirical distribution, and token
+// masks (structured output): a masked row's token is the host sampler's under the same mask, in a
+// batch with unmasked rows.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -11,6 +13,7 @@
 
 #include "core/check.h"
 #include "sampling/host_sampler.h"
+#include "sampling/token_mask.h"
 #include "../gpu_test_util.h"
 #include "cuda/common/kernels.h"
 
@@ -147,6 +150,58 @@ TEST(Sampling, FullVocabularyBatch) {
       for (int r = 0; r < rows; ++r) {
         const auto kept = kept_set(&l[size_t(r) * vocab], vocab, p[r]);
         EXPECT_TRUE(kept.count(got[r])) << "row " << r << " token " << got[r] << " threads " << threads;
+      }
+    }
+  }
+}
+
+TEST(Sampling, TokenMasksGiveTheHostSamplersToken) {
+  MD_REQUIRE_GPU();
+  SplitMix64 rng(test::seed_for("Sampling.TokenMasks"));
+  for (int vocab : {1, 33, 1003, 151936}) {
+    const int rows = 7;
+    const size_t words = token_mask_words(vocab);
+    std::vector<float> l(size_t(rows) * vocab);
+    for (auto& x : l) x = rng.normal() * 3.0f;
+    std::vector<SamplingParams> p(rows);
+    std::vector<int64_t> pos(rows);
+    std::vector<int32_t> slots(rows, -1);
+    std::vector<uint32_t> masks;
+    for (int r = 0; r < rows; ++r) {
+      p[r] = SamplingParams{.temperature = r % 3 == 0 ? 0.0f : 0.9f, .seed = rng.next()};
+      if (r == 2) p[r].top_k = 5;
+      if (r == 4) p[r].top_p = 0.8f;
+      if (r == 5) p[r].min_p = 0.05f;
+      pos[r] = int64_t(rng.below(100000));
+      if (r == 6) continue;  // unmasked
+      slots[r] = int32_t(masks.size() / words);
+      const float density = r == 1 ? 0.0f : rng.unit();
+      for (size_t w = 0; w < words; ++w) {
+        uint32_t m = 0;
+        for (int bit = 0; bit < 32; ++bit) m |= rng.unit() < density ? 1u << bit : 0u;
+        masks.push_back(m);
+      }
+      const int one = int(rng.below(vocab));
+      masks[size_t(slots[r]) * words + one / 32] |= 1u << (one % 32);
+    }
+    DeviceBuffer<float> dl(l);
+    DeviceBuffer<SamplingParams> dp(p);
+    DeviceBuffer<int64_t> dpos(pos);
+    DeviceBuffer<int32_t> dslots(slots);
+    DeviceBuffer<uint32_t> dmasks(masks);
+    for (int threads : kThreadCounts) {
+      DeviceBuffer<int32_t> tok(rows);
+      tok.fill_bytes(0xFF);
+      sample_tokens(dl.get(), vocab, rows, vocab, dp.get(), dpos.get(), tok.get(), threads, nullptr, dslots.get(),
+                    dmasks.get());
+      const std::vector<int32_t> got = tok.download();
+      for (int r = 0; r < rows; ++r) {
+        const std::span<const float> row(&l[size_t(r) * vocab], vocab);
+        std::span<const uint32_t> mask;
+        if (slots[r] >= 0) mask = std::span<const uint32_t>(masks).subspan(size_t(slots[r]) * words, words);
+        EXPECT_EQ(got[r], sampling::sample_token(row, p[r], pos[r], {}, mask))
+            << "vocab " << vocab << " row " << r << " threads " << threads;
+        if (!mask.empty()) EXPECT_TRUE(token_mask_allows(mask.data(), got[r]));
       }
     }
   }
