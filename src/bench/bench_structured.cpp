@@ -142,13 +142,12 @@ struct Result {
   size_t states = 0, token_sets = 0, grammar_nodes = 0;
 };
 
-Result run(const std::string& vocab_name, std::shared_ptr<const Vocabulary> vocab, const std::string& schema_name,
-           const std::string& schema, int n_walks, uint64_t seed) {
+Result run(const std::string& vocab_name, std::shared_ptr<const Vocabulary> vocab, const std::string& spec_name,
+           const Spec& spec, int n_walks, uint64_t seed) {
   Result r;
   r.vocab = vocab_name;
-  r.schema = schema_name;
+  r.schema = spec_name;
   r.vocab_size = vocab->size();
-  const Spec spec = Spec::json_schema(schema);
   std::vector<double> cold;
   for (int i = 0; i < 20; ++i) {
     const Stopwatch t;
@@ -251,16 +250,17 @@ int bench_structured(int argc, char** argv) {
     vocabs.emplace_back(args.get("model", ""), std::make_shared<const Vocabulary>(Vocabulary::from_tokenizer(*tok, ends)));
     model_ms = t.ms();
   }
-  const std::vector<std::pair<std::string, std::string>> schemas = {{"tool-call", kToolCallSchema},
-                                                                     {"20-property", twenty_property_schema()}};
+  const std::vector<std::pair<std::string, Spec>> specs = {{"tool-call", Spec::json_schema(kToolCallSchema)},
+                                                           {"20-property", Spec::json_schema(twenty_property_schema())},
+                                                           {"json-mode", Spec::json_object()}};
   std::printf("structured-output benchmark: one thread; vocabulary trie built in %.0f ms (synthetic)%s\n", synth_ms,
               args.has("model") ? cat(", ", static_cast<int>(model_ms), " ms (", args.get("model", ""), ")").c_str() : "");
   std::printf("  %-22s %-11s %8s %7s | %6s %6s %6s %6s | %6s %6s %6s | %7s | %5s %5s\n", "vocabulary", "schema", "compile",
               "cached", "p50", "p99", "cpu99", "max", "warm50", "warm99", "wcpu99", "1st ms", "steps", "done");
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& [vname, vocab] : vocabs) {
-    for (const auto& [sname, schema] : schemas) {
-      const Result r = run(vname, vocab, sname, schema, n_walks, seed);
+    for (const auto& [sname, spec] : specs) {
+      const Result r = run(vname, vocab, sname, spec, n_walks, seed);
       const double p50 = percentile(r.all_us, 50), p99 = percentile(r.all_us, 99), mx = percentile(r.all_us, 100);
       const double w50 = percentile(r.warm_us, 50), w99 = percentile(r.warm_us, 99);
       const double cpu99 = percentile(r.all_cpu_us, 99), wcpu99 = percentile(r.warm_cpu_us, 99);

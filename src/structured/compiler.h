@@ -24,8 +24,12 @@ namespace megadecode::structured {
 
 class Compiler {
  public:
-  explicit Compiler(Vocabulary vocab, size_t max_cached = 256);
-  explicit Compiler(std::shared_ptr<const Vocabulary> vocab, size_t max_cached = 256);
+  // max_cached: grammars kept by spec (when full the cache starts over); max_states: a cached
+  // grammar whose memo has grown past this many states (1 KiB each, more with long stacks) is
+  // compiled afresh for the next request, which bounds a hot grammar's memory (JSON mode over
+  // deeply nested outputs keeps making states); sequences holding the old one keep it.
+  explicit Compiler(Vocabulary vocab, size_t max_cached = 256, size_t max_states = 1 << 15);
+  explicit Compiler(std::shared_ptr<const Vocabulary> vocab, size_t max_cached = 256, size_t max_states = 1 << 15);
 
   std::shared_ptr<CompiledGrammar> compile(const Spec& spec);
   std::shared_ptr<TokenConstraint> make(const Spec& spec);
@@ -35,7 +39,7 @@ class Compiler {
 
  private:
   std::shared_ptr<const Vocabulary> vocab_;
-  size_t max_cached_;
+  size_t max_cached_, max_states_;
   std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<CompiledGrammar>> cache_;
 };

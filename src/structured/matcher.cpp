@@ -23,7 +23,7 @@ void set_token(std::span<uint32_t> words, int32_t id) { words[id >> 5] |= 1u << 
 }  // namespace
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabulary> vocab)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), local_(grammar_.nodes.size()) {
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), local_(grammar_.nodes.size()), closures_(grammar_.nodes.size()) {
   walk_states_.resize(static_cast<size_t>(vocab_->max_depth()) + 2);
   const std::lock_guard lock(mu_);
   MD_CHECK(intern({}, false) == kDead);
@@ -33,11 +33,13 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabula
   start_ = intern(std::move(stacks), accepting);
 }
 
-// Follows epsilon, call and return edges from `stack` (top = back); collects every stack whose
-// top reads bytes, and sets `accepting` when the bottom rule can end.
-void CompiledGrammar::close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting) const {
-  std::vector<std::vector<NodeId>> work;
-  work.push_back(std::move(stack));
+// The closure of the one-frame stack [n]: every stack (relative to n's frame) whose top reads
+// bytes, reached over epsilon, call and return edges without leaving n's rule; `pops` when n's
+// rule can end. Computed once per node.
+const CompiledGrammar::LocalClosure& CompiledGrammar::local_closure(NodeId n) {
+  LocalClosure& lc = closures_[n];
+  if (lc.ready) return lc;
+  std::vector<std::vector<NodeId>> work = {{n}};
   std::vector<std::vector<NodeId>> seen;  // closures are small: a list beats hashing
   while (!work.empty()) {
     std::vector<NodeId> st = std::move(work.back());
@@ -60,14 +62,35 @@ void CompiledGrammar::close(std::vector<NodeId> stack, std::vector<std::vector<N
     }
     if (node.final) {
       if (st.size() == 1) {
-        accepting = true;
+        lc.pops = true;
       } else {
-        std::vector<NodeId> next(st.begin(), st.end() - 1);
-        work.push_back(std::move(next));
+        work.emplace_back(st.begin(), st.end() - 1);
       }
     }
-    if (!node.bytes.empty()) out.push_back(std::move(st));
+    if (!node.bytes.empty()) lc.stacks.push_back(std::move(st));
   }
+  lc.ready = true;
+  return lc;
+}
+
+// Follows epsilon, call and return edges from `stack` (top = back); collects every stack whose
+// top reads bytes, and sets `accepting` when the bottom rule can end. closure(rest + [n]) is
+// rest + each stack of [n]'s closure, and closure(rest) again when n's rule can end.
+void CompiledGrammar::close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting) {
+  while (!stack.empty()) {
+    const NodeId top = stack.back();
+    stack.pop_back();  // now the frames below
+    const LocalClosure& lc = local_closure(top);
+    for (const std::vector<NodeId>& l : lc.stacks) {
+      if (stack.size() + l.size() > static_cast<size_t>(kMaxStackDepth)) continue;
+      std::vector<NodeId>& st = out.emplace_back();
+      st.reserve(stack.size() + l.size());
+      st.insert(st.end(), stack.begin(), stack.end());
+      st.insert(st.end(), l.begin(), l.end());
+    }
+    if (!lc.pops) return;
+  }
+  accepting = true;
 }
 
 StateId CompiledGrammar::intern(std::vector<std::vector<NodeId>> stacks, bool accepting) {
@@ -81,9 +104,13 @@ StateId CompiledGrammar::intern(std::vector<std::vector<NodeId>> stacks, bool ac
   s.continuation.assign(stacks.size(), -1);
   s.stacks = std::move(stacks);
   s.accepting = accepting;
+  // Bytes no top reads lead nowhere: known now, so walks never miss on them.
+  std::array<StateId, 256> row;
+  row.fill(kDead);
+  for (const auto& st : s.stacks)
+    for (const ByteEdge& e : grammar_.nodes[st.back()].bytes) std::fill(row.begin() + e.lo, row.begin() + e.hi + 1, -1);
   states_.push_back(std::move(s));
-  next_.emplace_back();
-  next_.back().fill(-1);
+  next_.push_back(row);
   return it->second;
 }
 

@@ -8,7 +8,12 @@
 // the token still to come (the "exits"). A mask is then the union of the local sets of the
 // state's stack tops plus, at each exit, a walk of that trie subtree against the real caller
 // stack. A string's body, a number or whitespace share their local sets across every place they
-// appear.
+// appear; a string's next character takes its set from the vocabulary's per-count string masks
+// (vocab.h) instead of a walk. The last kCachedMasks masks are kept by state.
+//
+// Limits: a stack deeper than kMaxStackDepth ends its path (a state left with no way on allows the
+// end tokens, as TokenConstraint requires); the state memo only grows (Compiler replaces a grammar
+// whose memo outgrew its bound).
 //
 // Thread-safety: a CompiledGrammar is shared by every sequence that uses the same spec; its memo
 // tables are guarded by one mutex, so matchers on different threads may share it.
@@ -65,7 +70,13 @@ class CompiledGrammar {
   };
 
   StateId intern(std::vector<std::vector<NodeId>> stacks, bool accepting);
-  void close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting) const;
+  struct LocalClosure {
+    bool ready = false;
+    bool pops = false;
+    std::vector<std::vector<NodeId>> stacks;
+  };
+  const LocalClosure& local_closure(NodeId n);
+  void close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting);
   StateId step(StateId s, uint8_t byte);
   StateId compute_step(StateId s, uint8_t byte);
   StateId continuation(StateId s, size_t stack_index);
@@ -83,6 +94,7 @@ class CompiledGrammar {
   std::vector<std::array<StateId, 256>> next_;  // per state: -1 unknown
   std::unordered_map<std::string, StateId> index_;
   std::vector<LocalSet> local_;  // per grammar node
+  std::vector<LocalClosure> closures_;  // per grammar node
   std::vector<StateId> walk_states_;
   // The last masks made, by state (a string's body or a value's end repeats step after step).
   static constexpr size_t kCachedMasks = 64;

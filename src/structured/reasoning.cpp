@@ -24,11 +24,9 @@ void AfterReasoning::fill_mask(std::span<uint32_t> words) const {
 bool AfterReasoning::accept(int32_t token) {
   if (!reasoning()) return inner_->accept(token);
   if (token < 0 || token >= vocab_ || std::find(end_ids_.begin(), end_ids_.end(), token) != end_ids_.end()) return false;
-  if (token == end_of_reasoning_[matched_]) {
-    ++matched_;
-  } else {  // restart the match (the sequence's first id may begin a new attempt)
-    matched_ = token == end_of_reasoning_[0] ? 1 : 0;
-  }
+  recent_.push_back(token);
+  if (recent_.size() > end_of_reasoning_.size()) recent_.erase(recent_.begin());
+  done_ = recent_ == end_of_reasoning_;
   return true;
 }
 

@@ -20,14 +20,15 @@ class AfterReasoning final : public TokenConstraint {
   bool accept(int32_t token) override;
   bool accepting() const override;
   bool finished() const override;
-  bool reasoning() const { return matched_ < end_of_reasoning_.size(); }
+  bool reasoning() const { return !done_; }
 
  private:
   std::shared_ptr<TokenConstraint> inner_;
   std::vector<int32_t> end_of_reasoning_;
   int vocab_;
   std::vector<int32_t> end_ids_;
-  size_t matched_ = 0;  // how much of end_of_reasoning_ the last tokens spell
+  std::vector<int32_t> recent_;  // the last tokens, at most end_of_reasoning_.size()
+  bool done_ = false;
 };
 
 }  // namespace megadecode::structured

@@ -378,7 +378,8 @@ Spec Spec::regex(std::string pattern) {
 }
 
 std::string Spec::cache_key() const {
-  std::string key = cat(static_cast<int>(kind), ":", options.max_whitespace, ":", options.leading_whitespace, ":");
+  std::string key = cat(static_cast<int>(kind), ":", options.max_whitespace, ":", options.leading_whitespace, ":",
+                        options.trailing_whitespace, ":");
   if (kind == SpecKind::kJsonSchema) key += schema;
   if (kind == SpecKind::kChoice)
     for (const std::string& c : choices) key += cat(c.size(), ":", c);
@@ -415,7 +416,8 @@ Grammar build_grammar(const Spec& spec) {
   const Frag lead = compiler.json().ws(spec.options.leading_whitespace);
   const Frag body = spec.kind == SpecKind::kJsonObject ? compiler.json().any_object()
                                                         : b.call(compiler.rule_for(schema, ""));
-  b.define(root, b.seq({lead, body}));
+  const Frag trail = compiler.json().ws(spec.options.trailing_whitespace);
+  b.define(root, b.seq({lead, body, trail}));
   return b.finish(root);
 }
 

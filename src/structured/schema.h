@@ -4,8 +4,8 @@
 //
 // Whitespace: every structural gap (after '{' and '[', around ':' and ',', before '}' and ']')
 // takes at most Options::max_whitespace bytes of ' ', '\n' or '\t' (0: compact JSON only); the
-// output may start with at most Options::leading_whitespace such bytes. Objects list their
-// properties in the schema's order.
+// output may start with at most Options::leading_whitespace such bytes and end with at most
+// Options::trailing_whitespace. Objects list their properties in the schema's order.
 #pragma once
 
 #include <string>
@@ -30,7 +30,8 @@ class SchemaError : public Error {
 
 struct Options {
   int max_whitespace = 1;      // bytes of whitespace at each structural gap
-  int leading_whitespace = 0;  // bytes of whitespace before the value
+  int leading_whitespace = 0;   // bytes of whitespace before the value
+  int trailing_whitespace = 0;  // and after it (e.g. "\n" before Qwen3's "</tool_call>")
   bool operator==(const Options&) const = default;
 };
 

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "structured/compiler.h"
+#include "structured/matcher.h"
+#include "structured/framed.h"
 #include "structured/reasoning.h"
 #include "structured_test_util.h"
 
@@ -172,6 +174,19 @@ TEST(StructuredSchema, CompileCacheSharesGrammars) {
   EXPECT_EQ(c.n_cached(), 2u);
 }
 
+TEST(StructuredSchema, GrownGrammarsAreReplaced) {
+  Compiler c(testing::byte_vocab(), 256, 40);
+  const Spec spec = Spec::json_object();
+  const auto first = c.compile(spec);
+  std::shared_ptr<TokenConstraint> walk = std::make_shared<GrammarConstraint>(first);
+  for (const char ch : std::string(R"({"a": [[[{"b": [1, 2.5e3, "x\n"]}]]], "c": {"d": null}})")) ASSERT_TRUE(walk->accept(ch));
+  ASSERT_GT(first->n_states(), 40u);
+  const auto second = c.compile(spec);
+  EXPECT_NE(first, second);
+  EXPECT_EQ(second, c.compile(spec));
+  EXPECT_TRUE(walk->accepting());  // the old grammar lives on with its sequence
+}
+
 TEST(StructuredSchema, AnnotationsIgnored) {
   EXPECT_TRUE(schema_matches(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","$id":"x","title":"t",
       "description":"d","examples":["e"],"default":"f","$comment":"c","type":"string"})", R"("z")"));
@@ -230,7 +245,7 @@ TEST(StructuredSchema, RefusalsNameKeywordAndPointer) {
 
 TEST(StructuredSchema, AfterReasoningGate) {
   const int n = compiler().vocab().size();
-  const std::vector<int32_t> end_of_reasoning = {'<', '/'};
+  const std::vector<int32_t> end_of_reasoning = {'<', '<', '/'};
   AfterReasoning c(compiler().make(Spec::choice({"ok"})), end_of_reasoning, n, {256});
   std::vector<uint32_t> words(token_mask_words(n));
   auto allowed = [&](int32_t t) { return (words[t >> 5] >> (t & 31)) & 1u; };
@@ -238,13 +253,55 @@ TEST(StructuredSchema, AfterReasoningGate) {
   for (int32_t t = 0; t < 256; ++t) EXPECT_TRUE(allowed(t)) << t;
   EXPECT_FALSE(allowed(256));
   EXPECT_FALSE(c.accept(256));
-  for (const char ch : std::string("think <x</")) EXPECT_TRUE(c.accept(static_cast<uint8_t>(ch)));
+  for (const char ch : std::string("think <x</<<<")) EXPECT_TRUE(c.accept(static_cast<uint8_t>(ch)));
+  EXPECT_TRUE(c.reasoning());  // "<</" not yet spelled
+  EXPECT_TRUE(c.accept('/'));
   EXPECT_FALSE(c.reasoning());
   c.fill_mask(words);
   for (int32_t t = 0; t < n; ++t) EXPECT_EQ(allowed(t), t == 'o') << t;
   EXPECT_TRUE(c.accept('o'));
   EXPECT_TRUE(c.accept('k'));
   EXPECT_TRUE(c.finished());
+}
+
+TEST(StructuredSchema, FramedByAddedTokens) {
+  std::vector<std::string> bytes;
+  std::vector<bool> text;
+  for (int b = 0; b < 256; ++b) {
+    bytes.push_back(std::string(1, static_cast<char>(b)));
+    text.push_back(true);
+  }
+  for (const char* special : {"<eos>", "<tool_call>", "</tool_call>"}) {
+    bytes.push_back(special);
+    text.push_back(false);
+  }
+  Compiler compiler(Vocabulary(bytes, text, {256}));
+  const Spec spec = Spec::json_schema(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})", {0, 1, 1});
+  Framed c(compiler.make(spec), {257}, {258}, 259, {256});
+  std::vector<uint32_t> words(token_mask_words(259));
+  auto allowed = [&](int32_t t) {
+    c.fill_mask(words);
+    return ((words[t >> 5] >> (t & 31)) & 1u) != 0;
+  };
+  EXPECT_TRUE(allowed(257));
+  EXPECT_FALSE(allowed('\n'));
+  EXPECT_FALSE(c.accept('{'));
+  EXPECT_TRUE(c.accept(257));
+  for (const char ch : std::string("\n{\"a\":")) ASSERT_TRUE(c.accept(ch));
+  EXPECT_FALSE(allowed(258));
+  EXPECT_FALSE(c.accept(258));
+  for (const char ch : std::string("12}")) ASSERT_TRUE(c.accept(ch));
+  EXPECT_TRUE(allowed(258));
+  EXPECT_TRUE(allowed('\n'));
+  EXPECT_FALSE(allowed(256));  // the frame is not closed yet
+  EXPECT_FALSE(c.accepting());
+  EXPECT_FALSE(c.accept(256));
+  EXPECT_TRUE(c.accept('\n'));
+  EXPECT_TRUE(c.accept(258));
+  EXPECT_TRUE(c.accepting());
+  EXPECT_TRUE(c.finished());
+  for (int32_t t = 0; t < 259; ++t) EXPECT_EQ(allowed(t), t == 256) << t;
+  EXPECT_TRUE(c.accept(256));
 }
 
 }  // namespace
