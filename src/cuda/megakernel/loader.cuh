@@ -65,6 +65,14 @@ struct Loader {
   }
   __device__ bool wait_slot_untimed() {
     const uint32_t cap = inflight_cap();
+    // Pages issued while the cap was lifted (kMkExpertsUncapped...) were not followed: every page
+    // more than a ring behind has had its slot refilled, so it landed (and was consumed). The oldest
+    // page to follow is then the one in the next slot (its full barrier one phase behind `phase`).
+    if (cap != 0 && w_seq - l_seq > static_cast<uint32_t>(ring.n_slots)) {
+      l_seq = w_seq - static_cast<uint32_t>(ring.n_slots);
+      l_slot = slot;
+      l_phase = phase ^ 1u;
+    }
     while (cap != 0 && w_seq - l_seq >= cap) {
       if (!mbar_wait_bounded(p, &ring.full[l_slot], l_phase, 300 + static_cast<int>(l_slot))) return false;
       ++l_seq;
