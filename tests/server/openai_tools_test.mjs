@@ -99,12 +99,16 @@ await check('reasoning streams in delta.reasoning_content', async () => {
   assert.equal(off.choices[0].message.reasoning_content, undefined);
 });
 
-await check('structured output is refused by name', async () => {
+await check('a schema the server cannot enforce is refused by field, keyword and pointer', async () => {
+  const schema = { type: 'object', properties: { a: { type: 'string', pattern: 'a+' } }, required: ['a'] };
   await assert.rejects(
-    client.chat.completions.create({ model, messages: question, response_format: { type: 'json_object' } }),
+    client.chat.completions.create({
+      model, messages: question, response_format: { type: 'json_schema', json_schema: { name: 'x', schema } },
+    }),
     (e) => {
       assert.ok(e instanceof OpenAI.BadRequestError);
       assert.equal(e.param, 'response_format');
+      assert.ok(e.message.includes('pattern') && e.message.includes('/properties/a'), e.message);
       return true;
     });
 });
