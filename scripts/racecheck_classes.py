@@ -17,7 +17,8 @@ import os
 import re
 
 BULK = r"bulk_g2s|issue_job|walk_pages|issue_weights|issue_activations|cp\.async\.bulk"
-TABLE_W = r"compute_routing|routing\.cuh|table_probe"  # the loader warp's routing-table writes (and the probe's)
+TABLE_W = r"compute_routing|routing\.cuh|write_picks|table_probe"  # the loader warp's routing-table writes
+# (write_picks: the shared top-k of cuda/common/moe.cuh, inlined into compute_routing) and the probe's
 TABLE_R = r"JobWalk|share_of|ops\.cuh|gemm\.cuh|table_probe"  # the consumers' reads of them
 
 

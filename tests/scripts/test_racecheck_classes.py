@@ -46,6 +46,14 @@ class RacecheckClasses(unittest.TestCase):
         lines[1] = lines[1].replace("ops.cuh", "attention.cuh")
         self.assertEqual(rc.classify(lines), (0, 0, 1))
 
+    def test_a_table_write_by_the_shared_top_k(self):
+        # compute_routing's picks are written by cuda/common/moe.cuh write_picks, which the report names.
+        lines = ["========= Error: Race reported between Read access at megadecode::cuda::mk::moe_combine(const "
+                 "megadecode::cuda::MkParams &, int)+0x16cd0 in ops.cuh:288 =========     and Write access at "
+                 "megadecode::cuda::write_picks(float, int, int, bool, int *, float *)+0x33260 in moe.cuh:75 [768 hazards]\n"]
+        self.assertEqual(rc.classify(lines), (0, 1, 0))
+        self.assertEqual(rc.classify([lines[0].replace("write_picks", "top_k_other")]), (0, 0, 1))
+
     def test_no_reports(self):
         self.assertEqual(rc.classify(["========= RACECHECK SUMMARY: 0 hazards displayed\n"]), (0, 0, 0))
 

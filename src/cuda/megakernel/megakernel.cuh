@@ -1,10 +1,11 @@
-// The persistent decode megakernel: grid = SM count, one CTA per SM (all resident), 288 threads:
+// The persistent decode megakernel: grid = SM count, one CTA per SM (all resident), 384 threads:
 // warps 0..7 are the consumers (they walk the SM's task list: counter waits, activation prologues,
 // the GEMM math from the page ring, attention items, epilogues, arrivals), warp 8 is the loader
 // (loader.cuh: the same task list, streaming weight pages ahead of the consumers, and each layer's
-// routing). The two meet only at the ring's mbarriers and at each layer's routing (route_bar). One
-// launch runs tasks [list_begin[s], list_end[s]) of every SM s: the whole step (cuda-mk) or one
-// wave (cuda-ops).
+// routing), warps 9..11 only complete the loader's warpgroup, which gives its registers to the
+// consumers (sync.cuh kConsumerRegs). The two meet only at the ring's mbarriers and at each layer's
+// routing (route_bar). One launch runs tasks [list_begin[s], list_end[s]) of every SM s: the whole
+// step (cuda-mk) or one wave (cuda-ops).
 // Shared memory: smem.cuh.
 #pragma once
 
@@ -86,9 +87,11 @@ __global__ void __launch_bounds__(kThreads, 1) megakernel(const __grid_constant_
   const int sm = blockIdx.x;
   const int begin = p.list_begin[sm], end = p.list_end[sm];
   Loader<kNT> loader{p, ring, route, route_bar, consumer_task, ptx::policy_evict_first(), ptx::policy_evict_last()};
-  if ((threadIdx.x >> 5) == kLoaderWarp) {
-    (void)loader.run(begin, end);  // the whole warp: lane 0 issues, every lane computes the routing
+  if ((threadIdx.x >> 5) >= kLoaderWarp) {
+    ptx::setmaxnreg_dec<kLoaderRegs>();
+    if ((threadIdx.x >> 5) == kLoaderWarp) (void)loader.run(begin, end);  // lane 0 issues, every lane routes
   } else {
+    ptx::setmaxnreg_inc<kConsumerRegs>();
     float* red0 = reinterpret_cast<float*>(smem + S::kRedOffset);
     float* red1 = S::kTwoRedBuffers ? reinterpret_cast<float*>(smem + S::kUnionOffset + S::kRed2Offset) : red0;
     ConsumerCtx<kNT> c{p, ring, RingPos{}, route, route_bar, RedBuffers{red0, red1}, smem + S::kUnionOffset,
