@@ -12,7 +12,9 @@
 #include "core/rng.h"
 #include "sampling/params.h"
 #include "server/api_error.h"
+#include "server/forced_tool_call.h"
 #include "server/generation_state.h"
+#include "structured/framed.h"
 #include "structured/reasoning.h"
 
 namespace megadecode {
@@ -117,15 +119,19 @@ void OpenAiService::refuse_text_fields(const OpenAiRequest& r) const {
   if (r.structured) require_tokenizer("structured output needs a tokenizer", r.structured->field.c_str());
 }
 
-std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::constraints(const StructuredOutput& so,
-                                                                         const ChatOutputOptions& chat_output, bool chat,
-                                                                         int n) {
+structured::Compiler& OpenAiService::compiler() {
   std::call_once(compiler_once_, [&] {
     compiler_ = std::make_unique<structured::Compiler>(
         structured::Vocabulary::from_tokenizer(*model_.tokenizer, model_.eos_token_ids));
   });
+  return *compiler_;
+}
+
+std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::constraints(const StructuredOutput& so,
+                                                                         const ChatOutputOptions& chat_output, bool chat,
+                                                                         int n) {
   try {
-    compiler_->compile(so.spec);  // once a request: every sequence's make() finds it cached
+    compiler().compile(so.spec);  // once a request: every sequence's make() finds it cached
   } catch (const Error& e) {  // SchemaError names the keyword and its JSON pointer
     throw bad_request(cat("'", so.field, "' cannot be enforced: ", e.what()), so.field);
   }
@@ -142,6 +148,39 @@ std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::constraints(const S
                                                        model_.eos_token_ids);
     out.push_back(std::move(c));
   }
+  return out;
+}
+
+int32_t OpenAiService::hermes_close_id() const {
+  if (model_.tokenizer == nullptr) return -1;
+  const std::vector<int32_t> ids = model_.tokenizer->encode("</tool_call>", false);
+  return ids.size() == 1 ? ids[0] : -1;
+}
+
+std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::call_constraints(const ChatRequest& chat, int n) {
+  const std::vector<ForcedTool> tools = forced_tools(chat.tool_choice, chat.input.tools);
+  MD_REQUIRE(!tools.empty(), "a forced tool call without its tool");  // parse_tool_choice checked the name
+  for (const ForcedTool& t : tools) {  // each alone first, so that an error names the tool's own pointer
+    try {
+      compiler().compile(structured::Spec::json_schema(t.parameters.dump()));
+    } catch (const Error& e) {
+      throw bad_request(cat("'tools' [", t.index, "] (function '", t.name, "'): its parameters cannot be enforced: ",
+                            e.what()),
+                        "tools");
+    }
+  }
+  const structured::Spec spec = forced_call_spec(tools);
+  try {
+    compiler().compile(spec);
+  } catch (const Error& e) {
+    throw bad_request(cat("the forced tool call cannot be enforced: ", e.what()), "tools");
+  }
+  const int32_t close = hermes_close_id();
+  std::vector<std::shared_ptr<TokenConstraint>> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(std::make_shared<structured::Framed>(compiler().make(spec), std::vector<int32_t>{},
+                                                       std::vector<int32_t>{close}, model_.tokenizer->vocab_size(),
+                                                       model_.eos_token_ids));
   return out;
 }
 
@@ -185,8 +224,14 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   setup.id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(id_bits, mix64(id_bits));
   setup.id_bits = id_bits;
 
+  // A forced Hermes call is held to its tools' schemas (not beside another structured output, which
+  // is refused below).
+  const bool hold_calls = chat && !r.structured &&
+                          (r.chat.tool_choice.kind == ToolChoice::Kind::kRequired ||
+                           r.chat.tool_choice.kind == ToolChoice::Kind::kFunction) &&
+                          model_.chat.tool_format == ToolCallFormat::kHermes && hermes_close_id() >= 0;
   if (chat) {
-    const std::string text = prepare_chat(r.chat, model_.chat, &setup.chat_output);
+    const std::string text = prepare_chat(r.chat, model_.chat, &setup.chat_output, hold_calls);
     setup.prompts.push_back(encode(text, r.add_special_tokens));
   } else {
     for (const PromptInput& p : r.prompts) {
@@ -248,6 +293,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
                         r.structured->field);
     constraint = constraints(*r.structured, setup.chat_output, chat, static_cast<int>(setup.prompts.size()) * r.n);
   }
+  if (hold_calls) constraint = call_constraints(r.chat, static_cast<int>(setup.prompts.size()) * r.n);
   const uint64_t request_id = engine_.new_request_id();
   auto state = std::make_shared<GenerationState>(setup, model_.tokenizer, exchange);
   std::vector<SequenceRequest> seqs;

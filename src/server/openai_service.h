@@ -67,6 +67,12 @@ class OpenAiService {
   // after the model's reasoning when the output starts in it. ApiError 400 for a spec it cannot enforce.
   std::vector<std::shared_ptr<TokenConstraint>> constraints(const StructuredOutput& so, const ChatOutputOptions& chat_output,
                                                             bool chat, int n);
+  // A forced Hermes call held to its tools' schemas (forced_tool_call.h): each sequence's constraint.
+  // ApiError 400 naming the tool whose parameters it cannot enforce.
+  std::vector<std::shared_ptr<TokenConstraint>> call_constraints(const ChatRequest& chat, int n);
+  // The id of "</tool_call>" when it is one token of the tokenizer (a held call's close), else -1.
+  int32_t hermes_close_id() const;
+  structured::Compiler& compiler();
 
   Engine& engine_;
   ServedModel model_;

@@ -2,7 +2,9 @@
 // token ids from the prompt (read back through the block table, so prefix-cached prompts work),
 // and decode emits them one per step, then the end token. With the real Qwen3 tokenizer and chat
 // template this makes the server produce real reasoning and tool calls for protocol and client
-// tests. The KV slots and the lock are FakeBackend's.
+// tests. A constrained row (DecodeSeq::allowed) whose scripted token its mask refuses samples as a
+// greedy sampler over flat logits would: the lowest allowed id, then and for the rest of its reply.
+// The KV slots and the lock are FakeBackend's.
 #pragma once
 
 #include <functional>
@@ -48,7 +50,13 @@ class ScriptedBackend : public FakeBackend {
         prompts_.push_back(prompt);
       }
       const size_t k = static_cast<size_t>(d.chunk.start_pos) + 1 - s.prompt_len;
-      const int32_t token = k < s.reply.size() ? s.reply[k] : end_token_;
+      int32_t token = k < s.reply.size() && !s.off_script ? s.reply[k] : end_token_;
+      auto allows = [&](int32_t t) { return ((d.allowed[static_cast<size_t>(t) >> 5] >> (t & 31)) & 1u) != 0; };
+      if (!d.allowed.empty() && (s.off_script || !allows(token))) {
+        s.off_script = true;
+        token = 0;
+        while (token + 1 < config_.vocab_size && !allows(token)) ++token;
+      }
       result.tokens.push_back(token);
       if (want_logits) {
         const size_t at = result.logits.size();
@@ -67,6 +75,7 @@ class ScriptedBackend : public FakeBackend {
  private:
   struct Script {
     bool chosen = false;
+    bool off_script = false;  // a mask refused the reply: lowest allowed ids from there on
     size_t prompt_len = 0;
     std::vector<int32_t> reply;
   };

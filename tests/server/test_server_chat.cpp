@@ -174,16 +174,17 @@ TEST(ServerChat, ToolChoiceAndParallelCalls) {
   auto [none, none_s] = both_ways(server, {{"messages", {user("Two cities")}}, {"tools", weather_tools()}, {"tool_choice", "none"}});
   EXPECT_EQ(none["choices"][0]["message"]["content"], two_calls);
   EXPECT_EQ(none["choices"][0]["finish_reason"], "stop");
-  // A named function: the prompt ends with the call's opening, the model writes the arguments.
-  server.on_text("Forced", "{\"city\": \"Lima\"}}\n</tool_call>");
+  // A named function: the prompt ends with the call's tag, the model writes the call object under the
+  // grammar of the tool's schema (forced_tool_call.h; the scripted backend's tokens must pass it).
+  server.on_text("Forced", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}\n</tool_call>");
   auto [named, named_s] = both_ways(server, {{"messages", {user("Forced")}}, {"tools", weather_tools()},
                                              {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
   EXPECT_TRUE(server.prompts().back().ends_with(
-      "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "));
+      "<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n"));
   ASSERT_EQ(named["choices"][0]["message"]["tool_calls"].size(), 1u);
   EXPECT_EQ(named["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Lima\"}");
-  // "required": the opening up to the name.
-  server.on_text("Must call", "get_weather\", \"arguments\": {\"city\": \"Quito\"}}\n</tool_call>");
+  // "required": the same tag, any of the tools.
+  server.on_text("Must call", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Quito\"}}\n</tool_call>");
   auto [req, req_s] = both_ways(server, {{"messages", {user("Must call")}}, {"tools", weather_tools()}, {"tool_choice", "required"}});
   ASSERT_EQ(req["choices"][0]["message"]["tool_calls"].size(), 1u);
   EXPECT_EQ(req["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");

@@ -388,6 +388,95 @@ TEST_F(TinyModelTest, StructuredOutputHoldsItsSchema) {
   EXPECT_EQ(r.json()["usage"]["completion_tokens"], 3);
 }
 
+// A forced tool call (tool_choice named or "required") on cpu-ref's random weights: its arguments
+// hold the tool's parameters schema (n = 3 random draws, and streamed), one call, finish_reason
+// "tool_calls"; a schema the engine cannot enforce is a 400 naming 'tools'; a cut call ends with
+// "length".
+TEST_F(TinyModelTest, ForcedToolCallsHoldTheirToolsSchemas) {
+  using nlohmann::json;
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  TinyServer server;
+  testing::HttpClient c(server.http->port());
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                     "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                     "required": ["city", "days"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "route", "parameters": {"type": "object",
+      "$defs": {"p": {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 99}},
+                      "required": ["x"], "additionalProperties": false}},
+      "properties": {"from": {"$ref": "#/$defs/p"}, "to": {"$ref": "#/$defs/p"}},
+      "required": ["from", "to"], "additionalProperties": false}}}])");
+  const json base = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Plan my trip."}}}},
+                     {"tools", tools}, {"max_tokens", 160}, {"temperature", 1.0}, {"seed", seed % 1000000}};
+  auto check_call = [&](const json& call, const std::string& want) {
+    const std::string name = call["function"]["name"];
+    if (!want.empty()) EXPECT_EQ(name, want);
+    const int t = name == "get_weather" ? 0 : 1;
+    ASSERT_TRUE(name == "get_weather" || name == "route") << name;
+    const std::string args = call["function"]["arguments"];
+    const auto v = structured::testing::Json::parse(args, nullptr, false);
+    ASSERT_FALSE(v.is_discarded()) << args;
+    const auto s = structured::testing::Json::parse(tools[t]["function"]["parameters"].dump());
+    EXPECT_EQ(structured::testing::validate(v, s, s), "") << args;
+  };
+  for (const json& choice : {json("required"), json({{"type", "function"}, {"function", {{"name", "route"}}}})}) {
+    json ask = base;
+    ask["n"] = 3;
+    ask["tool_choice"] = choice;
+    auto r = c.request("POST", "/v1/chat/completions", ask.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(r.json()["choices"].size(), 3u);
+    for (const json& ch : r.json()["choices"]) {
+      EXPECT_EQ(ch["finish_reason"], "tool_calls") << ch.dump();
+      ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << ch.dump();
+      check_call(ch["message"]["tool_calls"][0], choice.is_string() ? "" : "route");
+    }
+  }
+
+  json ask = base;  // streamed: the call's deltas joined
+  ask["stream"] = true;
+  ask["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  auto r = c.request("POST", "/v1/chat/completions", ask.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json call = {{"function", {{"name", ""}, {"arguments", ""}}}};
+  std::string finish;
+  for (const std::string& e : testing::sse_data(r.body)) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    for (const json& ch : chunk["choices"]) {
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+      if (!ch["delta"].contains("tool_calls")) continue;
+      for (const json& d : ch["delta"]["tool_calls"]) {
+        EXPECT_EQ(d["index"], 0);
+        if (d.contains("function") && d["function"].contains("name")) call["function"]["name"] = d["function"]["name"];
+        if (d.contains("function") && d["function"].contains("arguments"))
+          call["function"]["arguments"] = call["function"]["arguments"].get<std::string>() +
+                                          d["function"]["arguments"].get<std::string>();
+      }
+    }
+  }
+  EXPECT_EQ(finish, "tool_calls") << r.body;
+  check_call(call, "get_weather");
+
+  ask = base;  // a keyword the engine cannot enforce, in the named tool's parameters
+  ask["tools"][1]["function"]["parameters"]["patternProperties"] = {{"^x", {{"type", "integer"}}}};
+  ask["tool_choice"] = {{"type", "function"}, {"function", {{"name", "route"}}}};
+  r = c.request("POST", "/v1/chat/completions", ask.dump());
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json()["error"]["param"], "tools") << r.body;
+  EXPECT_NE(r.body.find("patternProperties"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("route"), std::string::npos) << r.body;
+
+  ask = base;  // cut: "length", never a complete call
+  ask["max_tokens"] = 4;
+  ask["tool_choice"] = "required";
+  r = c.request("POST", "/v1/chat/completions", ask.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "length") << r.body;
+}
+
 TEST_F(TinyModelTest, WithoutTokenizerTheSameTokensComeBackAsIds) {
   const uint64_t seed = test_seed();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
