@@ -25,7 +25,7 @@ constexpr int kLoaderWarp = kConsumerWarps;  // warp 8, lane 0 is the loader
 constexpr int kThreads = kConsumerThreads + 128;  // the loader's warpgroup: warp 8 and three idle warps
 // Registers a thread after the start (setmaxnreg): the launch gives 168 to each of the 384 threads
 // (64,512); the loader's warpgroup keeps 56 and the consumers take 224 (2 x 128 x 224 + 128 x 56 =
-// 64,512). At 168 the consumers' code spilled 56-346 bytes a thread (kNT = 1..8).
+// 64,512). With 288 threads at 168 the kernel spilled 56-346 bytes a thread (kNT = 1..8).
 constexpr int kConsumerRegs = 224;
 constexpr int kLoaderRegs = 56;
 static_assert(2 * 128 * kConsumerRegs + 128 * kLoaderRegs <= 384 * 168);
