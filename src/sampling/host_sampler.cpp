@@ -72,14 +72,19 @@ struct Kept {
 };
 
 Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history,
-          std::span<const uint32_t> allowed);
+          std::span<const uint32_t> allowed, bool ordered = true);
 
 }  // namespace
 
 namespace {
 
+// ordered = false: the caller only draws among the candidates (sample_token), so when neither
+// top-k nor top-p cuts the kept set it comes back in id order, unsorted and without probabilities
+// (a sort of a 152K-token vocabulary a row a step is most of a CPU backend's sampling). top_p = 1
+// then keeps every token, as the device sampler does (it skips its top-p pass at 1); the sorted
+// path's running mass could round up to 1 before a tail of negligible tokens.
 Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const TokenHistory& history,
-          std::span<const uint32_t> allowed) {
+          std::span<const uint32_t> allowed, bool ordered) {
   validate(p);
   MD_REQUIRE(!raw_logits.empty(), "sampling: empty logits");
   Kept result;
@@ -108,6 +113,10 @@ Kept keep(std::span<const float> raw_logits, const SamplingParams& p, const Toke
     if (probs[i] > 0.0f && probs[i] >= p.min_p) kept.push_back(static_cast<int32_t>(i));
   }
   if (kept.empty()) kept.push_back(argmax_lowest(logits));  // every probability underflowed but the max
+  if (!ordered && p.top_p >= 1.0f && (p.top_k <= 0 || static_cast<size_t>(p.top_k) >= kept.size())) {
+    for (int32_t id : kept) result.candidates.push_back({id, 0.0});
+    return result;
+  }
 
   // Canonical order; top-k keeps the first k.
   auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
@@ -144,7 +153,8 @@ std::vector<Candidate> sampling_candidates(std::span<const float> logits, const 
 
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int64_t position,
                      const TokenHistory& history, std::span<const uint32_t> allowed) {
-  const Kept kept = keep(logits, p, history, allowed);
+  // The draw is an argmax over the candidates (ties to the lower id): their order does not matter.
+  const Kept kept = keep(logits, p, history, allowed, /*ordered=*/false);
   if (kept.candidates.size() == 1) return kept.candidates[0].id;
   const float inv_t = 1.0f / p.temperature;
   int32_t best = -1;
