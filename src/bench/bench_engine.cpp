@@ -31,7 +31,11 @@ constexpr const char* kUsage =
     "usage: megadecode bench engine [--preset qwen3-30b-a3b] [--batch 1,8,64,256] [--context 1024]\n"
     "         [--steps 200] [--warmup 20] [--sms 132] [--policy default] [--block-size 16]\n"
     "         [--fresh-plan] [--no-overlap] [--device-us 0] [--ragged] [--stop STR | --no-stop]\n"
-    "         [--tokenizer DIR (data/tokenizer/qwen3)] [--seed 1] [--log-steps] [--json FILE [--note TEXT]]\n";
+    "         [--tokenizer DIR (data/tokenizer/qwen3)] [--seed 1] [--log-steps] [--json FILE [--note TEXT]]\n"
+    "         [--logprobs N [--host-logprobs]]\n"
+    "  --logprobs N: every request asks for its tokens' logprobs and N top ones (0..20); the null backend\n"
+    "      returns them as a CUDA backend does (computed on the device); --host-logprobs: it returns the\n"
+    "      logits instead and the engine computes them over the vocabulary (the path before)\n";
 
 struct EngineBenchOptions {
   std::string preset = "qwen3-30b-a3b";
@@ -49,13 +53,14 @@ struct EngineBenchOptions {
   bool log_steps = false;
   std::string json_path;
   std::string note;  // written into the JSON (the machine, its load)
+  int logprobs = -1;  // --logprobs: the top logprobs every request asks for (-1: none)
 };
 
 EngineBenchOptions parse(int argc, char** argv) {
   const Args args(argc, argv,
                   {"preset", "batch", "context", "steps", "warmup", "sms", "policy", "block-size", "device-us", "stop",
-                   "tokenizer", "seed", "json", "note"},
-                  {"fresh-plan", "no-overlap", "ragged", "no-stop", "log-steps", "help"});
+                   "tokenizer", "seed", "json", "note", "logprobs"},
+                  {"fresh-plan", "no-overlap", "ragged", "no-stop", "log-steps", "host-logprobs", "help"});
   EngineBenchOptions o;
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
@@ -84,6 +89,10 @@ EngineBenchOptions parse(int argc, char** argv) {
   o.log_steps = args.flag("log-steps");
   o.json_path = args.get("json", "");
   o.note = args.get("note", "");
+  o.logprobs = args.get_int32("logprobs", -1);
+  MD_REQUIRE(o.logprobs >= -1 && o.logprobs <= 20, "--logprobs must be in [0, 20], got ", o.logprobs);
+  MD_REQUIRE(!args.flag("host-logprobs") || o.logprobs >= 0, "--host-logprobs needs --logprobs");
+  if (args.flag("host-logprobs")) o.null.device_logprobs = -1;
   MD_REQUIRE(o.context >= 2, "--context must be at least 2, got ", o.context);
   MD_REQUIRE(o.steps >= 1 && o.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
   MD_REQUIRE(o.null.n_sms >= 1 && o.null.n_sms <= 4096, "--sms must be in [1, 4096], got ", o.null.n_sms);
@@ -165,6 +174,7 @@ BatchResult run_batch(const EngineBenchOptions& o, const ModelConfig& config, co
     r.stop.max_tokens = o.warmup + o.steps + 2;
     r.stop.ignore_eos = true;  // the text has special tokens; every sequence runs the whole bench
     r.stop.stop = o.stop;
+    r.logprobs = o.logprobs;
     r.sink = sink;
     sched.add(std::move(r));
   }
@@ -221,10 +231,12 @@ int bench_engine(int argc, char** argv) {
   const std::vector<int32_t> cycle = tokenizer->encode(sample_text::mixed_text(o.seed, 1 << 16), false);
   MD_REQUIRE(!cycle.empty(), "bench engine: the sample text encodes to nothing");
   std::printf("engine benchmark: %s, context %s%d, %d steps after %d, %d SMs, plan %s, overlap %s, device %.0f us, "
-              "%u host threads\n",
+              "%u host threads%s\n",
               o.preset.c_str(), o.ragged ? "up to " : "", o.context, o.steps, o.warmup, o.null.n_sms,
-              o.null.patch_plan ? "patched" : "fresh",
-              o.overlap ? "on" : "off", o.null.device_us, std::thread::hardware_concurrency());
+              o.null.patch_plan ? "patched" : "fresh", o.overlap ? "on" : "off", o.null.device_us,
+              std::thread::hardware_concurrency(),
+              o.logprobs < 0 ? ""
+                             : cat(", logprobs ", o.logprobs, o.null.device_logprobs < 0 ? " (host)" : " (device)").c_str());
   std::printf("  %6s %10s %10s | %9s %9s %9s %9s %9s | %9s %9s | %s\n", "batch", "steps/s", "host us", "schedule",
               "plan", "stage", "launch", "output", "detok", "wait", "plans patched/reassembled/new, chained");
   nlohmann::json records = nlohmann::json::array();
@@ -264,6 +276,8 @@ int bench_engine(int argc, char** argv) {
                               {"overlap", o.overlap},
                               {"ragged", o.ragged},
                               {"device_us", o.null.device_us},
+                              {"logprobs", o.logprobs},
+                              {"logprobs_on", o.null.device_logprobs < 0 ? "host" : "device"},
                               {"host_threads", std::thread::hardware_concurrency()},
                               {"note", o.note},
                               {"records", records}};

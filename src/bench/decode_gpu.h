@@ -29,6 +29,7 @@ GpuInfo gpu_info();
 struct DecodePointResult {
   std::string path;                    // the decode path that ran (megakernel or batched)
   std::vector<float> step_ms;          // each timed replay
+  double chained_ms = 0;               // DecodePoint::chained_ms
   std::vector<std::pair<std::string, double>> kernel_ms;  // batched path: ms per kernel of one step
   std::vector<int> distinct_experts;   // [n_layers] from the step's routing (capture)
   std::vector<int> context_lens;       // [batch]

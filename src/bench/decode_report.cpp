@@ -55,7 +55,8 @@ nlohmann::json decode_record(const DecodePoint& p) {
           {"floor_ms", floor_ms},
           {"pct_of_floor", 100.0 * gbps / p.ceiling_gbps},
           {"distinct_experts", p.distinct_experts.empty() ? 0.0 : distinct_total / p.distinct_experts.size()},
-          {"distinct_experts_per_layer", p.distinct_experts}};
+          {"distinct_experts_per_layer", p.distinct_experts},
+          {"chained_ms", p.chained_ms}};
 }
 
 std::string format_decode_table(const std::string& title, std::span<const nlohmann::json> records) {

@@ -28,6 +28,9 @@ struct DecodePoint {
   std::vector<std::pair<std::string, double>> kernel_ms;  // batched path: ms per kernel of one step
   std::vector<int> distinct_experts;   // per layer
   StepBytes bytes;
+  // Wall ms a step of decode_async steps chained on the device, two in flight (the engine's
+  // overlapped loop without the server: every per-step upload, copy and host phase); 0: not run.
+  double chained_ms = 0;
 };
 
 // Median, p10, p90 of the steps; tok/s = batch / median; achieved GB/s = bytes / median;

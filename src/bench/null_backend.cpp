@@ -62,8 +62,10 @@ DecodeTicket NullBackend::decode_async(std::span<const DecodeSeq> seqs, bool wan
   step.done_at = device_free_at_;
   step.tokens.resize(seqs.size());
   const size_t n = null_.token_cycle.size();
-  for (size_t i = 0; i < seqs.size(); ++i)
+  for (size_t i = 0; i < seqs.size(); ++i) {
     step.tokens[i] = null_.token_cycle[static_cast<size_t>(seqs[i].chunk.start_pos + 1) % n];
+    step.logprobs.push_back(seqs[i].logprobs);
+  }
   in_flight_.push_back(std::move(step));
   return ticket;
 }
@@ -81,6 +83,18 @@ void NullBackend::collect(DecodeTicket ticket, DecodeResult& result) {
     const size_t V = static_cast<size_t>(config_.vocab_size);
     result.logits.assign(result.tokens.size() * V, 0.0f);
     for (size_t i = 0; i < result.tokens.size(); ++i) result.logits[i * V + static_cast<size_t>(result.tokens[i])] = 1.0f;
+  }
+  // The device's logprobs as CudaBackend hands them over: the token's and its top ones a row.
+  result.logprobs.clear();
+  if (null_.device_logprobs < 0) return;
+  if (std::none_of(step.logprobs.begin(), step.logprobs.end(), [](int k) { return k >= 0; })) return;
+  result.logprobs.resize(result.tokens.size());
+  for (size_t i = 0; i < result.tokens.size(); ++i) {
+    if (step.logprobs[i] < 0) continue;
+    TokenLogprob& t = result.logprobs[i];
+    t.token = result.tokens[i];
+    t.logprob = -0.5f;
+    for (int k = 0; k < step.logprobs[i]; ++k) t.top.push_back(TopLogprob{k == 0 ? t.token : k, -1.0f - k});
   }
 }
 

@@ -32,6 +32,10 @@ struct NullBackendOptions {
   bool patch_plan = true;        // StepPlanner; false: make_plan every step
   double device_us = 0.0;        // each step's device time
   std::vector<int32_t> token_cycle = {0};  // the tokens returned, by position
+  // The top logprobs a row gets from the "device" (a CUDA backend's row_logprobs: the engine asks
+  // for no logits); -1: none, so a row with logprobs makes the engine take the logits [rows][vocab]
+  // and compute them on its thread (the path before device logprobs).
+  int device_logprobs = 20;
 };
 
 class NullBackend : public Backend {
@@ -51,6 +55,7 @@ class NullBackend : public Backend {
   DecodeTicket decode_async(std::span<const DecodeSeq> seqs, bool want_logits) override;
   void collect(DecodeTicket ticket, DecodeResult& result) override;
   bool runs_async() const override { return true; }
+  int max_device_logprobs() const override { return null_.device_logprobs; }
 
   const StepPlanner::Counts& plan_counts() const { return planner_.counts(); }
 
@@ -61,6 +66,7 @@ class NullBackend : public Backend {
     Time done_at;  // when the device would have finished it
     std::vector<int32_t> tokens;
     bool want_logits;
+    std::vector<int> logprobs;  // [rows] each row's DecodeSeq::logprobs
   };
   BatchState check_rows(std::span<const DecodeSeq> seqs);
   void stage_megakernel_step(const BatchState& batch, DecodeTimes& times);

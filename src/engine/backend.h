@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
 #include "engine/token_constraint.h"
 #include "model/config.h"
 #include "sampling/params.h"
@@ -94,6 +95,10 @@ struct DecodeSeq {
   // Structured output: the tokens this row may sample, a packed bitmask of token_mask_words(vocab)
   // words (engine/token_constraint.h); empty: every token. Every backend samples among set bits only.
   std::span<const uint32_t> allowed;
+  // The top logprobs the row's token needs (-1: none). A backend whose max_device_logprobs() is at
+  // least this returns them in DecodeResult::logprobs; for the others the engine asks for the logits
+  // and computes them (engine/logits.h).
+  int logprobs = -1;
   // decode_async only: >= 0 when the input token is the one this backend sampled for row prev_row
   // of the step launched just before (still running, perhaps: the engine chains steps); then
   // chunk.tokens is empty, and the row has no penalties (its history would lack that token).
@@ -111,6 +116,9 @@ struct DecodeTimes {
 struct DecodeResult {
   std::vector<int32_t> tokens;  // [n_seqs] sampled next tokens
   std::vector<float> logits;    // [n_seqs, vocab] raw logits, filled only when asked for
+  // [n_seqs] or empty: row i's token logprob and its top DecodeSeq::logprobs (token_logprob's), for
+  // the rows that asked, from a backend that computes them (max_device_logprobs).
+  std::vector<TokenLogprob> logprobs;
 };
 
 // A decode step started by decode_async(), to be collected once.
@@ -163,6 +171,9 @@ class Backend {
   // backend that overrides decode_async() and mixes overrides this too.
   virtual DecodeTicket decode_async_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
                                   bool want_logits);
+  // The most top logprobs a row gets from the backend itself (DecodeSeq::logprobs); -1: none (the
+  // engine computes them from the logits).
+  virtual int max_device_logprobs() const { return -1; }
   // True when decode_async() returns before the step's work is done (a device runs it), so that
   // the engine gains by launching step N+1 before it processes step N's tokens.
   virtual bool runs_async() const { return false; }

@@ -37,6 +37,7 @@ class BackendGuard : public Backend {
                                   bool want_logits) override;
   void collect(DecodeTicket ticket, DecodeResult& result) override;
   bool runs_async() const override { return inner_.runs_async(); }
+  int max_device_logprobs() const override { return inner_.max_device_logprobs(); }
 
   bool failed() const { return failed_.load(); }
   std::string failure() const;  // the first failure's message; "" when none

@@ -50,7 +50,8 @@ void Scheduler::decode() {
       s.req.constraint->fill_mask(s.mask);
       d.allowed = s.mask;
     }
-    want_logits |= s.req.logprobs >= 0 || s.host_may_resample();
+    d.logprobs = s.req.logprobs;
+    want_logits |= s.req.logprobs > backend_.max_device_logprobs() || s.host_may_resample();
     rows.push_back(&s);
     seqs.push_back(d);
   }
@@ -113,7 +114,8 @@ bool Scheduler::chain() {
     d.chunk = SeqChunk{s.id, {}, static_cast<int>(s.tokens.size()), kv_.table(s.id), kv_.ring_table(s.id)};
     d.sampling = s.req.sampling;
     d.prev_row = static_cast<int>(r);
-    want_logits |= s.req.logprobs >= 0;
+    d.logprobs = s.req.logprobs;
+    want_logits |= s.req.logprobs > backend_.max_device_logprobs();
   }
   std::string error;
   std::optional<InFlight> next = launch(rows, seqs, want_logits, error);
@@ -213,6 +215,8 @@ void Scheduler::process(const InFlight& step, const DecodeResult& result) {
   const bool have_logits = !result.logits.empty();
   MD_CHECK(!have_logits || result.logits.size() == rows.size() * vocab, "backend returned ", result.logits.size(),
            " logits for ", rows.size(), " x ", vocab);
+  MD_CHECK(result.logprobs.empty() || result.logprobs.size() == rows.size(), "backend returned ",
+           result.logprobs.size(), " logprobs for ", rows.size(), " sequences");
 
   std::vector<Sequence*> done;
   for (size_t b = 0; b < rows.size(); ++b) {
@@ -245,8 +249,13 @@ void Scheduler::process(const InFlight& step, const DecodeResult& result) {
     s.tokens.push_back(token);
     std::vector<TokenLogprob> lps;
     if (s.req.logprobs >= 0) {
-      MD_CHECK(have_logits, "sequence ", s.id, " asked for logprobs; the step returned no logits");
-      lps.push_back(token_logprob(row, token, s.req.logprobs));
+      // The backend's, unless the host sampled another token (a banned end token: the logits came).
+      if (b < result.logprobs.size() && result.logprobs[b].token == token) {
+        lps.push_back(result.logprobs[b]);
+      } else {
+        MD_CHECK(have_logits, "sequence ", s.id, " asked for logprobs; the step returned neither them nor logits");
+        lps.push_back(token_logprob(row, token, s.req.logprobs));
+      }
     }
     OutputProcessor::Step out;
     std::string error;

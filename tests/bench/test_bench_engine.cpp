@@ -153,6 +153,49 @@ TEST(NullBackend, SchedulerOutputsAgreeAcrossModes) {
   }
 }
 
+// Logprobs: the null backend hands them over as a CUDA backend does (computed on the device, no
+// logits), or with device_logprobs -1 returns the logits and the engine computes them; either way
+// every token gets its logprob and top list, and the tokens are the same.
+TEST(NullBackend, LogprobsFromTheDeviceOrTheHost) {
+  std::vector<std::vector<int32_t>> tokens;
+  for (int device : {20, -1}) {
+    NullBackendOptions null;
+    null.token_cycle = cycle_of("The quick brown fox. ");
+    null.device_logprobs = device;
+    NullBackend b = make_null(null, 256);
+    EXPECT_EQ(b.max_device_logprobs(), device);
+    SchedulerConfig sc;
+    sc.check_invariants = true;
+    sc.overlap = Overlap::kAuto;
+    Scheduler sched(b, sc, testing::fake_decoders(), nullptr);
+    auto sink = std::make_shared<testing::CollectingSink>();
+    for (int i = 0; i < 4; ++i) {
+      SequenceRequest r;
+      r.request_id = static_cast<uint64_t>(i + 1);
+      r.prompt = cycle_of(std::string(10 + 9 * i, 'y'));
+      r.stop.max_tokens = 5 + i;
+      r.stop.ignore_eos = true;
+      r.logprobs = i == 3 ? -1 : 2 * i;  // 0, 2, 4 top tokens; the last asks for none
+      r.sink = sink;
+      sched.add(std::move(r));
+    }
+    while (sched.step()) {
+    }
+    std::vector<int32_t> all;
+    for (const SeqOutput& e : sink->events) {
+      const int want_top = e.request_id == 4 ? -1 : 2 * static_cast<int>(e.request_id - 1);
+      ASSERT_EQ(e.logprobs.size(), want_top < 0 ? 0 : e.tokens.size()) << "device " << device;
+      for (size_t k = 0; k < e.logprobs.size(); ++k) {
+        EXPECT_EQ(e.logprobs[k].token, e.tokens[k]);
+        EXPECT_EQ(static_cast<int>(e.logprobs[k].top.size()), want_top);
+      }
+      all.insert(all.end(), e.tokens.begin(), e.tokens.end());
+    }
+    tokens.push_back(all);
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+}
+
 TEST(BenchEngine, RunsAndWritesRecords) {
   const std::filesystem::path tok = std::filesystem::path(MEGADECODE_SOURCE_DIR) / "data/tokenizer/qwen3";
   if (!std::filesystem::exists(tok / "tokenizer.json")) GTEST_SKIP() << "no " << tok << " (scripts/setup writes it)";
@@ -179,7 +222,8 @@ TEST(BenchEngine, RunsAndWritesRecords) {
   }
   EXPECT_EQ(j["records"][2]["plan_us"].get<double>(), 0.0);  // the batched path: no plan
   for (const std::vector<std::string>& bad : {std::vector<std::string>{"--batch", "0"}, {"--context", "1"},
-                                              {"--steps", "0"}, {"--device-us", "-1"}, {"--bogus", "1"}}) {
+                                              {"--steps", "0"}, {"--device-us", "-1"}, {"--bogus", "1"},
+                                              {"--logprobs", "21"}, {"--host-logprobs"}}) {
     std::vector<std::string> w = bad;
     std::vector<char*> a;
     for (std::string& s : w) a.push_back(s.data());

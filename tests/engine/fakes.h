@@ -187,6 +187,8 @@ class FakeBackend : public Backend {
     max_batch_ = std::max<size_t>(max_batch_, seqs.size());
     result.tokens.clear();
     result.logits.clear();
+    result.logprobs.clear();
+    if (want_logits) ++n_logit_steps_;
     for (const DecodeSeq& d : seqs) {
       maybe_fail(d.chunk.tokens);
       MD_CHECK(d.chunk.tokens.size() == 1);
@@ -199,8 +201,19 @@ class FakeBackend : public Backend {
           fake_sample(logits, d.sampling, d.chunk.start_pos + 1, d.history, d.history_prompt_len, d.allowed));
       if (!d.allowed.empty()) ++n_masked_rows_;
       if (want_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
+      if (device_logprobs_ >= 0) {  // as a device would: the logprobs, not the logits
+        result.logprobs.emplace_back();
+        MD_CHECK(d.logprobs <= device_logprobs_, "fake backend: a row asked for ", d.logprobs, " top logprobs");
+        if (d.logprobs >= 0) result.logprobs.back() = token_logprob(logits, result.tokens.back(), d.logprobs);
+      }
     }
   }
+  // With max >= 0 the fake returns the logprobs of rows that ask for at most max top tokens itself
+  // (a GPU backend's row_logprobs), so the engine need not ask for the logits.
+  void set_device_logprobs(int max) { device_logprobs_ = max; }
+  int max_device_logprobs() const override { return device_logprobs_; }
+  // Steps that were asked for the logits.
+  size_t n_logit_steps() const { return n_logit_steps_; }
 
   // Mixed steps (Backend::decode_mixed): with n > 0 the fake takes up to n prompt tokens a step,
   // logs 'm', records each step's piece sizes and runs the default (prefill each piece, decode).
@@ -311,6 +324,8 @@ class FakeBackend : public Backend {
   int mixed_rows_ = 0;
   std::vector<std::vector<std::pair<int64_t, int>>> mixed_steps_;
   size_t n_prefill_tokens_ = 0;
+  int device_logprobs_ = -1;
+  std::atomic<size_t> n_logit_steps_{0};
   std::vector<int64_t> prefill_seqs_;
   size_t max_batch_ = 0;
   size_t n_masked_rows_ = 0;

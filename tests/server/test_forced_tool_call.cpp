@@ -74,7 +74,7 @@ TEST(ForcedToolCall, EveryWalkIsACallOfOneToolWithValidArguments) {
       const Json call = Json::parse(w.text, nullptr, false);
       ASSERT_TRUE(call.is_object()) << w.text;
       ASSERT_TRUE(call.contains("name") && call.contains("arguments")) << w.text;
-      const auto t = std::find_if(tools.begin(), tools.end(), [&](const ForcedTool& f) { return f.name == call["name"]; });
+      const auto t = std::find_if(tools.begin(), tools.end(), [&](const ForcedTool& f) { return call["name"] == f.name; });
       ASSERT_NE(t, tools.end()) << w.text;
       const Json params = Json::parse(t->parameters.dump());
       EXPECT_EQ(structured::testing::validate(call["arguments"], params, params), "") << w.text;

@@ -112,6 +112,7 @@ int bench_decode(int argc, char** argv) {
     p.n_sms = res.n_sms;
     p.ceiling_gbps = ceiling;
     p.step_ms = res.step_ms;
+    p.chained_ms = res.chained_ms;
     p.distinct_experts = res.distinct_experts;
     p.bytes = decode_step_bytes(o.config, res.context_lens, res.distinct_experts);
     if (keep) *keep = std::move(res);
@@ -133,9 +134,10 @@ int bench_decode(int argc, char** argv) {
     for (const auto& [ctx, b] : o.points) {
       if (megakernel_only && b > kDecodeBenchMegakernelMaxBatch) continue;
       nlohmann::json r = decode_record(measure(v, ctx, b, 0, nullptr));
-      std::printf("  %-12s %-10s batch %3d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor\n", v.name.c_str(),
-                  r["path"].get<std::string>().c_str(), b, ctx, r["step_ms"].get<double>(), r["tok_s"].get<double>(),
-                  r["pct_of_floor"].get<double>());
+      std::printf("  %-12s %-10s batch %3d context %6d: %8.3f ms  %8.1f tok/s  %5.1f%% of floor; chained %.3f ms (%.3fx)\n",
+                  v.name.c_str(), r["path"].get<std::string>().c_str(), b, ctx, r["step_ms"].get<double>(),
+                  r["tok_s"].get<double>(), r["pct_of_floor"].get<double>(), r["chained_ms"].get<double>(),
+                  r["chained_ms"].get<double>() / r["step_ms"].get<double>());
       if (!r["kernel_ms"].empty()) {  // the batched step's kernels, one eager step with events
         std::printf("    kernels (ms, eager):");
         for (const auto& [name, ms] : r["kernel_ms"].items()) std::printf(" %s %.2f", name.c_str(), ms.get<double>());

@@ -1,7 +1,8 @@
 // CudaBackend: per step, the path (engine/decode_path.h for `cuda`; fixed for the others), the rows
 // checked once (engine/decode_rows.h), then the megakernel step (megakernel_step.h: plan, upload,
 // one launch or one graph of waves, the error word) or the batched step (cuda/batched/batched_step.h:
-// one upload, one graph launch, tokens back); penalised rows resampled on the host.
+// one upload, one graph launch, tokens back), enqueued; collect() waits for it. Penalised rows are
+// resampled on the host.
 #include "cuda/backend/cuda_backend.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/device_info.h"
 #include "engine/decode_rows.h"
+#include "engine/logits.h"
 #include "sampling/host_sampler.h"
 #include "sampling/params.h"
 
@@ -54,6 +56,9 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
                           .wait_timeout_ms = options_.wait_timeout_ms, .kernel_flags = options_.kernel_flags});
   }
   allocate_kv();
+  const int chain_rows = std::max(options_.max_batch, MegakernelStep::kMaxBatch);
+  CUDA_CHECK(cudaMalloc(&chain_, chain_rows * sizeof(int32_t)));
+  CUDA_CHECK(cudaMemset(chain_, 0, chain_rows * sizeof(int32_t)));
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   // The memsets of allocate_kv ran on the legacy stream, which stream_ (non-blocking) does not wait for.
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -63,12 +68,14 @@ CudaBackend::CudaBackend(std::shared_ptr<const DeviceWeights> weights, const Bac
 }
 
 CudaBackend::~CudaBackend() {
+  if (stream_) CUDA_CHECK_NOTHROW(cudaStreamSynchronize(stream_));  // steps never collected
   megakernel_.reset();
   batched_.reset();
   prefill_.reset();
   CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
   CUDA_CHECK_NOTHROW(cudaFree(kv_));
   CUDA_CHECK_NOTHROW(cudaFree(kv_ring_));
+  CUDA_CHECK_NOTHROW(cudaFree(chain_));
 }
 
 void CudaBackend::set_routing_capture(RoutingLog* log) {
@@ -134,64 +141,155 @@ int CudaBackend::max_decode_batch() const {
 }
 
 void CudaBackend::decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
-  MD_REQUIRE(!seqs.empty() && static_cast<int>(seqs.size()) <= max_decode_batch(), "decode: batch of ", seqs.size(),
-             " sequences; ", name(), " runs 1..", max_decode_batch());
-  const int B = static_cast<int>(seqs.size());
-  last_path_ = !batched_ ? DecodePath::kMegakernel : !megakernel_ ? DecodePath::kBatched : path_policy_.choose(B);
-  if (last_path_ == DecodePath::kBatched) {
-    decode_batched({}, seqs, want_logits, result);
-  } else {
-    decode_megakernel(seqs, want_logits, result);
-  }
+  collect(decode_async(seqs, want_logits), result);
 }
 
 int CudaBackend::max_mixed_prompt_rows() const { return batched_ ? batched_->max_prompt_rows() : 0; }
 
 void CudaBackend::decode_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
                                DecodeResult& result) {
-  if (max_mixed_prompt_rows() == 0 || prompts.empty()) return Backend::decode_mixed(prompts, seqs, want_logits, result);
-  for (const SeqChunk& p : prompts) require_no_ring_table(p, name());
-  for (const DecodeSeq& s : seqs) require_no_ring_table(s.chunk, name());
-  MD_REQUIRE(!seqs.empty() && static_cast<int>(seqs.size()) <= max_decode_batch(), "decode: batch of ", seqs.size(),
-             " sequences; ", name(), " runs 1..", max_decode_batch());
-  last_path_ = DecodePath::kBatched;  // a mixed step runs on the batched step whatever the batch
-  decode_batched(prompts, seqs, want_logits, result);
+  collect(decode_async_mixed(prompts, seqs, want_logits), result);
 }
 
-void CudaBackend::decode_batched(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
-                                 DecodeResult& result) {
+DecodeTicket CudaBackend::decode_async_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                                             bool want_logits) {
+  MD_REQUIRE(!seqs.empty() && static_cast<int>(seqs.size()) <= max_decode_batch(), "decode: batch of ", seqs.size(),
+             " sequences; ", name(), " runs 1..", max_decode_batch());
+  const bool mixed = !prompts.empty() && max_mixed_prompt_rows() > 0;
+  if (!prompts.empty() && !mixed) {  // no mixed steps here: the pieces first, as Backend::decode_mixed
+    for (const SeqChunk& p : prompts) prefill(p, {});
+    prompts = {};
+  }
+  for (const SeqChunk& p : prompts) require_no_ring_table(p, name());
+  bool host_finishes = routing_log_ != nullptr, want_logprobs = false;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DecodeSeq& s = seqs[i];
+    host_finishes |= s.sampling.has_penalties();
+    want_logprobs |= s.logprobs >= 0;
+    MD_REQUIRE(s.logprobs <= kMaxTopLogprobs, "decode: row ", i, " asks for ", s.logprobs,
+               " top logprobs; the device gives at most ", kMaxTopLogprobs);
+    if (mixed) require_no_ring_table(s.chunk, name());
+    if (s.prev_row < 0) continue;
+    MD_REQUIRE(s.prev_row < chain_rows_, "decode: row ", i, " takes row ", s.prev_row, " of the previous step, which had ",
+               chain_rows_);
+    MD_REQUIRE(!s.sampling.has_penalties(), "decode: row ", i,
+               " is chained to the previous step but has penalties (its history would lack that token)");
+  }
+  const int B = static_cast<int>(seqs.size());
+  // A mixed step runs on the batched step whatever the batch.
+  const DecodePath path = !batched_ ? DecodePath::kMegakernel
+                          : !megakernel_ || mixed ? DecodePath::kBatched
+                                                  : path_policy_.choose(B);
+  if (host_finishes)  // the host reads this step's device state after it: every older step first
+    for (Pending& p : pending_)
+      if (!p.finished) finish(p);
   maybe_fault();
+  launch_step(path, prompts, seqs, want_logits, want_logprobs);
+  last_path_ = path;
+  chain_rows_ = B;
+  Pending& step = pending_.emplace_back();
+  step.id = next_ticket_++;
+  step.path = path;
+  if (want_logprobs)
+    for (const DecodeSeq& s : seqs) step.logprobs.push_back(s.logprobs);
+  DecodeTicket ticket{step.id, {}};
+  if (path == DecodePath::kMegakernel) {
+    ticket.times.plan_s = megakernel_->last_plan_seconds();
+    ticket.times.stage_s = megakernel_->last_stage_seconds();
+  }
+  if (host_finishes) complete_on_host(prompts, seqs, step);
+  return ticket;
+}
+
+int CudaBackend::max_device_logprobs() const { return kMaxTopLogprobs; }
+
+void CudaBackend::launch_step(DecodePath path, std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                              bool want_logits, bool want_logprobs) {
+  if (path == DecodePath::kMegakernel) {
+    const BatchState batch = check_decode_rows(seqs, config(), n_kv_blocks_, options_.kv_block_size,
+                                               RingPoolShape{ring_len_, n_ring_blocks_});
+    megakernel_->launch(seqs, batch, kv_view(), stream_, chain_, want_logits, want_logprobs);
+    return;
+  }
+  std::vector<batched::PromptPiece> pieces;
+  for (const SeqChunk& p : prompts) pieces.push_back(batched::PromptPiece{p.tokens, p.start_pos, p.block_table});
+  std::vector<batched::StepRow> rows(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const DecodeSeq& s = seqs[i];
+    MD_REQUIRE(s.prev_row >= 0 ? s.chunk.tokens.empty() : s.chunk.tokens.size() == 1, "decode: sequence ", i, " has ",
+               s.chunk.tokens.size(), " tokens, expected ", s.prev_row >= 0 ? "none (chained)" : "1");
+    rows[i] = batched::StepRow{s.prev_row >= 0 ? 0 : s.chunk.tokens[0], s.chunk.start_pos, s.chunk.block_table,
+                               s.sampling, s.chunk.ring_table, s.allowed, s.prev_row};
+  }
+  batched_->launch(rows, pieces, kv_view(), stream_, chain_, want_logits, want_logprobs);
+}
+
+void CudaBackend::finish(Pending& step) {
+  step.finished = true;
+  std::vector<RowLogprobs> lp;
+  try {
+    if (step.path == DecodePath::kBatched) {
+      batched_->finish(step.result.tokens, step.result.logits, lp);
+    } else {
+      megakernel_->finish(step.result.tokens, step.result.logits, lp);
+    }
+  } catch (...) {
+    step.error = std::current_exception();  // collect() rethrows it for this step's ticket
+    return;
+  }
+  step.result.logprobs.clear();
+  if (step.logprobs.empty()) return;
+  MD_CHECK(lp.size() == step.logprobs.size());
+  step.result.logprobs.resize(lp.size());
+  for (size_t i = 0; i < lp.size(); ++i) {
+    if (step.logprobs[i] < 0) continue;
+    TokenLogprob& t = step.result.logprobs[i];
+    t.token = lp[i].token;
+    t.logprob = lp[i].logprob;
+    for (int k = 0; k < step.logprobs[i]; ++k) t.top.push_back(TopLogprob{lp[i].ids[k], lp[i].logprobs[k]});
+  }
+}
+
+void CudaBackend::collect(DecodeTicket ticket, DecodeResult& result) {
+  auto it = std::find_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.id == ticket.id; });
+  MD_REQUIRE(it != pending_.end(), "collect: ticket ", ticket.id, " is not a step in flight");
+  for (auto older = pending_.begin(); older != it; ++older)  // the device finishes them first anyway
+    if (!older->finished) finish(*older);
+  Pending step = std::move(*it);
+  pending_.erase(it);
+  if (!step.finished) finish(step);
+  if (step.error) std::rethrow_exception(step.error);
+  result = std::move(step.result);
+}
+
+void CudaBackend::complete_on_host(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, Pending& step) {
+  finish(step);
+  if (step.error) return;
+  try {
+    add_host_results(prompts, seqs, step);
+  } catch (...) {
+    step.error = std::current_exception();  // collect() rethrows it
+  }
+}
+
+void CudaBackend::add_host_results(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                                   Pending& step) {
   const ModelConfig& c = config();
   const int B = static_cast<int>(seqs.size());
-  std::vector<batched::PromptPiece> pieces;
-  int prompt_rows = 0;
-  for (const SeqChunk& p : prompts) {
-    pieces.push_back(batched::PromptPiece{p.tokens, p.start_pos, p.block_table});
-    prompt_rows += static_cast<int>(p.tokens.size());
-  }
-  std::vector<batched::StepRow> rows(B);
-  for (int i = 0; i < B; ++i) {
-    const DecodeSeq& s = seqs[i];
-    MD_REQUIRE(s.chunk.tokens.size() == 1, "decode: sequence ", i, " has ", s.chunk.tokens.size(), " tokens, expected 1");
-    rows[i] = batched::StepRow{s.chunk.tokens[0], s.chunk.start_pos, s.chunk.block_table, s.sampling,
-                               s.chunk.ring_table, s.allowed};
-  }
-  result.tokens.assign(B, 0);
-  if (want_logits) {
-    result.logits.assign(static_cast<size_t>(B) * c.vocab_size, 0.0f);
-  } else {
-    result.logits.clear();
-  }
-  batched_->run(rows, pieces, kv_view(), result.tokens, result.logits, stream_);
   if (routing_log_) {
     std::vector<int32_t> ids;
     std::vector<float> w;
-    const int row0 = batched::BatchedStep::prompt_row0(B);  // the pieces' rows follow the decode rows' bucket
-    batched_->read_routing(row0 + prompt_rows, ids, w);
     const size_t per = static_cast<size_t>(c.n_layers) * c.n_experts_per_tok;
+    if (step.path == DecodePath::kMegakernel) {
+      megakernel_->read_routing(B, ids, w);
+    } else {
+      int prompt_rows = 0;
+      for (const SeqChunk& p : prompts) prompt_rows += static_cast<int>(p.tokens.size());
+      batched_->read_routing(batched::BatchedStep::prompt_row0(B) + prompt_rows, ids, w);
+    }
     for (int i = 0; i < B; ++i)
       record_routing(seqs[i].chunk.seq_id, seqs[i].chunk.start_pos, 1, ids.data() + i * per, w.data() + i * per);
-    size_t row = row0;
+    size_t row = batched::BatchedStep::prompt_row0(B);  // the pieces' rows follow the decode rows' bucket
     for (const SeqChunk& p : prompts) {
       record_routing(p.seq_id, p.start_pos, static_cast<int>(p.tokens.size()), ids.data() + row * per,
                      w.data() + row * per);
@@ -199,44 +297,25 @@ void CudaBackend::decode_batched(std::span<const SeqChunk> prompts, std::span<co
     }
   }
   const size_t V = static_cast<size_t>(c.vocab_size);
-  resample_penalised(seqs, result, [&](size_t i, std::vector<float>& row) {
+  const std::vector<int32_t> device_tokens = step.result.tokens;
+  resample_penalised(seqs, step.result, [&](size_t i, std::vector<float>& row) {
     row.resize(V);
-    CUDA_CHECK(cudaMemcpy(row.data(), batched_->logits_row(static_cast<int>(i)), V * sizeof(float),
-                          cudaMemcpyDeviceToHost));
+    if (step.path == DecodePath::kMegakernel) {
+      megakernel_->read_logits(i, row);
+    } else {
+      CUDA_CHECK(cudaMemcpy(row.data(), batched_->logits_row(static_cast<int>(i)), V * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+    }
   });
+  if (step.result.tokens != device_tokens) {  // a next step chained to this one reads the host's tokens
+    CUDA_CHECK(cudaMemcpyAsync(chain_, step.result.tokens.data(), step.result.tokens.size() * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // from pageable memory
+  }
 }
 
 void CudaBackend::maybe_fault() {
   if (fault_step_ >= 0 && n_decode_steps_++ == fault_step_) launch_illegal_address_write(stream_);
-}
-
-void CudaBackend::decode_megakernel(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) {
-  maybe_fault();
-  const ModelConfig& c = config();
-  const BatchState batch =
-      check_decode_rows(seqs, c, n_kv_blocks_, options_.kv_block_size, RingPoolShape{ring_len_, n_ring_blocks_});
-  const int B = static_cast<int>(seqs.size());
-  megakernel_->run(seqs, batch, kv_view(), stream_);
-  if (routing_log_) {
-    const size_t per = static_cast<size_t>(c.n_layers) * c.n_experts_per_tok;
-    std::vector<int32_t> ids;
-    std::vector<float> w;
-    megakernel_->read_routing(B, ids, w);
-    for (int i = 0; i < B; ++i)
-      record_routing(seqs[i].chunk.seq_id, seqs[i].chunk.start_pos, 1, ids.data() + i * per, w.data() + i * per);
-  }
-  result.tokens.assign(B, 0);
-  megakernel_->read_tokens(result.tokens);
-  if (want_logits) {
-    result.logits.assign(static_cast<size_t>(B) * c.vocab_size, 0.0f);
-    megakernel_->read_logits(0, result.logits);
-  } else {
-    result.logits.clear();
-  }
-  resample_penalised(seqs, result, [&](size_t i, std::vector<float>& row) {
-    row.resize(static_cast<size_t>(c.vocab_size));
-    megakernel_->read_logits(i, row);
-  });
 }
 
 // Presence/frequency/repetition penalties need each sequence's token history, which the device
@@ -259,6 +338,8 @@ void CudaBackend::resample_penalised(std::span<const DecodeSeq> seqs, DecodeResu
                s.history_prompt_len, " beyond its history of ", s.history.size());
     const sampling::TokenHistory h{s.history.first(s.history_prompt_len), s.history.subspan(s.history_prompt_len)};
     result.tokens[i] = sampling::sample_token(row, s.sampling, s.chunk.start_pos + 1, h, s.allowed);
+    if (s.logprobs >= 0 && i < result.logprobs.size())  // the device's were of its own token
+      result.logprobs[i] = token_logprob(row, result.tokens[i], s.logprobs);
   }
 }
 

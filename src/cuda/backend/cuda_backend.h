@@ -17,10 +17,18 @@
 // Composition: the megakernel step (megakernel_step.h) and the batched step (cuda/batched) over the
 // backend's KV pools and stream; the rows are checked once (engine/decode_rows.h); benchmarks and
 // tests reach the steps through probe() (cuda_probe.h).
+// Asynchronous steps (the engine's overlapped loop, Backend::decode_async): a step is enqueued and
+// decode_async returns; collect() waits for its event. Each step leaves its tokens in a device
+// buffer too, from which a chained row of the next step (prev_row) takes its input token, so step
+// N+1 runs before the host has seen step N's tokens. decode() is decode_async + collect. A step
+// with a penalised row (the host samples it from the logits) or with routing capture on is
+// finished inside decode_async, after every older step.
 // Threading: one caller at a time (Backend's contract).
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -52,6 +60,13 @@ class CudaBackend : public Backend {
 
   void prefill(const SeqChunk& chunk, std::span<float> last_logits) override;
   void decode(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result) override;
+  DecodeTicket decode_async_mixed(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                                  bool want_logits) override;
+  void collect(DecodeTicket ticket, DecodeResult& result) override;
+  bool runs_async() const override { return true; }
+  // Logprobs on the device (row_logprobs): a step whose rows ask for them copies back
+  // kMaxTopLogprobs pairs a row, not the logits.
+  int max_device_logprobs() const override;
   // Mixed steps (cuda, cuda-batched with prefill_chunk > 0; not for a model with parallel blocks,
   // cohere2_moe, whose prompts run through prefill() before the step): the prompt pieces ride in
   // the batched step beside the decode rows, up to the batched step's kMaxRows rows in all.
@@ -90,9 +105,21 @@ class CudaBackend : public Backend {
 
   void allocate_kv();
   prefill::KvCacheView kv_view() const;
-  void decode_megakernel(std::span<const DecodeSeq> seqs, bool want_logits, DecodeResult& result);
-  void decode_batched(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, bool want_logits,
-                      DecodeResult& result);
+  // A step launched and not yet collected; finished: its result (or its error) is in.
+  struct Pending {
+    uint64_t id = 0;
+    DecodePath path = DecodePath::kMegakernel;
+    bool finished = false;
+    std::vector<int> logprobs;  // [rows] each row's DecodeSeq::logprobs; empty: none asked
+    DecodeResult result;
+    std::exception_ptr error;
+  };
+  void launch_step(DecodePath path, std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
+                   bool want_logits, bool want_logprobs);
+  void finish(Pending& step);
+  // What the host adds to a step it finishes at once: the penalised rows' tokens, the routing.
+  void complete_on_host(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, Pending& step);
+  void add_host_results(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, Pending& step);
   // Resamples the sequences with penalties on the host from their logits rows (row(i, dst) copies
   // sequence i's row).
   void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result,
@@ -120,6 +147,10 @@ class CudaBackend : public Backend {
   std::unique_ptr<prefill::PrefillRunner> prefill_;  // prefill_chunk > 0
   std::unique_ptr<MegakernelStep> megakernel_;       // cuda, cuda-mk, cuda-ops
   std::unique_ptr<batched::BatchedStep> batched_;    // cuda, cuda-batched
+  std::deque<Pending> pending_;  // launch order
+  uint64_t next_ticket_ = 1;
+  int32_t* chain_ = nullptr;  // device: the tokens of the last decode step launched, [chain_rows_]
+  int chain_rows_ = 0;
   CudaProbe probe_{*this};
 };
 

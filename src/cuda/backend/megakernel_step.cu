@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/stopwatch.h"
+#include "cuda/common/kernels.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/graph_timing.h"
 #include "cuda/megakernel/launch.h"
@@ -13,12 +15,18 @@
 namespace megadecode::cuda {
 namespace {
 
+// Room for `need` elements, grown by half again: the arena follows the contexts (its block tables
+// grow a block at a time), and cudaFree waits for the device, which would drain the overlapped
+// loop's queue at every block boundary.
 template <typename T>
 void grow(T*& ptr, size_t& capacity, size_t need) {
   if (need <= capacity) return;
   CUDA_CHECK(cudaFree(ptr));
-  CUDA_CHECK(cudaMalloc(&ptr, need * sizeof(T)));
-  capacity = need;
+  ptr = nullptr;
+  capacity = 0;
+  const size_t grown = need + need / 2;
+  CUDA_CHECK(cudaMalloc(&ptr, grown * sizeof(T)));
+  capacity = grown;
 }
 
 }  // namespace
@@ -30,7 +38,7 @@ MegakernelStep::MegakernelStep(const ModelConfig& config, const MkModelWeights& 
       options_(options),
       planner_(std::make_unique<StepPlanner>(config, policy, PlanOptions{.n_sms = options.n_sms})) {
   CUDA_CHECK(cudaMalloc(&error_, sizeof(MkError)));
-  CUDA_CHECK(cudaMallocHost(&error_host_, sizeof(MkError)));
+  for (Slot& slot : slots_) CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
 }
 
 MegakernelStep::~MegakernelStep() {
@@ -44,26 +52,52 @@ MegakernelStep::~MegakernelStep() {
   CUDA_CHECK_NOTHROW(cudaFree(tasks_));
   CUDA_CHECK_NOTHROW(cudaFree(ranges_));
   CUDA_CHECK_NOTHROW(cudaFree(error_));
-  CUDA_CHECK_NOTHROW(cudaFreeHost(error_host_));
-  CUDA_CHECK_NOTHROW(cudaFreeHost(staging_));
+  CUDA_CHECK_NOTHROW(cudaFree(logprobs_));
+  for (Slot& slot : slots_) CUDA_CHECK_NOTHROW(cudaEventDestroy(slot.done));
   CUDA_CHECK_NOTHROW(cudaFree(route_ids_));
   CUDA_CHECK_NOTHROW(cudaFree(route_w_));
 }
 
-void MegakernelStep::run(std::span<const DecodeSeq> rows, const BatchState& batch, const prefill::KvCacheView& kv,
-                         cudaStream_t stream) {
-  MD_REQUIRE(batch.seqs.size() <= static_cast<size_t>(kMaxBatch), "decode: batch of ", batch.seqs.size(),
-             " sequences; the megakernel runs 1..", kMaxBatch);
+void MegakernelStep::launch(std::span<const DecodeSeq> rows, const BatchState& batch,
+                            const prefill::KvCacheView& kv, cudaStream_t stream, int32_t* chain, bool want_logits,
+                            bool want_logprobs) {
+  MD_REQUIRE(batch.seqs.size() <= static_cast<size_t>(kMaxBatch) && batch.seqs.size() == rows.size(),
+             "decode: batch of ", batch.seqs.size(), " sequences; the megakernel runs 1..", kMaxBatch);
+  MD_CHECK(in_flight() < 2, "megakernel step: a third step launched before the first was finished");
+  const Stopwatch planning;
+  const int slot_index = static_cast<int>(n_launched_ % 2);
+  Slot& slot = slots_[slot_index];
   kv_ = kv;
-  plan_ = planner_->plan(batch);  // make_plan's plan, patched from the last step's (microseconds, not milliseconds)
-  ensure_capacity(plan_);
-  if (stuck_task_ >= 0 && stuck_task_ < static_cast<int>(plan_.tasks.size()) && plan_.tasks[stuck_task_].n_waits > 0)
-    plan_.tasks[stuck_task_].wait[0].target += 1;
-  if (poison_) CUDA_CHECK(cudaMemsetAsync(arena_, 0xff, plan_.params.buffers.total_bytes, stream));  // NaN
-  upload(rows, batch, stream);
-  launch(stream);
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  check_error();
+  slot.plan = planner_->plan(batch);  // make_plan's plan, patched from the last step's (microseconds)
+  ensure_capacity(slot.plan);
+  if (stuck_task_ >= 0 && stuck_task_ < static_cast<int>(slot.plan.tasks.size()) &&
+      slot.plan.tasks[stuck_task_].n_waits > 0)
+    slot.plan.tasks[stuck_task_].wait[0].target += 1;
+  newest_ = slot_index;
+  plan_s_ = planning.seconds();
+  if (want_logprobs && logprobs_ == nullptr) CUDA_CHECK(cudaMalloc(&logprobs_, kMaxBatch * sizeof(RowLogprobs)));
+  const Stopwatch staging;
+  if (poison_) CUDA_CHECK(cudaMemsetAsync(arena_, 0xff, plan().params.buffers.total_bytes, stream));  // NaN
+  upload(slot, rows, batch, stream, chain);
+  stage_s_ = staging.seconds();
+  enqueue_kernel(stream);
+  slot.batch = static_cast<int>(rows.size());
+  slot.tail = StepOutputTail{slot.batch, config_.vocab_size, want_logits, want_logprobs};
+  enqueue_outputs(slot, stream, chain);
+  ++n_launched_;
+}
+
+void MegakernelStep::finish(std::vector<int32_t>& tokens, std::vector<float>& logits,
+                            std::vector<RowLogprobs>& logprobs) {
+  MD_CHECK(in_flight() > 0, "megakernel step: finish() with no step in flight");
+  const int slot_index = static_cast<int>(n_finished_ % 2);
+  const Slot& slot = slots_[slot_index];
+  ++n_finished_;  // whatever happens: the slot is free again
+  CUDA_CHECK(cudaEventSynchronize(slot.done));
+  check_error(slot, n_finished_ == n_launched_);
+  const int32_t* out = reinterpret_cast<const int32_t*>(slot.outputs.as<uint8_t>() + sizeof(MkError));
+  tokens.assign(out, out + slot.batch);
+  slot.tail.unpack(reinterpret_cast<const uint8_t*>(out + kMaxBatch), logits, logprobs);
 }
 
 void MegakernelStep::ensure_capacity(const Plan& plan) {
@@ -75,60 +109,92 @@ void MegakernelStep::ensure_capacity(const Plan& plan) {
   grow(ranges_, ranges_capacity_, (plan.waves.size() + 1) * 2 * static_cast<size_t>(options_.n_sms));
 }
 
-void MegakernelStep::upload(std::span<const DecodeSeq> rows, const BatchState& batch, cudaStream_t stream) {
-  const BufferLayout& b = plan_.params.buffers;
+void MegakernelStep::upload(Slot& slot, std::span<const DecodeSeq> rows, const BatchState& batch,
+                            cudaStream_t stream, const int32_t* chain) {
+  const Plan& plan = slot.plan;
+  const BufferLayout& b = plan.params.buffers;
   const size_t n = rows.size();
   std::vector<int32_t> tokens(n);
   std::vector<SamplingParams> sampling(n);
   std::vector<std::span<const uint32_t>> masks(n);
-  BatchState tables = batch;  // the rows' whole tables (see run)
+  BatchState tables = batch;  // the rows' whole tables (see launch)
+  bool chained = false;
   for (size_t i = 0; i < n; ++i) {
-    MD_REQUIRE(rows[i].prev_row < 0 && rows[i].chunk.tokens.size() == 1, "decode: sequence ", i,
-               " has no token of its own (chained rows are decode_async's)");
-    tokens[i] = rows[i].chunk.tokens[0];
-    sampling[i] = rows[i].sampling;
-    masks[i] = rows[i].allowed;
-    tables.seqs[i].block_table = rows[i].chunk.block_table;
-    tables.seqs[i].ring_table = rows[i].chunk.ring_table;
+    const DecodeSeq& r = rows[i];
+    if (r.prev_row >= 0) {
+      MD_REQUIRE(chain != nullptr && r.chunk.tokens.empty(), "decode: sequence ", i,
+                 " is chained to the previous step, which left no tokens on the device");
+      tokens[i] = -1 - r.prev_row;  // pack_step_inputs: resolved on the device below
+      chained = true;
+    } else {
+      MD_REQUIRE(r.chunk.tokens.size() == 1, "decode: sequence ", i, " has ", r.chunk.tokens.size(),
+                 " tokens, expected 1");
+      tokens[i] = r.chunk.tokens[0];
+    }
+    sampling[i] = r.sampling;
+    masks[i] = r.allowed;
+    tables.seqs[i].block_table = r.chunk.block_table;
+    tables.seqs[i].ring_table = r.chunk.ring_table;
   }
-  // Host inputs, packed into one pinned buffer laid out like the arena's first buffers; the ring
-  // tables and the token masks (placed after the step's buffers in the arena) follow them in the
-  // staging buffer, each uploaded on its own (the masks only in a step with a constrained row).
-  const size_t need = step_inputs_bytes(plan_);
-  const size_t total = need + b.ring_tables.bytes + b.token_masks.bytes;
-  if (total > staging_bytes_) {
-    CUDA_CHECK(cudaFreeHost(staging_));
-    CUDA_CHECK(cudaMallocHost(&staging_, total));
-    staging_bytes_ = total;
-  }
-  pack_step_inputs(plan_, tables, tokens, sampling, std::span(staging_, need));
-  CUDA_CHECK(cudaMemcpyAsync(arena_, staging_, need, cudaMemcpyHostToDevice, stream));
-  if (plan_.params.shape.ring_len > 0) {
-    pack_ring_tables(plan_, tables, std::span(staging_ + need, b.ring_tables.bytes));
-    CUDA_CHECK(cudaMemcpyAsync(arena_ + b.ring_tables.offset, staging_ + need, b.ring_tables.bytes,
+  // One pinned buffer a slot: the inputs laid out like the arena's first buffers, then the ring
+  // tables and the token masks (placed after the step's buffers in the arena, each uploaded on its
+  // own; the masks only in a step with a constrained row), the task lists and the launch ranges.
+  const std::vector<int32_t> ranges = launch_ranges(plan);
+  const size_t need = step_inputs_bytes(plan);
+  const size_t at_rings = need, at_masks = at_rings + b.ring_tables.bytes;
+  const size_t at_tasks = (at_masks + b.token_masks.bytes + 63) / 64 * 64;
+  const size_t at_ranges = at_tasks + plan.tasks.size() * sizeof(Task);
+  uint8_t* staging = slot.staging.reserve(at_ranges + ranges.size() * sizeof(int32_t));
+  pack_step_inputs(plan, tables, tokens, sampling, std::span(staging, need));
+  CUDA_CHECK(cudaMemcpyAsync(arena_, staging, need, cudaMemcpyHostToDevice, stream));
+  if (chained)
+    resolve_chained_tokens(reinterpret_cast<int32_t*>(arena_ + b.token_ids.offset), static_cast<int>(n), chain,
+                           stream);
+  if (plan.params.shape.ring_len > 0) {
+    pack_ring_tables(plan, tables, std::span(staging + at_rings, b.ring_tables.bytes));
+    CUDA_CHECK(cudaMemcpyAsync(arena_ + b.ring_tables.offset, staging + at_rings, b.ring_tables.bytes,
                                cudaMemcpyHostToDevice, stream));
   }
-  uint8_t* mask_staging = staging_ + need + b.ring_tables.bytes;
-  const size_t mask_bytes = pack_token_masks(plan_, masks, std::span(mask_staging, b.token_masks.bytes));
+  const size_t mask_bytes = pack_token_masks(plan, masks, std::span(staging + at_masks, b.token_masks.bytes));
   token_masks_ = mask_bytes > 0;
   if (token_masks_)
-    CUDA_CHECK(
-        cudaMemcpyAsync(arena_ + b.token_masks.offset, mask_staging, mask_bytes, cudaMemcpyHostToDevice, stream));
-  if (uploaded_tasks_.size() != plan_.tasks.size() ||
-      std::memcmp(uploaded_tasks_.data(), plan_.tasks.data(), plan_.tasks.size() * sizeof(Task)) != 0) {
-    CUDA_CHECK(cudaMemcpyAsync(tasks_, plan_.tasks.data(), plan_.tasks.size() * sizeof(Task), cudaMemcpyHostToDevice,
+    CUDA_CHECK(cudaMemcpyAsync(arena_ + b.token_masks.offset, staging + at_masks, mask_bytes, cudaMemcpyHostToDevice,
                                stream));
-    uploaded_tasks_ = plan_.tasks;
+  // The device's task lists are the last ones uploaded: stream order keeps them until the step
+  // before this one has run.
+  if (uploaded_tasks_.size() != plan.tasks.size() ||
+      std::memcmp(uploaded_tasks_.data(), plan.tasks.data(), plan.tasks.size() * sizeof(Task)) != 0) {
+    std::memcpy(staging + at_tasks, plan.tasks.data(), plan.tasks.size() * sizeof(Task));
+    CUDA_CHECK(cudaMemcpyAsync(tasks_, staging + at_tasks, plan.tasks.size() * sizeof(Task), cudaMemcpyHostToDevice,
+                               stream));
+    uploaded_tasks_ = plan.tasks;
   }
-  const std::vector<int32_t> ranges = launch_ranges(plan_);
-  CUDA_CHECK(cudaMemcpyAsync(ranges_, ranges.data(), ranges.size() * 4, cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));  // pageable `ranges` must be consumed before it goes away
+  std::memcpy(staging + at_ranges, ranges.data(), ranges.size() * sizeof(int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(ranges_, staging + at_ranges, ranges.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                             stream));
 }
 
-void MegakernelStep::launch(cudaStream_t stream) {
+void MegakernelStep::enqueue_outputs(Slot& slot, cudaStream_t stream, int32_t* chain) {
+  const BufferLayout& b = plan().params.buffers;
+  const size_t token_bytes = static_cast<size_t>(slot.batch) * sizeof(int32_t);
+  const size_t at_tail = sizeof(MkError) + kMaxBatch * sizeof(int32_t);
+  uint8_t* out = slot.outputs.reserve(at_tail + slot.tail.bytes());
+  static_assert(sizeof(MkError) % 4 == 0);
+  CUDA_CHECK(cudaMemcpyAsync(out, error_, sizeof(MkError), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(out + sizeof(MkError), arena_ + b.out_tokens.offset, token_bytes, cudaMemcpyDeviceToHost,
+                             stream));
+  slot.tail.enqueue(out + at_tail, reinterpret_cast<const float*>(arena_ + b.logits.offset),
+                    reinterpret_cast<const int32_t*>(arena_ + b.out_tokens.offset), logprobs_, stream);
+  if (chain != nullptr)
+    CUDA_CHECK(cudaMemcpyAsync(chain, arena_ + b.out_tokens.offset, token_bytes, cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaEventRecord(slot.done, stream));
+}
+
+void MegakernelStep::enqueue_kernel(cudaStream_t stream) {
   const int n_sms = options_.n_sms;
+  const Plan& plan = this->plan();
   MkParams p{};
-  p.plan = plan_.params;
+  p.plan = plan.params;
   p.tasks = tasks_;
   p.counters = counters_;
   p.arena = arena_;
@@ -152,7 +218,7 @@ void MegakernelStep::launch(cudaStream_t stream) {
   p.trace_counts = trace_counts_;
   p.trace_capacity = trace_capacity_;
   const size_t trace_count_bytes = static_cast<size_t>(n_sms) * kTraceRoles * sizeof(int32_t);
-  const size_t counter_bytes = static_cast<size_t>(plan_.params.counters.n_counters) * kCounterStrideBytes;
+  const size_t counter_bytes = static_cast<size_t>(plan.params.counters.n_counters) * kCounterStrideBytes;
   if (!options_.per_op) {
     CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
     CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
@@ -163,12 +229,12 @@ void MegakernelStep::launch(cudaStream_t stream) {
     return;
   }
   // cuda-ops: every wave is its own launch of the same kernel; captured, then replayed as a graph.
-  (void)megakernel_shape(plan_.params.shape.batch);  // one-time kernel configuration outside the capture
+  (void)megakernel_shape(plan.params.shape.batch);  // one-time kernel configuration outside the capture
   CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   CUDA_CHECK(cudaMemsetAsync(counters_, 0, counter_bytes, stream));
   CUDA_CHECK(cudaMemsetAsync(error_, 0, sizeof(MkError), stream));
   if (trace_) CUDA_CHECK(cudaMemsetAsync(trace_counts_, 0, trace_count_bytes, stream));
-  for (size_t w = 0; w < plan_.waves.size(); ++w) {
+  for (size_t w = 0; w < plan.waves.size(); ++w) {
     p.list_begin = ranges_ + (w + 1) * 2 * n_sms;
     p.list_end = p.list_begin + n_sms;
     launch_megakernel(p, stream);
@@ -191,31 +257,32 @@ void MegakernelStep::launch(cudaStream_t stream) {
   CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream));
 }
 
-void MegakernelStep::check_error() {
-  CUDA_CHECK(cudaMemcpy(error_host_, error_, sizeof(MkError), cudaMemcpyDeviceToHost));
-  const MkError& e = *error_host_;
+void MegakernelStep::check_error(const Slot& slot, bool newest) const {
+  const MkError& e = *slot.outputs.as<MkError>();
   if (e.code == kMkOk) return;
+  const Plan& step_plan = slot.plan;
   const std::string& name = options_.name;
-  const std::string where = e.task >= 0 && e.task < static_cast<int>(plan_.tasks.size())
-                                ? describe_task(plan_, e.task)
+  const std::string where = e.task >= 0 && e.task < static_cast<int>(step_plan.tasks.size())
+                                ? describe_task(step_plan, e.task)
                                 : cat("SM ", e.sm);
   switch (e.code) {
     case kMkWaitTimeout: {
       // The first SM to time out may be downstream of the real culprit: name the unsatisfied wait
-      // of the earliest wave instead (every earlier wait was satisfied, so that one is stuck).
-      const std::vector<int32_t> v = read_counters();
+      // of the earliest wave instead (every earlier wait was satisfied, so that one is stuck). The
+      // counters are the step's own only when no step was launched after it.
+      const std::vector<int32_t> v = newest ? read_counters() : std::vector<int32_t>();
       std::vector<std::pair<int, int>> order;  // (wave, task)
-      for (size_t t = 0; t < plan_.tasks.size(); ++t) order.push_back({plan_.task_wave[t], static_cast<int>(t)});
+      for (size_t t = 0; t < step_plan.tasks.size(); ++t) order.push_back({step_plan.task_wave[t], static_cast<int>(t)});
       std::sort(order.begin(), order.end());
       for (const auto& [wave, t] : order) {
-        const Task& task = plan_.tasks[t];
-        for (int i = 0; i < task.n_waits; ++i)
+        const Task& task = step_plan.tasks[t];
+        for (int i = 0; i < task.n_waits && !v.empty(); ++i)
           if (v[task.wait[i].counter] < task.wait[i].target)
-            throw Error(cat(name, ": decode step abandoned: counter ", counter_name(plan_, task.wait[i].counter),
+            throw Error(cat(name, ": decode step abandoned: counter ", counter_name(step_plan, task.wait[i].counter),
                             " stuck at ", v[task.wait[i].counter], ", target ", task.wait[i].target, " (",
-                            describe_task(plan_, t), "; waited ", options_.wait_timeout_ms, " ms)"));
+                            describe_task(step_plan, t), "; waited ", options_.wait_timeout_ms, " ms)"));
       }
-      throw Error(cat(name, ": decode step abandoned: counter ", counter_name(plan_, e.counter), " stuck at ",
+      throw Error(cat(name, ": decode step abandoned: counter ", counter_name(step_plan, e.counter), " stuck at ",
                       e.value, ", target ", e.target, " (", where, ", waited ", options_.wait_timeout_ms, " ms)"));
     }
     case kMkBarrierTimeout:
@@ -237,16 +304,11 @@ void MegakernelStep::check_error() {
   }
 }
 
-void MegakernelStep::read_tokens(std::span<int32_t> out) const {
-  MD_CHECK(out.size() <= static_cast<size_t>(plan_.params.shape.batch));
-  CUDA_CHECK(cudaMemcpy(out.data(), arena_ + plan_.params.buffers.out_tokens.offset, out.size() * 4,
-                        cudaMemcpyDeviceToHost));
-}
-
 void MegakernelStep::read_logits(size_t first_row, std::span<float> out) const {
   const size_t V = static_cast<size_t>(config_.vocab_size);
-  MD_CHECK(out.size() % V == 0 && first_row + out.size() / V <= static_cast<size_t>(plan_.params.shape.batch));
-  CUDA_CHECK(cudaMemcpy(out.data(), arena_ + plan_.params.buffers.logits.offset + first_row * V * sizeof(float),
+  const Plan& plan = slots_[newest_].plan;
+  MD_CHECK(in_flight() == 0 && out.size() % V == 0 && first_row + out.size() / V <= static_cast<size_t>(plan.params.shape.batch));
+  CUDA_CHECK(cudaMemcpy(out.data(), arena_ + plan.params.buffers.logits.offset + first_row * V * sizeof(float),
                         out.size() * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
@@ -287,7 +349,8 @@ void MegakernelStep::read_routing(int n_rows, std::vector<int32_t>& ids, std::ve
 // ---- probes ----
 
 std::vector<int32_t> MegakernelStep::read_counters() const {
-  const int n = plan_.params.counters.n_counters;
+  const Plan& plan = slots_[newest_].plan;
+  const int n = plan.params.counters.n_counters;
   std::vector<int32_t> raw(static_cast<size_t>(n) * kCounterStrideBytes / 4);
   CUDA_CHECK(cudaMemcpy(raw.data(), counters_, raw.size() * 4, cudaMemcpyDeviceToHost));
   std::vector<int32_t> out(n);
@@ -296,37 +359,43 @@ std::vector<int32_t> MegakernelStep::read_counters() const {
 }
 
 std::string MegakernelStep::check_counter_totals() const {
+  const Plan& plan = slots_[newest_].plan;
   const std::vector<int32_t> v = read_counters();
   std::string bad;
   for (size_t i = 0; i < v.size(); ++i) {
-    const CounterInfo& info = plan_.counters[i];
+    const CounterInfo& info = plan.counters[i];
     if (info.kind == CounterKind::kUnused) continue;
     const bool ok = v[i] == info.total;
     if (!ok && bad.size() < 2000)
-      bad += cat(counter_name(plan_, static_cast<int32_t>(i)), " = ", v[i], " (planned ", info.total, "); ");
+      bad += cat(counter_name(plan, static_cast<int32_t>(i)), " = ", v[i], " (planned ", info.total, "); ");
   }
   return bad;
 }
 
 std::vector<float> MegakernelStep::time_last_step(int warmup, int reps, cudaStream_t stream) {
-  MD_REQUIRE(!plan_.tasks.empty(), options_.name, ": time_last_step needs a decode step first");
+  MD_REQUIRE(!plan().tasks.empty() && in_flight() == 0, options_.name,
+             ": time_last_step needs a decode step first, and none in flight");
   MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
   cudaGraphExec_t exec = graph_exec_;
   if (!options_.per_op) {
     // The step's memsets + launch as one graph, captured for the current plan.
     if (bench_exec_) CUDA_CHECK(cudaGraphExecDestroy(bench_exec_));
     bench_exec_ = nullptr;
-    (void)megakernel_shape(plan_.params.shape.batch);  // kernel configuration outside the capture
+    (void)megakernel_shape(plan().params.shape.batch);  // kernel configuration outside the capture
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    launch(stream);
+    enqueue_kernel(stream);
     CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&bench_exec_, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
     exec = bench_exec_;
   }
   MD_CHECK(exec != nullptr, "no step graph to replay");
-  return time_graph_replays(exec, warmup, reps, stream, [&] { check_error(); });  // throws naming the counter
+  Slot& slot = slots_[newest_];
+  return time_graph_replays(exec, warmup, reps, stream, [&] {  // throws naming the counter
+    CUDA_CHECK(cudaMemcpy(slot.outputs.as<MkError>(), error_, sizeof(MkError), cudaMemcpyDeviceToHost));
+    check_error(slot, true);
+  });
 }
 
 void MegakernelStep::enable_trace(int capacity_per_sm, cudaStream_t stream) {
@@ -339,7 +408,8 @@ void MegakernelStep::enable_trace(int capacity_per_sm, cudaStream_t stream) {
   bench_exec_ = nullptr;
   graph_exec_ = nullptr;
   graph_ = nullptr;
-  plan_ = Plan{};  // time_last_step needs a decode() with the new setting first
+  MD_REQUIRE(in_flight() == 0, "enable_trace: a decode step is in flight");
+  for (Slot& slot : slots_) slot.plan = Plan{};  // time_last_step needs a decode() with the new setting first
   CUDA_CHECK(cudaFree(trace_));
   CUDA_CHECK(cudaFree(trace_counts_));
   trace_ = nullptr;

@@ -1,10 +1,14 @@
 // MegakernelStep: one decode step on the megakernel, beside the batched step (cuda/batched). Per
-// step: the plan (plan/step_planner.h) → the inputs packed (plan/step_upload.h) and uploaded with
-// the task lists and launch ranges → counters and the error word zeroed → one launch of the
-// persistent kernel (cuda-mk) or one launch per wave in a CUDA graph (cuda-ops) → the device error
-// word checked (a watchdog timeout names the stuck counter). It owns the step's arena, counters,
-// task lists, error word, staging buffer, graphs, trace buffers and routing capture; the KV pools
-// and the stream are the caller's (CudaBackend).
+// step: the plan (plan/step_planner.h) -> the inputs packed (plan/step_upload.h) into one of two
+// pinned staging buffers and uploaded with the task lists and launch ranges -> chained rows' tokens
+// resolved on the device -> counters and the error word zeroed -> one launch of the persistent
+// kernel (cuda-mk) or one launch per wave in a CUDA graph (cuda-ops) -> the tokens, the error word
+// and (when asked) the logits copied back -> an event. launch() returns there; finish() waits for
+// the event and checks the error word (a watchdog timeout names the stuck counter). Two steps may
+// be in flight (the engine's overlapped loop launches step N+1 before it collects step N): each
+// has its own staging, pinned outputs, event and plan. It owns the step's arena, counters, task
+// lists, error word, graphs, trace buffers and routing capture; the KV pools and the stream are the
+// caller's (CudaBackend).
 // Threading: one caller at a time.
 #pragma once
 
@@ -16,6 +20,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/common/kernels.h"
+#include "cuda/common/pinned.h"
+#include "cuda/common/step_outputs.h"
 #include "cuda/megakernel/trace.h"
 #include "cuda/megakernel/types.h"
 #include "cuda/prefill/prefill_runner.h"
@@ -46,16 +53,27 @@ class MegakernelStep {
   MegakernelStep(const MegakernelStep&) = delete;
   MegakernelStep& operator=(const MegakernelStep&) = delete;
 
-  // Runs the step of `rows` on `stream` against the pools of `kv`, and waits for it. `batch` is the
+  // Enqueues the step of `rows` on `stream` against the pools of `kv` and returns. `batch` is the
   // rows' checked view (engine/decode_rows.h: check_decode_rows), which the plan is made from; the
   // uploaded block and ring tables are the rows' whole tables (up to the plan's row stride), the
   // bytes the device path has always had: packing only the blocks the step needs once broke
-  // cuda-ops' consecutive one-token steps, a cause not yet pinned down. Error (naming the counter,
-  // the task or the input) when the device reports one; DeviceError for a failed CUDA call.
-  void run(std::span<const DecodeSeq> rows, const BatchState& batch, const prefill::KvCacheView& kv,
-           cudaStream_t stream);
-  // The last step's sampled tokens [batch] and logits rows [first_row, first_row + rows) [rows, vocab].
-  void read_tokens(std::span<int32_t> out) const;
+  // cuda-ops' consecutive one-token steps, a cause not yet pinned down. A row with prev_row >= 0
+  // takes chain[prev_row] (device memory: the previous step's tokens); the step's own tokens are
+  // copied to chain[0, batch) after it. At most two steps in flight: finish the older first.
+  // Error for what the host can see wrong (shapes, ops); DeviceError for a failed CUDA call.
+  // With want_logprobs every row's logprobs come back too (row_logprobs, cuda/common/kernels.h).
+  void launch(std::span<const DecodeSeq> rows, const BatchState& batch, const prefill::KvCacheView& kv,
+              cudaStream_t stream, int32_t* chain, bool want_logits, bool want_logprobs);
+  // Waits for the oldest step in flight: its tokens [batch] and, when it was launched with
+  // want_logits / want_logprobs, its logits [batch][vocab] / logprobs [batch] (else empty). Error
+  // (naming the counter, the task or the input) when the device reported one.
+  void finish(std::vector<int32_t>& tokens, std::vector<float>& logits, std::vector<RowLogprobs>& logprobs);
+  int in_flight() const { return static_cast<int>(n_launched_ - n_finished_); }
+  // Host seconds the last launch() spent planning and staging (DecodeTimes).
+  double last_plan_seconds() const { return plan_s_; }
+  double last_stage_seconds() const { return stage_s_; }
+  // Logits rows [first_row, first_row + rows) of the last step launched, once it is finished and
+  // before another is launched ([rows, vocab]; the penalised rows' host sampling).
   void read_logits(size_t first_row, std::span<float> out) const;
 
   // The experts and weights each row chose in every layer in the following steps ([n_rows][n_layers]
@@ -64,7 +82,7 @@ class MegakernelStep {
   void read_routing(int n_rows, std::vector<int32_t>& experts, std::vector<float>& weights) const;
 
   // ---- probes (CudaProbe) ----
-  const Plan& last_plan() const { return plan_; }
+  const Plan& last_plan() const { return slots_[newest_].plan; }
   std::vector<int32_t> read_counters() const;
   std::string check_counter_totals() const;  // "" when every counter reached its plan's total
   void set_stuck_task(int task) { stuck_task_ = task; }
@@ -74,17 +92,34 @@ class MegakernelStep {
   std::vector<TraceRecord> read_trace(int64_t* dropped, cudaStream_t stream) const;
 
  private:
+  // What one step in flight holds on the host.
+  struct Slot {
+    Plan plan;              // its plan (error messages name its tasks and counters)
+    PinnedBuffer staging;   // inputs, ring tables, token masks, task lists, launch ranges
+    PinnedBuffer outputs;   // the error word, tokens [kMaxBatch], then logits when asked
+    cudaEvent_t done = nullptr;
+    int batch = 0;
+    StepOutputTail tail;  // logits and logprobs, when asked
+  };
+  Plan& plan() { return slots_[newest_].plan; }
   void ensure_capacity(const Plan& plan);
-  void upload(std::span<const DecodeSeq> rows, const BatchState& batch, cudaStream_t stream);
-  void launch(cudaStream_t stream);
-  void check_error();
+  void upload(Slot& slot, std::span<const DecodeSeq> rows, const BatchState& batch, cudaStream_t stream,
+              const int32_t* chain);
+  void enqueue_kernel(cudaStream_t stream);
+  void enqueue_outputs(Slot& slot, cudaStream_t stream, int32_t* chain);
+  // Error when slot's error word reports one; newest: no step was launched after it (the counters
+  // on the device are its own, so a timeout can name the earliest stuck wait).
+  void check_error(const Slot& slot, bool newest) const;
 
   ModelConfig config_;
   MkModelWeights weights_;
   MegakernelOptions options_;
   prefill::KvCacheView kv_;  // the last step's pools (time_last_step replays it)
   std::unique_ptr<StepPlanner> planner_;
-  Plan plan_;
+  Slot slots_[2];
+  int newest_ = 0;  // the slot of the last step launched
+  uint64_t n_launched_ = 0, n_finished_ = 0;
+  double plan_s_ = 0.0, stage_s_ = 0.0;
   uint8_t* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   uint8_t* counters_ = nullptr;
@@ -95,9 +130,7 @@ class MegakernelStep {
   int32_t* ranges_ = nullptr;  // [n_waves + 1][2][n_sms]: per launch, begin and end of each SM's tasks
   size_t ranges_capacity_ = 0;
   MkError* error_ = nullptr;
-  MkError* error_host_ = nullptr;  // pinned
-  uint8_t* staging_ = nullptr;     // pinned host inputs (and, after them, the ring tables and token masks)
-  size_t staging_bytes_ = 0;
+  RowLogprobs* logprobs_ = nullptr;  // [kMaxBatch], allocated by the first step that asks
   cudaGraph_t graph_ = nullptr;            // cuda-ops: the step's waves
   cudaGraphExec_t graph_exec_ = nullptr;
   cudaGraphExec_t bench_exec_ = nullptr;   // cuda-mk step graph of time_last_step

@@ -218,7 +218,7 @@ BatchedStep::BatchedStep(const ModelConfig& config, const MkModelWeights& view, 
   split_sem_ = v.take<int32_t>(static_cast<int64_t>(n_sem));
   MD_CHECK(v.bytes() == arena_bytes_, "batched step workspace layout drifted from workspace_bytes");
   CUDA_CHECK(cudaMemset(split_sem_, 0, std::max<size_t>(n_sem, 1) * sizeof(int32_t)));
-  CUDA_CHECK(cudaMallocHost(&tokens_host_, (max_rows_ + 1) * sizeof(int32_t)));
+  for (Slot& slot : slots_) CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
   if (max_prompt_rows_ > 0) {  // a small piece at a long position splits its keys over the SMs
     piece_attn_ctas_ = sm_count();  // one persistent attention CTA an SM: its ring fills shared memory
     CUDA_CHECK(cudaMalloc(&piece_part_o_, static_cast<size_t>(piece_attn_ctas_) * prefill::kAttnRows * c.head_dim * 4));
@@ -231,10 +231,9 @@ BatchedStep::~BatchedStep() {
   drop_graphs();
   CUDA_CHECK_NOTHROW(cudaFree(arena_));
   CUDA_CHECK_NOTHROW(cudaFree(inputs_));
-  CUDA_CHECK_NOTHROW(cudaFreeHost(staging_));
-  CUDA_CHECK_NOTHROW(cudaFreeHost(tokens_host_));
+  for (Slot& slot : slots_) CUDA_CHECK_NOTHROW(cudaEventDestroy(slot.done));
   CUDA_CHECK_NOTHROW(cudaFree(masks_));
-  CUDA_CHECK_NOTHROW(cudaFreeHost(masks_host_));
+  CUDA_CHECK_NOTHROW(cudaFree(logprobs_));
   CUDA_CHECK_NOTHROW(cudaFree(part_o_));
   CUDA_CHECK_NOTHROW(cudaFree(part_ml_));
   CUDA_CHECK_NOTHROW(cudaFree(route_ids_));
@@ -261,8 +260,8 @@ void BatchedStep::check_rows(std::span<const StepRow> rows, const prefill::KvCac
                " blocks; the cache has ", kv.n_ring_blocks, " ring blocks, rings of ", kv.ring_len);
   for (size_t r = 0; r < rows.size(); ++r) {
     const StepRow& row = rows[r];
-    MD_REQUIRE(row.token >= 0 && row.token < c.vocab_size, "batched step: row ", r, ": token ", row.token,
-               " outside the vocabulary [0, ", c.vocab_size, ")");
+    MD_REQUIRE(row.prev_row >= 0 || (row.token >= 0 && row.token < c.vocab_size), "batched step: row ", r,
+               ": token ", row.token, " outside the vocabulary [0, ", c.vocab_size, ")");
     MD_REQUIRE(row.position >= 0 && row.position < view_.rope_positions, "batched step: row ", r, ": position ",
                row.position, " outside [0, ", view_.rope_positions, ")");
     const size_t need = static_cast<size_t>(row.position / kv.block_size) + 1;
@@ -282,12 +281,9 @@ void BatchedStep::ensure_capacity(const Shape& shape, int prompt_table_entries, 
   if (in.bytes > inputs_capacity_) {  // graphs hold the old pointers
     drop_graphs();
     CUDA_CHECK(cudaFree(inputs_));
-    CUDA_CHECK(cudaFreeHost(staging_));
     inputs_ = nullptr;
-    staging_ = nullptr;
     const size_t cap = std::max(in.bytes, inputs_capacity_ * 3 / 2);
     CUDA_CHECK(cudaMalloc(&inputs_, cap));
-    CUDA_CHECK(cudaMallocHost(&staging_, cap));
     inputs_capacity_ = cap;
   }
   if (total_splits > split_capacity_) {
@@ -304,16 +300,17 @@ void BatchedStep::ensure_capacity(const Shape& shape, int prompt_table_entries, 
   }
 }
 
-void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece> prompts,
-                      const prefill::KvCacheView& kv, std::span<int32_t> tokens_out, std::span<float> logits_out,
-                      cudaStream_t stream) {
+void BatchedStep::launch(std::span<const StepRow> rows, std::span<const PromptPiece> prompts,
+                         const prefill::KvCacheView& kv, cudaStream_t stream, int32_t* chain, bool want_logits,
+                         bool want_logprobs) {
   const ModelConfig& c = config_;
   check_rows(rows, kv);
+  MD_CHECK(in_flight() < 2, "batched step: a third step launched before the first was finished");
   const int n = static_cast<int>(rows.size());
-  MD_REQUIRE(tokens_out.size() == rows.size(), "batched step: ", tokens_out.size(), " token outputs for ", n, " rows");
-  MD_REQUIRE(logits_out.empty() || logits_out.size() == static_cast<size_t>(n) * c.vocab_size,
-             "batched step: logits_out has ", logits_out.size(), " floats, rows x vocab is ",
-             static_cast<size_t>(n) * c.vocab_size);
+  bool chained = false;
+  for (const StepRow& r : rows) chained |= r.prev_row >= 0;
+  MD_REQUIRE(!chained || chain != nullptr, "batched step: chained rows, and no tokens of a previous step");
+  Slot& slot = slots_[n_launched_ % 2];
   const int ring_len = n_ring_layers_ > 0 ? kv.ring_len : 0;
   const int window = c.max_sliding_window();
   int max_blocks = 1, full_splits = 0, ring_splits = 0;
@@ -344,17 +341,18 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
 
   // The inputs, padding rows included, through one pinned buffer and one copy.
   const Inputs in = inputs(shape, prompt_table_entries);
-  std::memset(staging_, 0, in.bytes);
-  auto* tok = reinterpret_cast<int32_t*>(staging_ + in.tokens);
-  auto* pos = reinterpret_cast<int32_t*>(staging_ + in.positions);
-  auto* toff = reinterpret_cast<int32_t*>(staging_ + in.table_offsets);
-  auto* len = reinterpret_cast<int32_t*>(staging_ + in.seq_lens);
-  auto* sb = reinterpret_cast<int32_t*>(staging_ + in.split_begin);
-  auto* spos = reinterpret_cast<int64_t*>(staging_ + in.sample_pos);
-  auto* sp = reinterpret_cast<SamplingParams*>(staging_ + in.sampling);
-  auto* slots = reinterpret_cast<int32_t*>(staging_ + in.mask_slots);
-  auto* bt = reinterpret_cast<int32_t*>(staging_ + in.tables);
-  auto* pt = reinterpret_cast<int32_t*>(staging_ + in.prompt_tables);
+  uint8_t* staging = slot.staging.reserve(in.bytes);
+  std::memset(staging, 0, in.bytes);
+  auto* tok = reinterpret_cast<int32_t*>(staging + in.tokens);
+  auto* pos = reinterpret_cast<int32_t*>(staging + in.positions);
+  auto* toff = reinterpret_cast<int32_t*>(staging + in.table_offsets);
+  auto* len = reinterpret_cast<int32_t*>(staging + in.seq_lens);
+  auto* sb = reinterpret_cast<int32_t*>(staging + in.split_begin);
+  auto* spos = reinterpret_cast<int64_t*>(staging + in.sample_pos);
+  auto* sp = reinterpret_cast<SamplingParams*>(staging + in.sampling);
+  auto* slots = reinterpret_cast<int32_t*>(staging + in.mask_slots);
+  auto* bt = reinterpret_cast<int32_t*>(staging + in.tables);
+  auto* pt = reinterpret_cast<int32_t*>(staging + in.prompt_tables);
   const int prompt_table0 = static_cast<int>((in.prompt_tables - in.tables) / sizeof(int32_t));
   std::fill(pos, pos + shape.rows, -1);  // padding unless a row below says otherwise
   std::fill(slots, slots + shape.decode_rows, -1);
@@ -364,8 +362,10 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
   if (n_masked > 0 && masks_ == nullptr) {  // the first constrained step: room for every row's mask
     drop_graphs();  // they launch the sampler without masks
     CUDA_CHECK(cudaMalloc(&masks_, static_cast<size_t>(max_rows_) * mask_words * sizeof(uint32_t)));
-    CUDA_CHECK(cudaMallocHost(&masks_host_, static_cast<size_t>(max_rows_) * mask_words * sizeof(uint32_t)));
   }
+  uint32_t* masks_host =
+      n_masked > 0 ? reinterpret_cast<uint32_t*>(slot.masks.reserve(n_masked * mask_words * sizeof(uint32_t)))
+                   : nullptr;
   int splits = 0, next_slot = 0;
   for (int r = 0; r < shape.decode_rows; ++r) {
     sb[r] = splits;
@@ -376,14 +376,14 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
       continue;
     }
     const StepRow& row = rows[r];
-    tok[r] = row.token;
+    tok[r] = row.prev_row >= 0 ? -1 - row.prev_row : row.token;  // resolved on the device below
     pos[r] = row.position;
     len[r] = row.position + 1;
     spos[r] = row.position + 1;  // the position the sampled token takes (the megakernel's seq_len)
     sp[r] = row.sampling;
     if (!row.allowed.empty()) {  // the constrained rows' masks, compacted in row order
       slots[r] = next_slot;
-      std::copy(row.allowed.begin(), row.allowed.end(), masks_host_ + static_cast<size_t>(next_slot++) * mask_words);
+      std::copy(row.allowed.begin(), row.allowed.end(), masks_host + static_cast<size_t>(next_slot++) * mask_words);
     }
     const size_t used = static_cast<size_t>(row.position / kv.block_size) + 1;
     std::memcpy(bt + static_cast<size_t>(r) * shape.stride, row.block_table.data(), used * sizeof(int32_t));
@@ -391,9 +391,9 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
   }
   sb[shape.decode_rows] = splits;
   if (ring_len > 0) {  // the sliding layers' ring tables (-1 past the blocks a row holds yet) and splits
-    auto* roff = reinterpret_cast<int32_t*>(staging_ + in.ring_offsets);
-    auto* rsb = reinterpret_cast<int32_t*>(staging_ + in.ring_split_begin);
-    auto* rt = reinterpret_cast<int32_t*>(staging_ + in.ring_tables);
+    auto* roff = reinterpret_cast<int32_t*>(staging + in.ring_offsets);
+    auto* rsb = reinterpret_cast<int32_t*>(staging + in.ring_split_begin);
+    auto* rt = reinterpret_cast<int32_t*>(staging + in.ring_tables);
     std::fill(rt, rt + static_cast<size_t>(shape.decode_rows) * ring_len, -1);
     int rs = 0;
     for (int r = 0; r < shape.decode_rows; ++r) {
@@ -418,14 +418,15 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
     piece.table += prompt_table0;  // the work list's tables are entries past the decode tables' base
   }
   if (shape.rows > shape.decode_rows) {
-    *reinterpret_cast<int32_t*>(staging_ + in.n_work) = prefill::attn_work_list(
+    *reinterpret_cast<int32_t*>(staging + in.n_work) = prefill::attn_work_list(
         pieces, config_.group_size(), config_.n_kv_heads, piece_attn_ctas_, shape.decode_rows,
-        std::span(reinterpret_cast<prefill::AttnWork*>(staging_ + in.work), in.work_capacity),
-        std::span(reinterpret_cast<prefill::AttnMergeRow*>(staging_ + in.merge), shape.rows - shape.decode_rows));
+        std::span(reinterpret_cast<prefill::AttnWork*>(staging + in.work), in.work_capacity),
+        std::span(reinterpret_cast<prefill::AttnMergeRow*>(staging + in.merge), shape.rows - shape.decode_rows));
   }
-  CUDA_CHECK(cudaMemcpyAsync(inputs_, staging_, in.bytes, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaMemcpyAsync(inputs_, staging, in.bytes, cudaMemcpyHostToDevice, stream));
+  if (chained) resolve_chained_tokens(reinterpret_cast<int32_t*>(inputs_ + in.tokens), n, chain, stream);
   if (n_masked > 0)
-    CUDA_CHECK(cudaMemcpyAsync(masks_, masks_host_, static_cast<size_t>(n_masked) * mask_words * sizeof(uint32_t),
+    CUDA_CHECK(cudaMemcpyAsync(masks_, masks_host, static_cast<size_t>(n_masked) * mask_words * sizeof(uint32_t),
                                cudaMemcpyHostToDevice, stream));
   if (poison_) {  // NaN everywhere but the semaphores (the last buffer of the arena)
     const size_t upto = reinterpret_cast<uint8_t*>(split_sem_) - arena_;
@@ -441,17 +442,36 @@ void BatchedStep::run(std::span<const StepRow> rows, std::span<const PromptPiece
   } else {
     enqueue_step(shape, kv, stream);
   }
-  if (!logits_out.empty())
-    CUDA_CHECK(cudaMemcpyAsync(logits_out.data(), logits_, logits_out.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                               stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  // The outputs: the error word, the tokens (to the host, and to `chain` for a chained next step),
+  // the logits when asked.
+  slot.tail = StepOutputTail{n, c.vocab_size, want_logits, want_logprobs};
+  const size_t at_tail = (1 + static_cast<size_t>(max_rows_)) * sizeof(int32_t);
+  uint8_t* out = slot.outputs.reserve(at_tail + slot.tail.bytes());
+  CUDA_CHECK(cudaMemcpyAsync(out, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(out + sizeof(int32_t), out_tokens_, n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  if (want_logprobs && logprobs_ == nullptr) CUDA_CHECK(cudaMalloc(&logprobs_, max_rows_ * sizeof(RowLogprobs)));
+  slot.tail.enqueue(out + at_tail, logits_, out_tokens_, logprobs_, stream);
+  if (chain != nullptr)
+    CUDA_CHECK(cudaMemcpyAsync(chain, out_tokens_, n * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream));
+  CUDA_CHECK(cudaEventRecord(slot.done, stream));
+  slot.rows = n;
+  ++n_launched_;
   last_rows_ = n;
   last_shape_ = shape;
   last_kv_ = kv;
-  MD_REQUIRE(tokens_host_[max_rows_] == 0, "batched step: the device reported error ", tokens_host_[max_rows_],
+}
+
+void BatchedStep::finish(std::vector<int32_t>& tokens, std::vector<float>& logits, std::vector<RowLogprobs>& logprobs) {
+  MD_CHECK(in_flight() > 0, "batched step: finish() with no step in flight");
+  const Slot& slot = slots_[n_finished_ % 2];
+  ++n_finished_;  // whatever happens: the slot is free again
+  CUDA_CHECK(cudaEventSynchronize(slot.done));
+  const int32_t* out = slot.outputs.as<int32_t>();
+  MD_REQUIRE(out[0] == 0, "batched step: the device reported error ", out[0],
              " (a token outside the vocabulary, an expert id out of range, e.g. NaN router logits, or an "
              "expert tile list over capacity)");
-  std::copy(tokens_host_, tokens_host_ + n, tokens_out.begin());
+  tokens.assign(out + 1, out + 1 + slot.rows);
+  slot.tail.unpack(reinterpret_cast<const uint8_t*>(out + 1 + max_rows_), logits, logprobs);
 }
 
 cudaGraphExec_t BatchedStep::graph_for(const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream) {
@@ -508,8 +528,6 @@ void BatchedStep::enqueue_step(const Shape& shape, const prefill::KvCacheView& k
                 reinterpret_cast<const int64_t*>(inputs_ + in.sample_pos), out_tokens_, 1024, stream,
                 masks_ != nullptr ? reinterpret_cast<const int32_t*>(inputs_ + in.mask_slots) : nullptr, masks_);
   if (marks_) marks_->mark("sample");
-  CUDA_CHECK(cudaMemcpyAsync(tokens_host_, out_tokens_, bucket * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaMemcpyAsync(tokens_host_ + max_rows_, error_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
 }
 
 void BatchedStep::enqueue_layer(int l, const Shape& shape, const prefill::KvCacheView& kv, cudaStream_t stream) {
@@ -760,11 +778,13 @@ std::vector<std::pair<std::string, double>> BatchedStep::profile_last_step(cudaS
 }
 
 std::vector<float> BatchedStep::time_last_step(int warmup, int reps, cudaStream_t stream) {
-  MD_REQUIRE(last_rows_ > 0, "batched step: time_last_step needs a step first");
+  MD_REQUIRE(last_rows_ > 0 && in_flight() == 0, "batched step: time_last_step needs a step first, and none in flight");
   MD_REQUIRE(warmup >= 0 && reps >= 1, "time_last_step: warmup ", warmup, ", reps ", reps);
   const cudaGraphExec_t exec = graph_for(last_shape_, last_kv_, stream);
   return time_graph_replays(exec, warmup, reps, stream, [&] {
-    MD_REQUIRE(tokens_host_[max_rows_] == 0, "batched step: the device reported error ", tokens_host_[max_rows_]);
+    int32_t error = 0;
+    CUDA_CHECK(cudaMemcpy(&error, error_, sizeof(int32_t), cudaMemcpyDeviceToHost));
+    MD_REQUIRE(error == 0, "batched step: the device reported error ", error);
   });
 }
 

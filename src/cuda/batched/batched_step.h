@@ -15,7 +15,9 @@
 // sampling); its first run per shape (row bucket, block-table stride; with prompt pieces also the
 // decode rows' bucket) is eager, the second captures it as a CUDA graph that later steps replay
 // with new inputs: one upload, one graph launch, one copy of the tokens back. (A graph holds the
-// KV cache's pointer: one cache per BatchedStep.)
+// KV cache's pointer: one cache per BatchedStep.) launch() enqueues a step and returns; finish()
+// waits for the oldest: two steps may be in flight (the engine's overlapped loop), each with its
+// own pinned staging and outputs.
 // Batch invariance: a row's tokens and logits are bitwise the same in any batch (every sum's order
 // depends on the row alone: gemm_plan.h, batched_plan.h).
 // The weights and the KV cache belong to the caller (CudaBackend). Threading: one caller at a time.
@@ -34,6 +36,9 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda/batched/batched_plan.h"
+#include "cuda/common/kernels.h"
+#include "cuda/common/pinned.h"
+#include "cuda/common/step_outputs.h"
 #include "cuda/common/kernel_marks.h"
 #include "cuda/gemm/gemm_plan.h"
 #include "cuda/megakernel/types.h"
@@ -55,6 +60,9 @@ struct StepRow {
   SamplingParams sampling;
   std::span<const int32_t> ring_table;
   std::span<const uint32_t> allowed;  // [ceil(vocab / 32)] packed words, empty: any token
+  // >= 0: the row's token is the one the previous step sampled for its row prev_row, read on the
+  // device from launch()'s `chain` (`token` is ignored).
+  int prev_row = -1;
 };
 
 // A piece of one prompt riding in a step (a mixed step): tokens at positions start_pos.., written
@@ -82,21 +90,23 @@ class BatchedStep {
   static size_t workspace_bytes(const ModelConfig& config, int max_rows, int max_prompt_rows = 0);
   int max_prompt_rows() const { return max_prompt_rows_; }
 
-  // Error (before anything runs) for a bad token, position or block table; then the step: writes
-  // each row's K/V, samples its next token into tokens_out[r], and, when logits_out is non-empty
-  // ([rows][vocab]), copies the raw logits. Synchronous. A failure the device reports is an Error.
-  void run(std::span<const StepRow> rows, const prefill::KvCacheView& kv, std::span<int32_t> tokens_out,
-           std::span<float> logits_out, cudaStream_t stream) {
-    run(rows, {}, kv, tokens_out, logits_out, stream);
-  }
-  // The same step carrying prompt pieces (a mixed step; at most max_prompt_rows tokens in all): their
-  // rows follow the decode rows through every GEMM, norm and expert list, so each expert's weights
-  // are read once for both; their attention is prefill's causal attention over a work list of the
+  // Error (before anything runs) for a bad token, position or block table; then enqueues the step
+  // on `stream` and returns: it writes each row's K/V and samples its next token. Prompt pieces (a
+  // mixed step; at most max_prompt_rows tokens in all) ride beside the decode rows: their rows
+  // follow the decode rows through every GEMM, norm and expert list, so each expert's weights are
+  // read once for both; their attention is prefill's causal attention over a work list of the
   // pieces' query tiles (attn_work.h); they get no LM head and no sampling. Graphs as for plain
   // steps, per (row bucket, decode row bucket, stride): the pieces are inputs. A decode row's
-  // tokens and logits are bitwise those of the step without the pieces.
-  void run(std::span<const StepRow> rows, std::span<const PromptPiece> prompts, const prefill::KvCacheView& kv,
-           std::span<int32_t> tokens_out, std::span<float> logits_out, cudaStream_t stream);
+  // tokens and logits are bitwise those of the step without the pieces. Chained rows (prev_row)
+  // read chain[prev_row] (device memory); the step's tokens are copied to chain[0, rows) after it.
+  // With want_logits the raw logits come back too. At most two steps in flight.
+  // With want_logprobs every decode row's logprobs come back too (row_logprobs).
+  void launch(std::span<const StepRow> rows, std::span<const PromptPiece> prompts, const prefill::KvCacheView& kv,
+              cudaStream_t stream, int32_t* chain, bool want_logits, bool want_logprobs);
+  // Waits for the oldest step in flight: its tokens [rows] and, when asked at launch, its logits
+  // [rows][vocab] and logprobs [rows] (else empty). A failure the device reports is an Error.
+  void finish(std::vector<int32_t>& tokens, std::vector<float>& logits, std::vector<RowLogprobs>& logprobs);
+  int in_flight() const { return static_cast<int>(n_launched_ - n_finished_); }
 
   // Row r's logits of the last step ([vocab] fp32, device memory, valid until the next run).
   const float* logits_row(int r) const;
@@ -156,8 +166,17 @@ class BatchedStep {
   size_t arena_bytes_ = 0;
   uint8_t* inputs_ = nullptr;       // device: the per-step inputs, one upload (layout: Inputs)
   size_t inputs_capacity_ = 0;
-  uint8_t* staging_ = nullptr;      // pinned host copy of the inputs
-  int32_t* tokens_host_ = nullptr;  // pinned [max_rows] + the error word
+  // What one step in flight holds on the host: the pinned inputs and token masks it uploads, its
+  // outputs (the error word, tokens [max_rows], then logits when asked) and the event they are
+  // ready at.
+  struct Slot {
+    PinnedBuffer staging, masks, outputs;
+    cudaEvent_t done = nullptr;
+    int rows = 0;
+    StepOutputTail tail;  // logits and logprobs, when asked
+  };
+  Slot slots_[2];
+  uint64_t n_launched_ = 0, n_finished_ = 0;
   float* part_o_ = nullptr;         // attention partials, [split_capacity][n_heads][head_dim]
   float* part_ml_ = nullptr;
   int split_capacity_ = 0;
@@ -192,11 +211,11 @@ class BatchedStep {
   float* split_ws_ = nullptr;       // split-K partials of the dense GEMMs (gemm::workspace_floats)
   int32_t* split_sem_ = nullptr;    // their semaphores (zeroed once)
   // Token masks of the constrained rows, [n_masked][ceil(V/32)] words (slot k at k * words; the
-  // step's inputs hold each decode row's slot, -1: any token), uploaded from the pinned masks_host_
+  // step's inputs hold each decode row's slot, -1: any token), uploaded from the slot's pinned masks
   // in a step with a constrained row. Allocated for max_rows_ rows by the first such step (the
   // graphs are recaptured then); until then the sampler is launched without masks.
   uint32_t* masks_ = nullptr;
-  uint32_t* masks_host_ = nullptr;
+  RowLogprobs* logprobs_ = nullptr;  // [max_rows_], allocated by the first step that asks
 
   // The last step's shape and the step graphs per shape; seen_: shapes that ran once eagerly (the
   // next step of the shape captures its graph).

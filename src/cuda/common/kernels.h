@@ -55,5 +55,24 @@ void sample_tokens(const float* logits, int logits_stride, int n_rows, int vocab
                    const int64_t* positions, int32_t* tokens, int threads, cudaStream_t stream,
                    const int32_t* mask_slots = nullptr, const uint32_t* masks = nullptr);
 
+// ---- logprobs (logprobs.cu) ----
+// The most top logprobs a row gets on the device (the server's limit, vLLM's default).
+constexpr int kMaxTopLogprobs = 20;
+struct RowLogprobs {
+  int32_t token;                      // the row's sampled token
+  float logprob;                      // log_softmax(logits)[token]
+  int32_t ids[kMaxTopLogprobs];       // the most likely tokens, best first (ties: lower id)
+  float logprobs[kMaxTopLogprobs];
+};
+// out[r] for r < n_rows: engine/logits.h token_logprob(logits row r, tokens[r], kMaxTopLogprobs)
+// (NaN and -inf as it gives them; the normaliser summed in another order: to ~1e-6), one CTA a row.
+void row_logprobs(const float* logits, int logits_stride, int n_rows, int vocab, const int32_t* tokens,
+                  RowLogprobs* out, cudaStream_t stream);
+
+// ---- chained steps (the overlapped loop: engine/backend.h, DecodeSeq::prev_row) ----
+// tokens[i] < 0 (i < n) becomes chain[-1 - tokens[i]]: the token the previous step sampled for
+// that row, which the host has not seen yet. Device memory both.
+void resolve_chained_tokens(int32_t* tokens, int n, const int32_t* chain, cudaStream_t stream);
+
 }  // namespace megadecode::cuda
 

@@ -2,7 +2,9 @@
 // and at 1024: greedy argmax (ties to the lowest id), reproducibility per (seed, position), kept
 // sets of min-p / top-k / top-p equal to the host sampler's, the empirical distribution, and token
 // masks (structured output): a masked row's token is the host sampler's under the same mask, in a
-// batch with unmasked rows.
+// batch with unmasked rows. The device logprobs (row_logprobs): engine/logits.h token_logprob's
+// token and top-20 ids exactly, its values to 2e-5, on awkward vocabularies, tied values, -inf
+// tokens, and rows with a NaN or nothing finite.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -12,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
+#include "engine/logits.h"
 #include "sampling/host_sampler.h"
 #include "sampling/token_mask.h"
 #include "../gpu_test_util.h"
@@ -202,6 +205,53 @@ TEST(Sampling, TokenMasksGiveTheHostSamplersToken) {
         EXPECT_EQ(got[r], sampling::sample_token(row, p[r], pos[r], {}, mask))
             << "vocab " << vocab << " row " << r << " threads " << threads;
         if (!mask.empty()) EXPECT_TRUE(token_mask_allows(mask.data(), got[r]));
+      }
+    }
+  }
+}
+
+TEST(Sampling, RowLogprobsAreTheHostsTokenLogprob) {
+  MD_REQUIRE_GPU();
+  SplitMix64 rng(test::seed_for("Sampling.RowLogprobs"));
+  for (int vocab : {1, 7, 19, 20, 21, 333, 5000, 151936}) {
+    const int rows = 6;
+    std::vector<float> l(size_t(rows) * vocab);
+    std::vector<int32_t> tokens(rows);
+    for (int r = 0; r < rows; ++r) {
+      float* row = &l[size_t(r) * vocab];
+      for (int i = 0; i < vocab; ++i) {
+        row[i] = rng.normal() * 4.0f;
+        if (r == 1) row[i] = std::round(row[i]);                            // many tied values
+        if (r == 2 && rng.below(3) == 0) row[i] = -INFINITY;                 // banned tokens
+        if (r == 5) row[i] = -INFINITY;                                     // nothing finite
+      }
+      if (r == 3) row[rng.below(vocab)] = NAN;                              // a NaN row
+      if (r == 4) row[rng.below(vocab)] = 80.0f, row[rng.below(vocab)] = 80.0f;  // a tie at the top
+      tokens[r] = static_cast<int32_t>(rng.below(vocab));
+    }
+    DeviceBuffer<float> dl(l);
+    DeviceBuffer<int32_t> dt(tokens);
+    DeviceBuffer<RowLogprobs> out(rows);
+    out.poison();
+    row_logprobs(dl.get(), vocab, rows, vocab, dt.get(), out.get(), nullptr);
+    const std::vector<RowLogprobs> got = out.download();
+    auto same = [](float a, float b) {
+      return (std::isnan(a) && std::isnan(b)) || a == b || std::fabs(a - b) <= 2e-5f;
+    };
+    for (int r = 0; r < rows; ++r) {
+      const std::string what = "vocab " + std::to_string(vocab) + " row " + std::to_string(r);
+      const TokenLogprob want =
+          token_logprob(std::span<const float>(&l[size_t(r) * vocab], vocab), tokens[r], kMaxTopLogprobs);
+      EXPECT_EQ(got[r].token, tokens[r]) << what;
+      EXPECT_TRUE(same(got[r].logprob, want.logprob)) << what << ": " << got[r].logprob << " vs " << want.logprob;
+      for (int k = 0; k < kMaxTopLogprobs; ++k) {
+        if (k >= static_cast<int>(want.top.size())) {  // vocab < 20: past the vocabulary
+          EXPECT_EQ(got[r].ids[k], -1) << what << " top " << k;
+          continue;
+        }
+        EXPECT_EQ(got[r].ids[k], want.top[k].token) << what << " top " << k;
+        EXPECT_TRUE(same(got[r].logprobs[k], want.top[k].logprob))
+            << what << " top " << k << ": " << got[r].logprobs[k] << " vs " << want.top[k].logprob;
       }
     }
   }
