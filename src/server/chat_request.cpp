@@ -227,7 +227,7 @@ std::string render_chat(const ChatInput& input, const ChatSupport& support) {
 }
 
 std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, ChatOutputOptions* output,
-                         bool hold_hermes_calls) {
+                         bool hold_calls) {
   const bool calls_wanted = chat.tool_choice.kind != ToolChoice::Kind::kNone;
   if (calls_wanted && !support.tool_format)
     throw bad_request("this server parses no tool calls for this model (start it with --tool-call-parser)",
@@ -256,13 +256,12 @@ std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, Ch
   if (forced) {
     // A forced call is the prompt ending with its opening (after an empty think block, as the
     // template writes one when thinking is off; cmd4's prompt always opens one, which is closed);
-    // a held Hermes call opens only the tag, and its grammar writes the rest.
+    // a held call opens only the tag, and its grammar writes the rest.
     if (cmd4 && thinking) prompt += "<|END_THINKING|>";
     if (!cmd4 && output->reasoning) prompt += "<think>\n\n</think>\n\n";
     output->reasoning = false;
-    output->primed = hold_hermes_calls && *support.tool_format == ToolCallFormat::kHermes
-                         ? std::string(kHeldHermesOpening)
-                         : tool_call_opening(*support.tool_format, chat.tool_choice.name);
+    output->primed = hold_calls ? std::string(held_call_opening(*support.tool_format))
+                                : tool_call_opening(*support.tool_format, chat.tool_choice.name);
     prompt += output->primed;
   }
   return prompt;

@@ -52,10 +52,10 @@ struct ChatSupport {
 std::string render_chat(const ChatInput& input, const ChatSupport& support);
 
 // The prompt for `chat` (rendered, plus the opening of a forced tool call) and, in *output, how
-// the choices' text is parsed. ApiError 400 for what the model cannot do. hold_hermes_calls: a
-// forced Hermes call's output will be held to its tools' schemas (forced_tool_call.h), so the
-// prompt ends with "<tool_call>\n" alone, not with the call's name and "arguments" key.
+// the choices' text is parsed. ApiError 400 for what the model cannot do. hold_calls: a forced
+// call's output will be held to its tools' schemas (forced_tool_call.h), so the prompt ends with
+// the format's opening tag alone (held_call_opening), not with the call's name.
 std::string prepare_chat(const ChatRequest& chat, const ChatSupport& support, ChatOutputOptions* output,
-                         bool hold_hermes_calls = false);
+                         bool hold_calls = false);
 
 }  // namespace megadecode

@@ -34,7 +34,8 @@ void rebase_refs(RequestJson& s, const std::string& base) {
   }
 }
 
-RequestJson call_schema(const ForcedTool& t, const std::string& base) {
+// {"name": <const>, "arguments": <parameters>}: a Hermes call object at `base`.
+RequestJson hermes_call(const ForcedTool& t, const std::string& base) {
   RequestJson args = t.parameters;
   rebase_refs(args, base + "/properties/arguments");
   RequestJson props = RequestJson::object();
@@ -48,21 +49,72 @@ RequestJson call_schema(const ForcedTool& t, const std::string& base) {
   return s;
 }
 
+// {"tool_call_id": <string>, "tool_name": <const>, "parameters": <parameters>}: a cmd4 action at `base`.
+RequestJson cmd4_action(const ForcedTool& t, const std::string& base) {
+  RequestJson params = t.parameters;
+  rebase_refs(params, base + "/properties/parameters");
+  RequestJson props = RequestJson::object();
+  props["tool_call_id"] = RequestJson{{"type", "string"}, {"minLength", 1}, {"maxLength", 8}};
+  props["tool_name"] = RequestJson{{"const", t.name}};
+  props["parameters"] = std::move(params);
+  RequestJson s = RequestJson::object();
+  s["type"] = "object";
+  s["properties"] = std::move(props);
+  s["required"] = RequestJson::array({"tool_call_id", "tool_name", "parameters"});
+  s["additionalProperties"] = false;
+  return s;
+}
+
+// One of `tools` at `base`: the call itself, or anyOf over them.
+template <typename Make>
+RequestJson one_of(const std::vector<ForcedTool>& tools, const std::string& base, Make&& make) {
+  if (tools.size() == 1) return make(tools[0], base);
+  RequestJson s = RequestJson::object();
+  s["anyOf"] = RequestJson::array();
+  for (size_t i = 0; i < tools.size(); ++i) s["anyOf"].push_back(make(tools[i], cat(base, "/anyOf/", i)));
+  return s;
+}
+
 }  // namespace
 
-structured::Spec forced_call_spec(const std::vector<ForcedTool>& tools) {
+const char* held_call_opening(ToolCallFormat format) {
+  return format == ToolCallFormat::kCohereCommand4 ? "<|START_ACTION|>" : "<tool_call>\n";
+}
+
+const char* held_call_close(ToolCallFormat format) {
+  return format == ToolCallFormat::kCohereCommand4 ? "<|END_ACTION|>" : "</tool_call>";
+}
+
+structured::Spec forced_call_spec(ToolCallFormat format, const std::vector<ForcedTool>& tools, bool parallel) {
   MD_REQUIRE(!tools.empty(), "a forced tool call needs a tool");
-  RequestJson schema;
-  if (tools.size() == 1) {
-    schema = call_schema(tools[0], "");
-  } else {
-    schema = RequestJson::object();
-    schema["anyOf"] = RequestJson::array();
-    for (size_t i = 0; i < tools.size(); ++i) schema["anyOf"].push_back(call_schema(tools[i], cat("/anyOf/", i)));
+  switch (format) {
+    case ToolCallFormat::kHermes: {
+      structured::Options o;
+      o.trailing_whitespace = 1;  // the template's "\n" before "</tool_call>"
+      return structured::Spec::json_schema(one_of(tools, "", hermes_call).dump(), o);
+    }
+    case ToolCallFormat::kQwen3Coder: {
+      RequestJson list = RequestJson::array();
+      for (size_t i = 0; i < tools.size(); ++i) {
+        RequestJson params = tools[i].parameters;
+        rebase_refs(params, cat("/", i, "/parameters"));
+        list.push_back(RequestJson{{"name", tools[i].name}, {"parameters", std::move(params)}});
+      }
+      return structured::Spec::xml_call(list.dump());
+    }
+    case ToolCallFormat::kCohereCommand4: {
+      RequestJson s = RequestJson::object();
+      s["type"] = "array";
+      s["items"] = one_of(tools, "/items", cmd4_action);
+      s["minItems"] = 1;
+      if (!parallel) s["maxItems"] = 1;
+      structured::Options o;
+      o.max_whitespace = 5;  // the template's "[\n    {"
+      return structured::Spec::json_schema(s.dump(), o);
+    }
   }
-  structured::Options o;
-  o.trailing_whitespace = 1;  // the template's "\n" before "</tool_call>"
-  return structured::Spec::json_schema(schema.dump(), o);
+  MD_CHECK(false, "forced_call_spec: unknown format");
+  return {};
 }
 
 }  // namespace megadecode

@@ -151,31 +151,34 @@ std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::constraints(const S
   return out;
 }
 
-int32_t OpenAiService::hermes_close_id() const {
-  if (model_.tokenizer == nullptr) return -1;
-  const std::vector<int32_t> ids = model_.tokenizer->encode("</tool_call>", false);
+int32_t OpenAiService::held_close_id() const {
+  if (model_.tokenizer == nullptr || !model_.chat.tool_format) return -1;
+  const std::vector<int32_t> ids = model_.tokenizer->encode(held_call_close(*model_.chat.tool_format), false);
   return ids.size() == 1 ? ids[0] : -1;
 }
 
 std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::call_constraints(const ChatRequest& chat, int n) {
   const std::vector<ForcedTool> tools = forced_tools(chat.tool_choice, chat.input.tools);
   MD_REQUIRE(!tools.empty(), "a forced tool call without its tool");  // parse_tool_choice checked the name
+  const ToolCallFormat format = *model_.chat.tool_format;
   for (const ForcedTool& t : tools) {  // each alone first, so that an error names the tool's own pointer
     try {
       compiler().compile(structured::Spec::json_schema(t.parameters.dump()));
+      if (format == ToolCallFormat::kQwen3Coder)  // and what the XML form adds (its pointers are the tool's own)
+        compiler().compile(forced_call_spec(format, {t}, chat.parallel_tool_calls));
     } catch (const Error& e) {
       throw bad_request(cat("'tools' [", t.index, "] (function '", t.name, "'): its parameters cannot be enforced: ",
                             e.what()),
                         "tools");
     }
   }
-  const structured::Spec spec = forced_call_spec(tools);
+  const structured::Spec spec = forced_call_spec(format, tools, chat.parallel_tool_calls);
   try {
     compiler().compile(spec);
   } catch (const Error& e) {
     throw bad_request(cat("the forced tool call cannot be enforced: ", e.what()), "tools");
   }
-  const int32_t close = hermes_close_id();
+  const int32_t close = held_close_id();
   std::vector<std::shared_ptr<TokenConstraint>> out;
   for (int i = 0; i < n; ++i)
     out.push_back(std::make_shared<structured::Framed>(compiler().make(spec), std::vector<int32_t>{},
@@ -224,12 +227,12 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   setup.id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(id_bits, mix64(id_bits));
   setup.id_bits = id_bits;
 
-  // A forced Hermes call is held to its tools' schemas (not beside another structured output, which
-  // is refused below).
+  // A forced call is held to its tools' schemas (not beside another structured output, which is
+  // refused below) where the format's closing tag is one token.
   const bool hold_calls = chat && !r.structured &&
                           (r.chat.tool_choice.kind == ToolChoice::Kind::kRequired ||
                            r.chat.tool_choice.kind == ToolChoice::Kind::kFunction) &&
-                          model_.chat.tool_format == ToolCallFormat::kHermes && hermes_close_id() >= 0;
+                          held_close_id() >= 0;
   if (chat) {
     const std::string text = prepare_chat(r.chat, model_.chat, &setup.chat_output, hold_calls);
     setup.prompts.push_back(encode(text, r.add_special_tokens));

@@ -71,7 +71,7 @@ class OpenAiService {
   // ApiError 400 naming the tool whose parameters it cannot enforce.
   std::vector<std::shared_ptr<TokenConstraint>> call_constraints(const ChatRequest& chat, int n);
   // The id of "</tool_call>" when it is one token of the tokenizer (a held call's close), else -1.
-  int32_t hermes_close_id() const;
+  int32_t held_close_id() const;
   structured::Compiler& compiler();
 
   Engine& engine_;

@@ -82,11 +82,13 @@ std::string declared_type(const Json& tools, std::string_view function, const st
 }
 
 // A parameter's text typed by its schema; the text itself when it does not read as that type.
+// A number's text is its JSON number whatever the declared kind (an integer too long for 64 bits
+// parses as a float, still integral; a schema's ["integer", "number"] declares "integer").
 Json typed_value(const std::string& text, const std::string& type, bool nullable) {
-  if (nullable && (text == "null" || text == "None")) return nullptr;
+  if ((nullable || type == "null") && (text == "null" || text == "None")) return nullptr;
   if (type == "integer" || type == "number") {
     const Json v = Json::parse(text, nullptr, false);
-    if (!v.is_discarded() && (type == "number" ? v.is_number() : v.is_number_integer())) return v;
+    if (!v.is_discarded() && v.is_number()) return v;
   } else if (type == "boolean") {
     if (text == "true" || text == "True") return true;
     if (text == "false" || text == "False") return false;

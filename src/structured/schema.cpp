@@ -15,16 +15,17 @@
 #include <nlohmann/json.hpp>
 
 #include "structured/json_grammar.h"
+#include "structured/schema_compiler.h"
 #include "structured/regex.h"
+#include "structured/xml_call.h"
 
 namespace megadecode::structured {
-
-using Json = nlohmann::ordered_json;
 
 SchemaError::SchemaError(std::string keyword, std::string pointer, const std::string& why)
     : Error(cat("JSON schema: \"", keyword, "\" at #", pointer, ": ", why)),
       keyword_(std::move(keyword)),
-      pointer_(std::move(pointer)) {}
+      pointer_(std::move(pointer)),
+      why_(why) {}
 
 namespace {
 
@@ -38,16 +39,6 @@ const std::set<std::string> kSupported = {"type", "properties", "required", "add
                                           "exclusiveMinimum", "exclusiveMaximum"};
 const std::set<std::string> kTypes = {"object", "array", "string", "integer", "number", "boolean", "null"};
 
-std::string escape_pointer_token(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
-
 std::string json_type(const Json& v) {
   if (v.is_object()) return "object";
   if (v.is_array()) return "array";
@@ -58,35 +49,17 @@ std::string json_type(const Json& v) {
   return "null";
 }
 
-class SchemaCompiler {
- public:
-  SchemaCompiler(const Json& root, GrammarBuilder& b, const Options& options)
-      : root_(root), b_(b), json_(b, options.max_whitespace) {}
+}  // namespace
 
-  Frag value(const Json& s, const std::string& ptr);
-  NodeId rule_for(const Json& s, const std::string& ptr);
-  JsonGrammar& json() { return json_; }
-
- private:
-  [[noreturn]] void fail(const std::string& keyword, const std::string& ptr, const std::string& why) const {
-    throw SchemaError(keyword, ptr + "/" + escape_pointer_token(keyword), why);
+std::string escape_pointer_token(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
   }
-  int count(const Json& s, const std::string& key, const std::string& ptr, int fallback) const;
-  std::optional<int64_t> bound(const Json& s, const std::string& key, const std::string& ptr) const;
-  const Json& resolve(const std::string& ref, const std::string& ptr, std::string& target_ptr) const;
-  Frag typed(const std::string& type, const Json& s, const std::string& ptr);
-  Frag object(const Json& s, const std::string& ptr);
-  Frag array(const Json& s, const std::string& ptr);
-  Frag string(const Json& s, const std::string& ptr);
-  Frag integer(const Json& s, const std::string& ptr);
-  Frag enumeration(const std::vector<Json>& values);
-  void check_disjoint(const Json& branches, const std::string& ptr) const;
-
-  const Json& root_;
-  GrammarBuilder& b_;
-  JsonGrammar json_;
-  std::map<std::string, NodeId> rules_;  // by JSON pointer
-};
+  return out;
+}
 
 NodeId SchemaCompiler::rule_for(const Json& s, const std::string& ptr) {
   const auto it = rules_.find(ptr);
@@ -345,8 +318,6 @@ Frag SchemaCompiler::integer(const Json& s, const std::string& ptr) {
   return json_.integer_range(lo, hi);
 }
 
-}  // namespace
-
 Spec Spec::json_schema(std::string schema_text, Options options) {
   Spec s;
   s.kind = SpecKind::kJsonSchema;
@@ -370,6 +341,13 @@ Spec Spec::choice(std::vector<std::string> choices, Options options) {
   return s;
 }
 
+Spec Spec::xml_call(std::string tools_text) {
+  Spec s;
+  s.kind = SpecKind::kXmlCall;
+  s.schema = std::move(tools_text);
+  return s;
+}
+
 Spec Spec::regex(std::string pattern) {
   Spec s;
   s.kind = SpecKind::kRegex;
@@ -380,7 +358,7 @@ Spec Spec::regex(std::string pattern) {
 std::string Spec::cache_key() const {
   std::string key = cat(static_cast<int>(kind), ":", options.max_whitespace, ":", options.leading_whitespace, ":",
                         options.trailing_whitespace, ":");
-  if (kind == SpecKind::kJsonSchema) key += schema;
+  if (kind == SpecKind::kJsonSchema || kind == SpecKind::kXmlCall) key += schema;
   if (kind == SpecKind::kChoice)
     for (const std::string& c : choices) key += cat(c.size(), ":", c);
   if (kind == SpecKind::kRegex) key += pattern;
@@ -405,7 +383,7 @@ Grammar build_grammar(const Spec& spec) {
     return b.finish(root);
   }
   Json schema;
-  if (spec.kind == SpecKind::kJsonSchema) {
+  if (spec.kind == SpecKind::kJsonSchema || spec.kind == SpecKind::kXmlCall) {
     try {
       schema = Json::parse(spec.schema);
     } catch (const nlohmann::json::exception& e) {
@@ -413,6 +391,10 @@ Grammar build_grammar(const Spec& spec) {
     }
   }
   SchemaCompiler compiler(schema, b, spec.options);
+  if (spec.kind == SpecKind::kXmlCall) {
+    b.define(root, xml_call(compiler, b, schema));
+    return b.finish(root);
+  }
   const Frag lead = compiler.json().ws(spec.options.leading_whitespace);
   const Frag body = spec.kind == SpecKind::kJsonObject ? compiler.json().any_object()
                                                         : b.call(compiler.rule_for(schema, ""));

@@ -1,6 +1,7 @@
 // What a request may constrain its output to, and the compilers from each kind to a Grammar:
 // a JSON Schema (the subset in the README's "Structured output" section), any JSON object
-// (JSON mode), one of a list of literal strings (choice), or a regular expression (regex.h).
+// (JSON mode), one of a list of literal strings (choice), a regular expression (regex.h), or a
+// Qwen3-Coder tool call, XML around JSON values (xml_call.h).
 //
 // Whitespace: every structural gap (after '{' and '[', around ':' and ',', before '}' and ']')
 // takes at most Options::max_whitespace bytes of ' ', '\n' or '\t' (0: compact JSON only); the
@@ -23,9 +24,10 @@ class SchemaError : public Error {
   SchemaError(std::string keyword, std::string pointer, const std::string& why);
   const std::string& keyword() const { return keyword_; }
   const std::string& pointer() const { return pointer_; }
+  const std::string& why() const { return why_; }
 
  private:
-  std::string keyword_, pointer_;
+  std::string keyword_, pointer_, why_;
 };
 
 struct Options {
@@ -35,11 +37,11 @@ struct Options {
   bool operator==(const Options&) const = default;
 };
 
-enum class SpecKind { kJsonSchema, kJsonObject, kChoice, kRegex };
+enum class SpecKind { kJsonSchema, kJsonObject, kChoice, kRegex, kXmlCall };
 
 struct Spec {
   SpecKind kind = SpecKind::kJsonObject;
-  std::string schema;                // kJsonSchema: the schema's JSON text
+  std::string schema;                // kJsonSchema: the schema's JSON text; kXmlCall: the tools (xml_call.h)
   std::vector<std::string> choices;  // kChoice: the output is exactly one of these
   std::string pattern;               // kRegex: the output matches it whole (regex.h's subset)
   Options options;
@@ -48,6 +50,9 @@ struct Spec {
   static Spec json_object(Options options = {});
   static Spec choice(std::vector<std::string> choices, Options options = {});
   static Spec regex(std::string pattern);
+  // Qwen3-Coder's XML tool call over tools_text, a JSON array of {"name", "parameters"} whose local
+  // "$ref"s point from the array's root ("#/0/parameters/$defs/x"): xml_call.h.
+  static Spec xml_call(std::string tools_text);
   std::string cache_key() const;
 };
 

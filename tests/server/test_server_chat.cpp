@@ -159,6 +159,41 @@ TEST(ServerChat, Qwen3CoderXmlToolCalls) {
       << server.prompts().back();
 }
 
+// A forced Qwen3-Coder call is held to its tool's schema: the prompt ends with "<tool_call>\n", the
+// model writes <function=...> under the XML call's grammar (structured/xml_call.h; the scripted
+// tokens must pass it), a multi-line text parameter comes back whole; a parameter the XML form
+// cannot type is a 400 naming the tool and the keyword.
+TEST(ServerChat, Qwen3CoderForcedCallIsHeldToItsSchema) {
+  ScriptedServer server(ChatFamily::kQwen3Coder);
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "write_file",
+      "parameters": {"type": "object", "properties": {"file_path": {"type": "string"}, "content": {"type": "string"},
+      "mode": {"type": ["integer", "null"]}}, "required": ["file_path", "content"]}}},
+      {"type": "function", "function": {"name": "noop"}}])");
+  // The parameters in the schema's order as the server got it (this client's JSON sorts its keys).
+  server.on_text("Save", "<function=write_file>\n<parameter=content>\na < b\n</param>\n</parameter>\n<parameter=file_path>\n"
+                         "/tmp/h.txt\n</parameter>\n<parameter=mode>\n384\n</parameter>\n</function>\n</tool_call>");
+  for (const json& choice : {json({{"type", "function"}, {"function", {{"name", "write_file"}}}}), json("required")}) {
+    auto [whole, streamed] = both_ways(server, {{"messages", {user("Save")}}, {"tools", tools}, {"tool_choice", choice}});
+    EXPECT_TRUE(server.prompts().back().ends_with("<|im_start|>assistant\n<tool_call>\n")) << server.prompts().back();
+    EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls") << whole.dump();
+    const json& m = whole["choices"][0]["message"];
+    ASSERT_EQ(m["tool_calls"].size(), 1u) << m.dump();
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "write_file");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"],
+              "{\"content\": \"a < b\\n</param>\", \"file_path\": \"/tmp/h.txt\", \"mode\": 384}");
+    EXPECT_EQ(streamed.tool_calls.size(), 1u);
+  }
+  json bad = tools;
+  bad[0]["function"]["parameters"]["properties"]["mode"] = {{"anyOf", {{{"type", "integer"}}, {{"type", "null"}}}}};
+  const auto r = post_json(server.port(), "/v1/chat/completions",
+                           {{"model", server.model()}, {"messages", {user("Save")}}, {"tools", bad}, {"tool_choice", "required"}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  const json e = json::parse(r.body)["error"];
+  EXPECT_EQ(e["param"], "tools") << r.body;
+  for (const char* word : {"write_file", "anyOf", "/properties/mode"})
+    EXPECT_NE(e["message"].get<std::string>().find(word), std::string::npos) << word << ": " << r.body;
+}
+
 TEST(ServerChat, ToolChoiceAndParallelCalls) {
   ScriptedServer server(ChatFamily::kQwen3);
   const std::string two_calls =

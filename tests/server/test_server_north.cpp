@@ -115,6 +115,34 @@ TEST_F(NorthServer, ChatToolCallAndToolResultRoundTrip) {
   EXPECT_EQ(loop.answer["usage"]["prompt_tokens"], second.size());
 }
 
+// A forced call (a named function or "required") is held to the tools' schemas in cmd4's own
+// form: the prompt closes the reasoning and ends with <|START_ACTION|> (one token), the model writes
+// the action list under the grammar (forced_tool_call.h; the scripted tokens must pass it) and
+// <|END_ACTION|>; "required" with parallel_tool_calls lets the list hold several calls.
+TEST_F(NorthServer, ForcedCallsAreHeldToTheToolsSchemas) {
+  ScriptedServer server(ChatFamily::kCmd4, {}, dir_);
+  const std::string city = random_city(seed_);
+  const std::string action = cmd4_action({city, "Lima"});
+  ASSERT_TRUE(action.starts_with("<|START_ACTION|>"));
+  server.on_text("Call once", "[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"" +
+                            city + "\", \"days\": 3}}\n]<|END_ACTION|>");
+  server.on_text("Call twice", action.substr(std::string("<|START_ACTION|>").size()));
+  auto [named, named_s] = both_ways(server, {{"messages", {user("Call once")}}, {"tools", weather_tools()},
+                                             {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}});
+  EXPECT_TRUE(server.prompts().back().ends_with("<|START_THINKING|><|END_THINKING|><|START_ACTION|>"))
+      << server.prompts().back();
+  EXPECT_EQ(server.prompt_ids().back().back(), id_of(server, "<|START_ACTION|>"));
+  EXPECT_EQ(named["choices"][0]["finish_reason"], "tool_calls") << named.dump();
+  const json& m = named["choices"][0]["message"];
+  ASSERT_EQ(m.value("tool_calls", json::array()).size(), 1u) << m.dump();
+  EXPECT_EQ(json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", city}, {"days", 3}}));
+  EXPECT_EQ(named_s.tool_calls.size(), 1u);
+  auto [both, both_s] = both_ways(server, {{"messages", {user("Call twice")}}, {"tools", weather_tools()}, {"tool_choice", "required"}});
+  const json& m2 = both["choices"][0]["message"];
+  ASSERT_EQ(m2.value("tool_calls", json::array()).size(), 2u) << m2.dump();
+  EXPECT_EQ(json::parse(m2["tool_calls"][1]["function"]["arguments"].get<std::string>()), json({{"city", "Lima"}}));
+}
+
 // Reasoning switched off by chat_template_kwargs (`reasoning` false, `reasoning_effort` "none"):
 // the prompt closes the reasoning and the reply is all answer.
 TEST_F(NorthServer, ReasoningOffByTemplateKwargs) {

@@ -97,15 +97,15 @@ struct TinyStack {
   std::unique_ptr<Engine> engine;
 };
 
-ServedModel tiny_served_model(const TinyStack& stack) {
-  return stack.tokenizer ? served_model(stack.dir, "tiny", stack.model->config, *stack.tokenizer, ChatFlags{})
+ServedModel tiny_served_model(const TinyStack& stack, const ChatFlags& flags = {}) {
+  return stack.tokenizer ? served_model(stack.dir, "tiny", stack.model->config, *stack.tokenizer, flags)
                          : served_model_without_tokenizer(stack.dir, "tiny", stack.model->config);
 }
 
 // TinyStack behind the HTTP server, as `megadecode serve` assembles it.
 struct TinyServer {
-  explicit TinyServer(bool with_tokenizer = true, const fs::path& dir = tiny_model_dir())
-      : stack(512, 16, 8, 32, with_tokenizer, dir), service(*stack.engine, tiny_served_model(stack)) {
+  explicit TinyServer(bool with_tokenizer = true, const fs::path& dir = tiny_model_dir(), const ChatFlags& flags = {})
+      : stack(512, 16, 8, 32, with_tokenizer, dir), service(*stack.engine, tiny_served_model(stack, flags)) {
     HttpServerConfig hc;
     hc.port = 0;
     http = std::make_unique<HttpServer>(hc, service.handler());
@@ -332,8 +332,11 @@ TEST_F(TinyModelTest, StructuredOutputHoldsItsSchema) {
   ask["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "person"}, {"schema", schema}}}};
   auto r = c.request("POST", "/v1/completions", ask.dump());
   ASSERT_EQ(r.status, 200) << r.body;
-  ASSERT_EQ(r.json()["choices"].size(), 4u);
-  for (const json& choice : r.json()["choices"]) {
+  const json reply = r.json();  // (a range-for over r.json()["choices"] would outlive its temporary)
+  ASSERT_EQ(reply["choices"].size(), 4u);
+  int checked = 0;
+  for (const json& choice : reply["choices"]) {
+    ++checked;
     const std::string text = choice["text"];
     EXPECT_EQ(choice["finish_reason"], "stop") << text;
     const structured::testing::Json v = structured::testing::Json::parse(text, nullptr, false);
@@ -341,6 +344,7 @@ TEST_F(TinyModelTest, StructuredOutputHoldsItsSchema) {
     const auto s = structured::testing::Json::parse(schema.dump());
     EXPECT_EQ(structured::testing::validate(v, s, s), "") << text;
   }
+  EXPECT_EQ(checked, 4);
 
   ask = base;
   ask["structured_outputs"] = {{"choice", {"yes", "no", "maybe"}}};
@@ -428,12 +432,16 @@ TEST_F(TinyModelTest, ForcedToolCallsHoldTheirToolsSchemas) {
     ask["tool_choice"] = choice;
     auto r = c.request("POST", "/v1/chat/completions", ask.dump());
     ASSERT_EQ(r.status, 200) << r.body;
-    ASSERT_EQ(r.json()["choices"].size(), 3u);
-    for (const json& ch : r.json()["choices"]) {
+    const json reply = r.json();  // (a range-for over r.json()["choices"] would outlive its temporary)
+    ASSERT_EQ(reply["choices"].size(), 3u);
+    int checked = 0;
+    for (const json& ch : reply["choices"]) {
       EXPECT_EQ(ch["finish_reason"], "tool_calls") << ch.dump();
       ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << ch.dump();
       check_call(ch["message"]["tool_calls"][0], choice.is_string() ? "" : "route");
+      ++checked;
     }
+    EXPECT_EQ(checked, 3);
   }
 
   json ask = base;  // streamed: the call's deltas joined
@@ -476,6 +484,70 @@ TEST_F(TinyModelTest, ForcedToolCallsHoldTheirToolsSchemas) {
   r = c.request("POST", "/v1/chat/completions", ask.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "length") << r.body;
+}
+
+// The same in Qwen3-Coder's XML calls (its template, --tool-call-parser qwen3_coder): enum text
+// parameters, the others JSON read back by their declared type; every call's arguments hold the
+// tool's schema (n = 3 random draws, required and named); a text parameter's length is a 400
+// naming 'tools', the keyword and the tool. (Free text parameters are left to the walks of
+// test_forced_tool_call and the scripted server: random weights almost never write the
+// "\n</parameter>" that ends one.)
+TEST_F(TinyModelTest, ForcedQwen3CoderCallsHoldTheirToolsSchemas) {
+  using nlohmann::json;
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  ChatFlags flags;
+  flags.chat_template = fs::path(MEGADECODE_SOURCE_DIR) / "tests/data/qwen3_coder_chat_template.jinja";
+  flags.tool_call_parser = "qwen3_coder";
+  TinyServer server(true, tiny_model_dir(), flags);
+  testing::HttpClient c(server.http->port());
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
+      "path": {"type": "string", "enum": ["/tmp/a", "/tmp/b c"]}, "mode": {"type": ["integer", "null"],
+      "minimum": 0, "maximum": 511}, "lines": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+      "maxItems": 3}, "force": {"type": "boolean"},
+      "kind": {"type": "string", "enum": ["text", "binary"]}},
+      "required": ["path", "kind"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "route", "parameters": {"type": "object",
+      "$defs": {"p": {"type": "object", "properties": {"x": {"type": "integer", "minimum": 0, "maximum": 99}},
+                      "required": ["x"], "additionalProperties": false}},
+      "properties": {"from": {"type": "object", "properties": {"at": {"$ref": "#/$defs/p"}}, "required": ["at"],
+                              "additionalProperties": false}},
+      "required": ["from"], "additionalProperties": false}}}])");
+  const json base = {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "Save it."}}}},
+                     {"tools", tools}, {"max_tokens", 200}, {"temperature", 1.0}, {"seed", seed % 1000000}, {"n", 3}};
+  int calls = 0;
+  for (const json& choice : {json("required"), json({{"type", "function"}, {"function", {{"name", "route"}}}})}) {
+    json ask = base;
+    ask["tool_choice"] = choice;
+    auto r = c.request("POST", "/v1/chat/completions", ask.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json reply = r.json();  // (a range-for over r.json()["choices"] would outlive its temporary)
+    ASSERT_EQ(reply["choices"].size(), 3u);
+    for (const json& ch : reply["choices"]) {
+      EXPECT_EQ(ch["finish_reason"], "tool_calls") << ch.dump();
+      ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << ch.dump();
+      const json& call = ch["message"]["tool_calls"][0];
+      const std::string name = call["function"]["name"];
+      ASSERT_TRUE(name == "write_file" || name == "route") << name;
+      if (choice.is_object()) EXPECT_EQ(name, "route");
+      const auto v = structured::testing::Json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+      ASSERT_TRUE(v.is_object()) << call.dump();
+      const auto s = structured::testing::Json::parse(tools[name == "write_file" ? 0 : 1]["function"]["parameters"].dump());
+      EXPECT_EQ(structured::testing::validate(v, s, s), "") << call.dump();
+      ++calls;
+    }
+  }
+  EXPECT_EQ(calls, 6);
+
+  json ask = base;  // a length on a text parameter: raw text cannot count it
+  ask["tools"][0]["function"]["parameters"]["properties"]["path"] = {{"type", "string"}, {"maxLength", 8}};
+  ask["tool_choice"] = "required";
+  auto r = c.request("POST", "/v1/chat/completions", ask.dump());
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json()["error"]["param"], "tools") << r.body;
+  for (const char* word : {"maxLength", "/properties/path", "write_file", "Qwen3-Coder"})
+    EXPECT_NE(r.body.find(word), std::string::npos) << word << ": " << r.body;
 }
 
 // A thousand random schemas of the supported subset (structured_test_util.h's generator) through

@@ -3,6 +3,7 @@
 // random schemas of that subset, and a random walk that samples among the allowed tokens.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <regex>
@@ -240,7 +241,8 @@ class SchemaGenerator {
 };
 
 // Samples among the allowed tokens until the constraint finishes or an end token is chosen;
-// closing tokens (end, '"', '}', ']') grow likelier with the length so that walks complete.
+// closing tokens (end, '"', '}', ']', and any token `extra_closers` names) grow likelier with the
+// length so that walks complete.
 struct Walk {
   std::string text;
   bool complete = false;  // ended by an end token or finished()
@@ -250,7 +252,8 @@ struct Walk {
 
 inline bool bit(std::span<const uint32_t> words, int32_t t) { return (words[t >> 5] >> (t & 31)) & 1u; }
 
-inline Walk random_walk(TokenConstraint& c, const Vocabulary& vocab, SplitMix64& rng, int max_steps) {
+inline Walk random_walk(TokenConstraint& c, const Vocabulary& vocab, SplitMix64& rng, int max_steps,
+                        const std::vector<std::string>& extra_closers = {}) {
   Walk w;
   std::vector<uint32_t> words(token_mask_words(vocab.size()) + 1);  // one spare word: must be zeroed
   std::vector<int32_t> allowed, closers;
@@ -268,7 +271,9 @@ inline Walk random_walk(TokenConstraint& c, const Vocabulary& vocab, SplitMix64&
       if (!bit(words, t)) continue;
       allowed.push_back(t);
       const std::string& b = vocab.bytes(t);
-      if (vocab.is_end(t) || b == "\"" || b == "}" || b == "]") closers.push_back(t);
+      if (vocab.is_end(t) || b == "\"" || b == "}" || b == "]" ||
+          std::find(extra_closers.begin(), extra_closers.end(), b) != extra_closers.end())
+        closers.push_back(t);
     }
     const int32_t eos = vocab.end_ids()[0];
     if (bit(words, eos) != c.accepting() && !(allowed.size() == 1 && allowed[0] == eos))
