@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Merges the per-run JSON files of scripts/serve_bench (RAW_DIR/<backend>__<scenario>.json, written
 by `megadecode bench serve --json`) into one JSON (one record per scenario and backend, the
-decode-stall runs, and the first / second backend ratios per scenario) and a markdown table.
+decode-stall runs, the agent runs (scenario g), and the first / second backend ratios per scenario)
+and a markdown table.
 Several RAW_DIRs merge (e.g. one device call per backend); a later file wins a duplicate."""
 import argparse
 import json
@@ -9,7 +10,7 @@ import math
 import pathlib
 import sys
 
-SCENARIO_ORDER = ["a", "b", "c", "d", "e", "f", "stall"]
+SCENARIO_ORDER = ["a", "b", "c", "d", "e", "f", "g", "stall"]
 
 
 def load_runs(dirs):
@@ -66,12 +67,23 @@ def stall_record(backend, j):
     return r
 
 
+def agent_record(backend, j):
+    r = {k: j.get(k) for k in ("conversations", "turns", "prefix_len", "append_min", "append_max", "output_len",
+                               "complete", "error", "duration_s", "prompt_tokens", "cached_tokens",
+                               "prefix_cache_hit_rate", "output_tokens", "output_token_throughput")}
+    r = {"scenario": "g", "backend": backend, **r}
+    for k in ("ttft_ms", "ttft_later_turns_ms"):
+        if k in j:
+            r.update({f"{k}_{q}": v for q, v in j[k].items()})
+    return r
+
+
 def ratio(a, b):
     return a / b if b else None
 
 
 def build(runs, backends, expected, args):
-    records, stalls, missing = [], [], []
+    records, stalls, agents, missing = [], [], [], []
     seen = {s for _, s in runs}
     for scenario in [s for s in SCENARIO_ORDER if s in seen | expected] + sorted((seen | expected) - set(SCENARIO_ORDER)):
         for backend in backends:
@@ -81,6 +93,8 @@ def build(runs, backends, expected, args):
                 continue
             if scenario == "stall" or j.get("mode") == "decode_stall":
                 stalls.append(stall_record(backend, j))
+            elif j.get("mode") == "agent":
+                agents.append(agent_record(backend, j))
             else:
                 records.append(scenario_record(backend, scenario, j))
     ratios = []
@@ -96,7 +110,7 @@ def build(runs, backends, expected, args):
                                "ttft_ms_p50": ratio(a["ttft_ms_p50"], b["ttft_ms_p50"]),
                                "tpot_ms_mean": ratio(a["tpot_ms_mean"], b["tpot_ms_mean"])})
     return {"preset": args.preset, "command": args.command, "serve_flags": args.serve_flags, "backends": backends,
-            "records": records, "decode_stall": stalls, "ratios": ratios, "missing": missing}
+            "records": records, "decode_stall": stalls, "agent": agents, "ratios": ratios, "missing": missing}
 
 
 def fmt(v, digits=1):
@@ -144,6 +158,23 @@ def markdown(out):
             lines.append(f"| {s['backend']} | {s['background_streams']} | {s['long_prompt_len']} | {fmt(s['long_ttft_ms'])} "
                          f"| {w['before']} | {w['during']} | {fmt(s['itl_p99_ratio'], 2)}x "
                          f"| {fmt(s.get('itl_p99_during_over_p50_before'), 2)}x |")
+        lines.append("")
+    if out.get("agent"):
+        lines += ["Agent (scenario g): conversations re-sending their history every turn over a shared prefix; "
+                  "TTFT ms over every turn and over the turns after each conversation's first.", "",
+                  "| backend | conversations x turns | prefix | +tokens a turn / out | TTFT p50 / p99 | later turns "
+                  "p50 / p99 | prefix-cache hit rate | output tok/s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for a in out["agent"]:
+            if not a.get("complete"):
+                lines.append(f"| {a['backend']} | {a['conversations']} x {a['turns']} | {a['prefix_len']} | incomplete: "
+                             f"{a.get('error', '')} | | | | |")
+                continue
+            lines.append(f"| {a['backend']} | {a['conversations']} x {a['turns']} | {a['prefix_len']} "
+                         f"| {a['append_min']}-{a['append_max']} / {a['output_len']} "
+                         f"| {fmt(a.get('ttft_ms_p50'))} / {fmt(a.get('ttft_ms_p99'))} "
+                         f"| {fmt(a.get('ttft_later_turns_ms_p50'))} / {fmt(a.get('ttft_later_turns_ms_p99'))} "
+                         f"| {fmt(100 * a['prefix_cache_hit_rate'])} % | {fmt(a['output_token_throughput'])} |")
         lines.append("")
     if out["missing"]:
         lines += [f"Missing runs: {', '.join(out['missing'])}.", ""]

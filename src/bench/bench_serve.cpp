@@ -4,9 +4,10 @@
 // process at --request-rate (inf: all at once). Reports throughput, TTFT, TPOT, ITL and E2E
 // latency (mean, median, p99), and the mean per-request decode rate, as a table and, with
 // --json FILE, as JSON. With --background-streams N it measures decode stalls instead
-// (serve_stall.h).
+// (serve_stall.h); with --agent N, conversations re-sending their history (serve_agent.h).
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
+#include "bench/serve_agent.h"
 #include "bench/serve_client.h"
 #include "bench/serve_stall.h"
 #include "core/args.h"
@@ -61,29 +63,71 @@ int bench_stall(const Args& args, const Target& target) {
   return report.complete ? 0 : 1;
 }
 
+int bench_agent(const Args& args, const Target& target) {
+  AgentOptions o;
+  o.model = served_model_name(args, target);
+  o.n_conversations = int_arg(args, "agent", o.n_conversations);
+  o.turns = int_arg(args, "turns", o.turns);
+  o.prefix_len = int_arg(args, "prefix-len", o.prefix_len);
+  o.append_min = int_arg(args, "append-min", o.append_min);
+  o.append_max = int_arg(args, "append-max", o.append_max);
+  o.output_len = int_arg(args, "output-len", o.output_len);
+  o.timeout_s = args.get_double("timeout", 0);
+  o.vocab = int_arg(args, "vocab", o.vocab);
+  o.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  MD_REQUIRE(o.timeout_s >= 0.0, "--timeout must be positive (seconds) or 0 for none");
+  const AgentReport report = run_agent(target, o);
+  print_agent(o, report);
+  if (args.has("json")) write_json(args.get("json", ""), agent_json(o, report));
+  return report.complete ? 0 : 1;
+}
+
 }  // namespace
 
 constexpr const char* kUsage =
     "usage: megadecode bench serve [--url http://127.0.0.1:8000] [--model NAME (from /v1/models)]\n"
     "         [--endpoint completions|chat] [--num-prompts N (200)] [--concurrency N (16)] [--request-rate R (inf)]\n"
     "         [--input-len N (128)] [--output-len N (128)] [--vocab N (1000)] [--seed S] [--timeout S] [--json FILE]\n"
+    "         [--response-format json_object|SCHEMA.json (every request constrained; the server needs a tokenizer)]\n"
     "       megadecode bench serve --background-streams N [--long-prompt-len N] [--before-tokens N] ...\n"
+    "       megadecode bench serve --agent N [--turns T (8)] [--prefix-len N (6144)] [--append-min N (300)]\n"
+    "         [--append-max N (800)] [--output-len N (200)] ...\n"
     "  Streams random token-id prompts (ignore_eos) and reports throughput, TTFT, TPOT, ITL and E2E latency;\n"
-    "  with --background-streams it measures the decode stall a long prompt causes in running streams.\n";
+    "  with --background-streams it measures the decode stall a long prompt causes in running streams;\n"
+    "  with --agent, N conversations that re-send their growing history every turn (the prefix cache).\n";
 
 int bench_serve(int argc, char** argv) {
   Args args(argc, argv,
             {"url", "model", "endpoint", "num-prompts", "concurrency", "request-rate", "input-len", "output-len",
-             "seed", "json", "vocab", "timeout", "background-streams", "long-prompt-len", "before-tokens"},
+             "seed", "json", "vocab", "timeout", "background-streams", "long-prompt-len", "before-tokens", "agent", "turns",
+             "prefix-len", "append-min", "append-max", "response-format"},
             {"help"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
     return 0;
   }
   const Target target = parse_url(args.get("url", "http://127.0.0.1:8000"));
+  MD_REQUIRE(!(args.has("background-streams") && args.has("agent")), "bench serve: --background-streams or --agent, not both");
   if (args.has("background-streams")) return bench_stall(args, target);
+  if (args.has("agent")) return bench_agent(args, target);
   MD_REQUIRE(!args.has("long-prompt-len") && !args.has("before-tokens"),
              "bench serve: --long-prompt-len and --before-tokens need --background-streams N");
+  for (const char* a : {"turns", "prefix-len", "append-min", "append-max"})
+    MD_REQUIRE(!args.has(a), "bench serve: --", a, " needs --agent N");
+  // --response-format json_object, or a JSON Schema file: every completion request is constrained.
+  json response_format = nullptr;
+  if (args.has("response-format")) {
+    const std::string rf = args.get("response-format", "");
+    if (rf == "json_object") {
+      response_format = {{"type", "json_object"}};
+    } else {
+      std::ifstream in(rf);
+      MD_REQUIRE(in.good(), "bench serve: --response-format: cannot read \"", rf, "\" (json_object or a schema file)");
+      const json schema = json::parse(in, nullptr, false);
+      MD_REQUIRE(schema.is_object(), "bench serve: --response-format: \"", rf, "\" holds no JSON Schema object");
+      response_format = {{"type", "json_schema"}, {"json_schema", {{"name", "bench"}, {"schema", schema}}}};
+    }
+  }
   const int n_prompts = int_arg(args, "num-prompts", 200);
   const int concurrency = int_arg(args, "concurrency", 16);
   const double rate = args.has("request-rate") && args.get("request-rate", "inf") != "inf" ? args.get_double("request-rate", 0) : 0.0;
@@ -92,6 +136,7 @@ int bench_serve(int argc, char** argv) {
   const double timeout_s = args.get_double("timeout", 0);  // 0: none
   const std::string endpoint = args.get("endpoint", "completions");
   MD_REQUIRE(endpoint == "completions" || endpoint == "chat", "--endpoint must be completions or chat");
+  MD_REQUIRE(response_format.is_null() || endpoint == "completions", "--response-format goes with --endpoint completions");
   MD_REQUIRE(rate >= 0.0 && std::isfinite(rate), "--request-rate must be positive or inf");
   MD_REQUIRE(timeout_s >= 0.0, "--timeout must be positive (seconds) or 0 for none");
   const net::ip::address address = net::ip::make_address(target.host);
@@ -104,7 +149,8 @@ int bench_serve(int argc, char** argv) {
   std::vector<std::string> requests;
   for (int i = 0; i < n_prompts; ++i) {
     if (endpoint == "completions") {
-      requests.push_back(http_post(target, "/v1/completions", completion_body(model, random_prompt(rng, input_len, vocab), output_len)));
+      requests.push_back(http_post(target, "/v1/completions", completion_body(model, random_prompt(rng, input_len, vocab), output_len,
+                                                                            response_format)));
       continue;
     }
     std::string text;

@@ -2,14 +2,16 @@
 // the structured-output engine's host cost on one core: grammar compile time (cold: schema ->
 // grammar -> matcher; cached: a compile-cache hit) and the time of one row's token mask per step
 // along random valid walks (sampling uniformly among allowed tokens, closing tokens likelier as
-// the output grows), for a tool-call-sized schema and a 20-property schema, on a synthetic
-// BPE-like vocabulary of N tokens (152K by default) and, with --model, a real tokenizer's.
+// the output grows), for a tool-call-sized schema, a 20-property schema, JSON mode and the same
+// tool as a Qwen3-Coder XML call, on a synthetic BPE-like vocabulary of N tokens (152K by
+// default) and, with --model, a real tokenizer's.
 // Mask times are reported over all steps (the first walk computes each grammar node's token set
 // on first use) and over the walks after the first (steady state).
 #include <algorithm>
 #include <ctime>
 #include <cstdio>
 #include <set>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -47,6 +49,15 @@ constexpr const char* kToolCallSchema = R"({
   },
   "required": ["name", "arguments"]
 })";
+
+// The same tool as Qwen3-Coder's XML call (structured/xml_call.h): the call's arguments schema as
+// its parameters (raw text, enum text, JSON values).
+std::string coder_tools() {
+  const nlohmann::ordered_json call = nlohmann::ordered_json::parse(kToolCallSchema);
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  tools.push_back({{"name", call["properties"]["name"]["const"]}, {"parameters", call["properties"]["arguments"]}});
+  return tools.dump();
+}
 
 std::string twenty_property_schema() {
   nlohmann::ordered_json props = nlohmann::ordered_json::object();
@@ -172,10 +183,33 @@ Result run(const std::string& vocab_name, std::shared_ptr<const Vocabulary> voca
     const std::string& b = vocab->bytes(id);
     closer[id] = vocab->is_end(id) || b == "\"" || b == "}" || b == "]" || b == "\"}" || b == "\",";
   }
+  // An XML call's raw text ends only where the walk spells "\n</parameter>\n": there a closer is a
+  // token that goes on with one of the ends from as much of it as the output already ends with.
+  const bool xml = spec.kind == structured::SpecKind::kXmlCall;
+  const std::string_view xml_ends[] = {"\n</parameter>\n", "</function>\n"};
+  std::string tail;                 // the output's last bytes (xml)
+  std::string_view rest[2];         // what is left of each end after the output's tail
+  auto find_rests = [&] {
+    size_t matched[2];
+    for (int i = 0; i < 2; ++i) {
+      const std::string_view end = xml_ends[i];
+      matched[i] = std::min(tail.size(), end.size() - 1);
+      while (matched[i] > 0 && std::string_view(tail).substr(tail.size() - matched[i]) != end.substr(0, matched[i]))
+        --matched[i];
+      rest[i] = end.substr(matched[i]);
+    }
+    // The end already begun goes on; a fresh start of the other would undo it.
+    if (matched[0] > matched[1]) rest[1] = {};
+    if (matched[1] > matched[0]) rest[0] = {};
+  };
+  auto continues_an_end = [&](const std::string& b) {
+    return !b.empty() && ((!rest[0].empty() && rest[0].starts_with(b)) || (!rest[1].empty() && rest[1].starts_with(b)));
+  };
   std::vector<uint32_t> words(token_mask_words(vocab->size()));
-  std::vector<int32_t> allowed, closers;
+  std::vector<int32_t> allowed, closers, xml_closers;
   for (int w = 0; w < n_walks; ++w) {
     structured::GrammarConstraint c(grammar);
+    tail.clear();
     double walk_mask_ms = 0;
     bool complete = false;
     for (int step = 0; step < 2000 && !complete; ++step) {
@@ -197,17 +231,24 @@ Result run(const std::string& vocab_name, std::shared_ptr<const Vocabulary> voca
       }
       allowed.clear();
       closers.clear();
+      xml_closers.clear();
+      if (xml) find_rests();
       for (size_t wi = 0; wi < words.size(); ++wi) {
         for (uint32_t bits = words[wi]; bits != 0; bits &= bits - 1) {
         const int32_t id = static_cast<int32_t>(wi * 32 + static_cast<size_t>(__builtin_ctz(bits)));
         allowed.push_back(id);
+        if (xml && continues_an_end(vocab->bytes(id))) xml_closers.push_back(id);
         if (closer[id]) closers.push_back(id);
         }
       }
-      const bool close = !closers.empty() && rng.below(100) < static_cast<uint64_t>(std::min(90, 5 + step));
-      const std::vector<int32_t>& from = close ? closers : allowed;
+      // An XML call closes by its own ends where the output can go on with one (raw text would
+      // take a JSON closer as more text).
+      const std::vector<int32_t>& closing = xml_closers.empty() ? closers : xml_closers;
+      const bool close = !closing.empty() && rng.below(100) < static_cast<uint64_t>(std::min(90, 5 + step));
+      const std::vector<int32_t>& from = close ? closing : allowed;
       const int32_t t_id = from[rng.below(from.size())];
       MD_CHECK(c.accept(t_id), "an allowed token was refused");
+      if (xml) tail = (tail + vocab->bytes(t_id)).substr(std::max<size_t>(tail.size() + vocab->bytes(t_id).size(), 16) - 16);
       ++r.tokens;
       if (vocab->is_end(t_id)) complete = true;
     }
@@ -252,7 +293,8 @@ int bench_structured(int argc, char** argv) {
   }
   const std::vector<std::pair<std::string, Spec>> specs = {{"tool-call", Spec::json_schema(kToolCallSchema)},
                                                            {"20-property", Spec::json_schema(twenty_property_schema())},
-                                                           {"json-mode", Spec::json_object()}};
+                                                           {"json-mode", Spec::json_object()},
+                                                           {"coder-call", Spec::xml_call(coder_tools())}};
   std::printf("structured-output benchmark: one thread; vocabulary trie built in %.0f ms (synthetic)%s\n", synth_ms,
               args.has("model") ? cat(", ", static_cast<int>(model_ms), " ms (", args.get("model", ""), ")").c_str() : "");
   std::printf("  %-22s %-11s %8s %7s | %6s %6s %6s %6s | %6s %6s %6s | %7s | %5s %5s\n", "vocabulary", "schema", "compile",

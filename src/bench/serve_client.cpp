@@ -133,7 +133,18 @@ void BenchRequest::parse() {
     json j = json::parse(event.substr(6), nullptr, false);
     if (j.is_discarded() || !j.is_object()) return finish("invalid JSON event");
     if (j.contains("error")) return finish("server error: " + j["error"].value("message", ""));
-    if (j.contains("usage") && j["usage"].is_object()) rec_.output_tokens = j["usage"].value("completion_tokens", 0);
+    if (const auto u = j.find("usage"); u != j.end() && u->is_object()) {
+      rec_.output_tokens = u->value("completion_tokens", 0);
+      rec_.prompt_tokens = u->value("prompt_tokens", 0);
+      if (const auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object())
+        rec_.cached_tokens = d->value("cached_tokens", 0);
+    }
+    if (const auto c = j.find("choices"); c != j.end() && c->is_array())
+      for (const json& choice : *c)
+        if (choice.is_object() && choice.value("index", 0) == 0)
+          if (const auto ids = choice.find("token_ids"); ids != choice.end() && ids->is_array())
+            for (const json& id : *ids)
+              if (id.is_number_integer()) rec_.token_ids.push_back(id.get<int32_t>());
     if (carries_tokens(j)) {
       const double t = now();
       if (rec_.first_token < 0) rec_.first_token = t;
@@ -177,10 +188,12 @@ std::string http_get(const Target& t, const std::string& path) {
   return body == std::string::npos ? "" : out.substr(body + 4);
 }
 
-std::string completion_body(const std::string& model, const std::vector<int32_t>& prompt, int max_tokens) {
-  const json body = {{"model", model},           {"prompt", prompt},      {"max_tokens", max_tokens},
-                     {"ignore_eos", true},       {"stream", true},        {"temperature", 0.0},
-                     {"stream_options", {{"include_usage", true}}}};
+std::string completion_body(const std::string& model, const std::vector<int32_t>& prompt, int max_tokens,
+                            const json& response_format) {
+  json body = {{"model", model},           {"prompt", prompt},      {"max_tokens", max_tokens},
+               {"ignore_eos", true},       {"stream", true},        {"temperature", 0.0},
+               {"stream_options", {{"include_usage", true}}}};
+  if (!response_format.is_null()) body["response_format"] = response_format;
   return body.dump();
 }
 

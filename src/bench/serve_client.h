@@ -43,6 +43,9 @@ struct RequestRecord {
   double end = 0.0;
   std::vector<double> chunk_times;  // arrival of each chunk that carried tokens (carries_tokens)
   int output_tokens = 0;            // from the final usage chunk
+  int prompt_tokens = 0;            // from it too
+  int cached_tokens = 0;            // its prompt_tokens_details.cached_tokens (the prefix cache's hit)
+  std::vector<int32_t> token_ids;   // the first choice's output ids, where the server sends them
 };
 
 // Whether a streamed event brings tokens: a choice with non-empty text, delta content or
@@ -87,8 +90,10 @@ std::string http_post(const Target& t, const std::string& path, const std::strin
 // Blocking GET; the response body ("" when the response has none). Error when it cannot connect.
 std::string http_get(const Target& t, const std::string& path);
 
-// A streaming /v1/completions request of prompt token ids with ignore_eos, greedy.
-std::string completion_body(const std::string& model, const std::vector<int32_t>& prompt, int max_tokens);
+// A streaming /v1/completions request of prompt token ids with ignore_eos, greedy; with a
+// response_format (an object: {"type": "json_object"} or a json_schema one), that too.
+std::string completion_body(const std::string& model, const std::vector<int32_t>& prompt, int max_tokens,
+                            const nlohmann::json& response_format = nullptr);
 // n token ids uniform in [0, vocab).
 std::vector<int32_t> random_prompt(SplitMix64& rng, int n, int vocab);
 

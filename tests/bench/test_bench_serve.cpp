@@ -10,6 +10,7 @@
 #include "../server/server_fixture.h"
 #include "bench/bench.h"
 #include "bench/serve_client.h"
+#include "core/check.h"
 
 namespace megadecode {
 namespace {
@@ -104,6 +105,51 @@ TEST(BenchServe, MeasuresATokenIdServer) {
   EXPECT_GE(j["itl"]["max_ms"].get<double>(), j["itl"]["p99_ms"].get<double>());
   std::filesystem::remove(json_path);
   EXPECT_TRUE(server.drained());
+}
+
+// --response-format: every request carries it (a server without a tokenizer refuses each one with
+// a 400, so every request fails); with a tokenizer every request completes; a schema file that
+// cannot be read or holds no schema is an error before anything is sent.
+TEST(BenchServe, ResponseFormatConstrainsEveryRequest) {
+  EXPECT_NE(serve_bench::completion_body("m", {1, 2}, 4, {{"type", "json_object"}}).find("\"response_format\":{\"type\":\"json_object\"}"),
+            std::string::npos);
+  EXPECT_EQ(serve_bench::completion_body("m", {1, 2}, 4).find("response_format"), std::string::npos);
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto json_path = dir / ("bench_serve_rf_" + std::to_string(::getpid()) + ".json");
+  const auto schema_path = dir / ("bench_serve_schema_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(schema_path) << R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})";
+  auto run = [&](int port, const std::string& format) {
+    std::vector<std::string> a = {"--url", "http://127.0.0.1:" + std::to_string(port), "--num-prompts", "6",
+                                  "--concurrency", "3", "--input-len", "5", "--output-len", "24", "--vocab", "120",
+                                  "--response-format", format, "--json", json_path.string()};
+    std::vector<char*> argv;
+    for (auto& x : a) argv.push_back(x.data());
+    const int rc = bench_serve(static_cast<int>(argv.size()), argv.data());
+    std::ifstream in(json_path);
+    return std::pair{rc, nlohmann::json::parse(in)};
+  };
+  {
+    testing::TestServer server;
+    for (const std::string format : {std::string("json_object"), schema_path.string()}) {
+      auto [rc, j] = run(server.port(), format);
+      EXPECT_EQ(rc, 0) << format;
+      EXPECT_EQ(j["completed"], 6) << format;
+      EXPECT_LE(j["total_output_tokens"].get<int>(), 6 * 24);
+    }
+    EXPECT_TRUE(server.drained());
+  }
+  {
+    testing::TestServer server(without_tokenizer());
+    auto [rc, j] = run(server.port(), "json_object");
+    EXPECT_EQ(rc, 1);
+    EXPECT_EQ(j["failed"], 6);
+    EXPECT_EQ(j["completed"], 0);
+    std::ofstream(schema_path) << "[1, 2]";
+    EXPECT_THROW(run(server.port(), schema_path.string()), Error);
+    EXPECT_THROW(run(server.port(), (dir / "no-such-schema.json").string()), Error);
+  }
+  std::filesystem::remove(json_path);
+  std::filesystem::remove(schema_path);
 }
 
 TEST(BenchServe, ChunksCarryTokensWhenTheyHoldTextOrIds) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "../server/server_fixture.h"
+#include "bench_serve_run.h"
 #include "bench/bench.h"
 #include "bench/serve_stall.h"
 #include "core/check.h"
@@ -89,17 +90,8 @@ TEST(StallWindows, RandomTimesCoverTheWindows) {
 
 // bench serve --background-streams against the test server; returns the exit code and the JSON.
 std::pair<int, json> run_bench(int port, std::vector<std::string> extra) {
-  const auto path = std::filesystem::temp_directory_path() / ("bench_stall_" + std::to_string(::getpid()) + ".json");
-  std::vector<std::string> a = {"--url", "http://127.0.0.1:" + std::to_string(port), "--vocab", "250",
-                                "--json", path.string()};
-  a.insert(a.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (auto& s : a) argv.push_back(s.data());
-  const int rc = bench_serve(static_cast<int>(argv.size()), argv.data());
-  std::ifstream in(path);
-  json j = json::parse(in, nullptr, false);
-  std::filesystem::remove(path);
-  return {rc, j};
+  extra.insert(extra.begin(), {"--vocab", "250"});
+  return testing::run_bench_serve(port, extra);
 }
 
 testing::TestServerOptions slow_server() {

@@ -127,7 +127,8 @@ TEST_F(ServeBenchScript, AFailedBackendIsReportedAndTheReportStillWritten) {
 
 TEST_F(ServeBenchScript, RunsEveryScenarioOnTwoBackends) {
   auto [rc, out] = run(command(
-      "SCENARIOS='a b c d e f stall' STALL_STREAMS=3 STALL_IN=8 STALL_OUT=600 STALL_LONG=200 STALL_BEFORE=3"));
+      "SCENARIOS='a b c d e f g stall' STALL_STREAMS=3 STALL_IN=8 STALL_OUT=600 STALL_LONG=200 STALL_BEFORE=3 "
+      "AGENT_CONVS=2 AGENT_TURNS=3 AGENT_PREFIX=40 AGENT_APPEND='5 9' AGENT_OUT=4"));
   std::printf("%s\n", out.c_str());
   ASSERT_EQ(rc, 0) << out;
   std::ifstream in(dir_ / "serve.json");
@@ -187,11 +188,23 @@ TEST_F(ServeBenchScript, RunsEveryScenarioOnTwoBackends) {
     EXPECT_LE(s["during"]["itl_ms_p99"].get<double>(), s["during"]["itl_ms_max"].get<double>());
   }
 
+  ASSERT_EQ(j["agent"].size(), kBackends.size());
+  for (const json& a : j["agent"]) {
+    SCOPED_TRACE(a["backend"].get<std::string>());
+    EXPECT_TRUE(a["complete"].get<bool>()) << a["error"];
+    EXPECT_EQ(a["conversations"], 2);
+    EXPECT_EQ(a["turns"], 3);
+    EXPECT_EQ(a["output_tokens"], 2 * 3 * 4);
+    EXPECT_GT(a["prefix_cache_hit_rate"].get<double>(), 0.3);  // later turns re-send the history (token ids back)
+    EXPECT_GT(a["ttft_ms_p50"].get<double>(), 0.0);
+  }
+
   std::ifstream md_in(dir_ / "serve.md");
   const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
   EXPECT_NE(md.find("| scenario | cpu-mk / cpu-ref: decode tok/s per request |"), std::string::npos) << md;
   for (const auto& [name, spec] : kSpecs) EXPECT_NE(md.find("\n| " + name + " | cpu-mk | "), std::string::npos) << name;
   EXPECT_NE(md.find("| cpu-ref | 3 | 200 | "), std::string::npos) << md;
+  EXPECT_NE(md.find("| cpu-mk | 2 x 3 | 40 | 5-9 / 4 | "), std::string::npos) << md;
 
   // The servers ran without a tokenizer and are gone: their logs say they shut down on the signal.
   for (const std::string& b : kBackends) {
