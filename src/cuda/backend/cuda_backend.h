@@ -117,9 +117,9 @@ class CudaBackend : public Backend {
   void launch_step(DecodePath path, std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs,
                    bool want_logits, bool want_logprobs);
   void finish(Pending& step);
-  // What the host adds to a step it finishes at once: the penalised rows' tokens, the routing.
+  // Finishes the step and adds what the host owes it (cuda_backend_host.cu): the routing, the
+  // penalised rows' tokens (and those tokens in the chain buffer). An error lands in step.error.
   void complete_on_host(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, Pending& step);
-  void add_host_results(std::span<const SeqChunk> prompts, std::span<const DecodeSeq> seqs, Pending& step);
   // Resamples the sequences with penalties on the host from their logits rows (row(i, dst) copies
   // sequence i's row).
   void resample_penalised(std::span<const DecodeSeq> seqs, DecodeResult& result,

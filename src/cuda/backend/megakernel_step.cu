@@ -121,14 +121,12 @@ void MegakernelStep::upload(Slot& slot, std::span<const DecodeSeq> rows, const B
   bool chained = false;
   for (size_t i = 0; i < n; ++i) {
     const DecodeSeq& r = rows[i];
+    // The rows were checked (check_decode_rows): one token each, or none where chained.
     if (r.prev_row >= 0) {
-      MD_REQUIRE(chain != nullptr && r.chunk.tokens.empty(), "decode: sequence ", i,
-                 " is chained to the previous step, which left no tokens on the device");
+      MD_REQUIRE(chain != nullptr, "decode: sequence ", i, " is chained to the previous step, and no chain buffer");
       tokens[i] = -1 - r.prev_row;  // pack_step_inputs: resolved on the device below
       chained = true;
     } else {
-      MD_REQUIRE(r.chunk.tokens.size() == 1, "decode: sequence ", i, " has ", r.chunk.tokens.size(),
-                 " tokens, expected 1");
       tokens[i] = r.chunk.tokens[0];
     }
     sampling[i] = r.sampling;
