@@ -130,7 +130,7 @@ TEST(BenchServe, ResponseFormatConstrainsEveryRequest) {
   };
   {
     testing::TestServer server;
-    for (const std::string format : {std::string("json_object"), schema_path.string()}) {
+    for (const std::string& format : {std::string("json_object"), schema_path.string()}) {
       auto [rc, j] = run(server.port(), format);
       EXPECT_EQ(rc, 0) << format;
       EXPECT_EQ(j["completed"], 6) << format;

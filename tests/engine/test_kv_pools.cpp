@@ -99,14 +99,16 @@ TEST(KvPools, TheRingNeverRefusesWhatTheFullPoolTakes) {
     const double budget = static_cast<double>(rng.below(uint64_t{1} << 34));
     const KvPoolSizes s = size_kv_pools(sh, budget, max_seqs);
     ASSERT_GE(s.n_ring_blocks, sh.ring_length) << "trial " << trial << ": less than one ring";
-    if (budget >= static_cast<double>(sh.ring_length * sh.ring_block_bytes))  // room for one ring
+    if (budget >= static_cast<double>(sh.ring_length * sh.ring_block_bytes)) {  // room for one ring
       ASSERT_LE(static_cast<double>(s.bytes(sh)), budget) << "trial " << trial;
+    }
     KvPoolSizes more = s;
     ++more.n_blocks;
     more.n_ring_blocks =
         std::max<int64_t>(sh.ring_length, std::min<int64_t>(more.n_blocks, int64_t{max_seqs} * sh.ring_length));
-    if (s.n_blocks < int64_t{1} << 30)  // below the cap
+    if (s.n_blocks < int64_t{1} << 30) {  // below the cap
       ASSERT_GT(static_cast<double>(more.bytes(sh)), budget) << "trial " << trial << ": a full block left unbought";
+    }
     ASSERT_LE(s.n_ring_blocks, int64_t{max_seqs} * sh.ring_length);
     // Sequences of random lengths, as many as the full pool and max_seqs allow.
     int64_t full = 0, ring = 0;

@@ -167,7 +167,9 @@ TEST(ForcedToolCall, Qwen3CoderWalksParseToValidCalls) {
       if (args.contains("content") && args["content"].get<std::string>().size() > 2) ++texts;
     }
     EXPECT_GT(complete, 40) << choice.name;
-    if (choice.name == "write_file") EXPECT_GT(texts, 10) << "the walks write raw text";
+    if (choice.name == "write_file") {
+      EXPECT_GT(texts, 10) << "the walks write raw text";
+    }
   }
 }
 
@@ -201,7 +203,7 @@ TEST(ForcedToolCall, Qwen3CoderCallIsExactlyTheTemplatesForm) {
   EXPECT_NE(refused_at(compiler, spec, "<function=other>\n</function>\n"), -1);
   EXPECT_NE(refused_at(compiler, spec, "<function=ping></function>\n"), -1);
   // A text value's bytes are valid UTF-8 without control bytes but tab, newline and CR.
-  for (const std::string bad : {std::string("\xC3\x28"), std::string("\x01"), std::string("\xED\xA0\x80")}) {
+  for (const std::string& bad : {std::string("\xC3\x28"), std::string("\x01"), std::string("\xED\xA0\x80")}) {
     const std::string text = "<function=write_file>\n<parameter=path>\n" + bad;
     EXPECT_NE(refused_at(compiler, spec, text), -1);
     EXPECT_LT(refused_at(compiler, spec, text), static_cast<int>(text.size()));
@@ -263,7 +265,9 @@ TEST(ForcedToolCall, Cmd4WalksParseToValidActionLists) {
       ++complete;
       const auto calls = parse_tool_calls(ToolCallFormat::kCohereCommand4, tags, w.text, tools_json);
       ASSERT_TRUE(calls.has_value() && !calls->empty()) << w.text;
-      if (!parallel) EXPECT_EQ(calls->size(), 1u) << w.text;
+      if (!parallel) {
+        EXPECT_EQ(calls->size(), 1u) << w.text;
+      }
       for (const ParsedToolCall& call : *calls) {
         const auto t = std::find_if(tools.begin(), tools.end(), [&](const ForcedTool& f) { return call.name == f.name; });
         ASSERT_NE(t, tools.end()) << w.text;

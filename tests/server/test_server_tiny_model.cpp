@@ -417,7 +417,9 @@ TEST_F(TinyModelTest, ForcedToolCallsHoldTheirToolsSchemas) {
                      {"tools", tools}, {"max_tokens", 160}, {"temperature", 1.0}, {"seed", seed % 1000000}};
   auto check_call = [&](const json& call, const std::string& want) {
     const std::string name = call["function"]["name"];
-    if (!want.empty()) EXPECT_EQ(name, want);
+    if (!want.empty()) {
+      EXPECT_EQ(name, want);
+    }
     const int t = name == "get_weather" ? 0 : 1;
     ASSERT_TRUE(name == "get_weather" || name == "route") << name;
     const std::string args = call["function"]["arguments"];
@@ -530,7 +532,9 @@ TEST_F(TinyModelTest, ForcedQwen3CoderCallsHoldTheirToolsSchemas) {
       const json& call = ch["message"]["tool_calls"][0];
       const std::string name = call["function"]["name"];
       ASSERT_TRUE(name == "write_file" || name == "route") << name;
-      if (choice.is_object()) EXPECT_EQ(name, "route");
+      if (choice.is_object()) {
+        EXPECT_EQ(name, "route");
+      }
       const auto v = structured::testing::Json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
       ASSERT_TRUE(v.is_object()) << call.dump();
       const auto s = structured::testing::Json::parse(tools[name == "write_file" ? 0 : 1]["function"]["parameters"].dump());

@@ -171,8 +171,12 @@ TEST(GemmPlan, DenseBandsBoundTheActivationRows) {
     for (int tokens : {8, 16, 32, 64, 128}) {
       const int band = dense_band(k, tokens);
       EXPECT_GE(band, 1);
-      if (band > 1) EXPECT_LE(int64_t{band} * tokens * k * 2, kBandXBytes);
-      if (int64_t{band + 1} * tokens * k * 2 <= kBandXBytes) EXPECT_EQ(band, 1 << 20) << k << " " << tokens;
+      if (band > 1) {
+        EXPECT_LE(int64_t{band} * tokens * k * 2, kBandXBytes);
+      }
+      if (int64_t{band + 1} * tokens * k * 2 <= kBandXBytes) {
+        EXPECT_EQ(band, 1 << 20) << k << " " << tokens;
+      }
     }
   EXPECT_GE(dense_band(2048, 128), 2048 / 128);  // QKV at 2048 tokens: one band
   EXPECT_GE(dense_band(4096, 128), 2048 / 128);  // O-proj
