@@ -20,19 +20,25 @@ BULK = r"bulk_g2s|issue_job|walk_pages|issue_weights|issue_activations|cp\.async
 TABLE_W = r"compute_routing|routing\.cuh|write_picks|table_probe"  # the loader warp's routing-table writes
 # (write_picks: the shared top-k of cuda/common/moe.cuh, inlined into compute_routing) and the probe's
 TABLE_R = r"JobWalk|share_of|ops\.cuh|gemm\.cuh|table_probe"  # the consumers' reads of them
+# A read the tool places in the megakernel's body with no source line (code it cannot attribute to
+# an inlined routine): one of the consumers' reads, the only reads of what compute_routing writes.
+MK_BODY = r"^void megadecode::cuda::mk::megakernel<"
 
 
 def classify_report(text):
     """'ring', 'tables' or 'other' for one report (its lines joined)."""
     # Each side as "function file" (the function's name or its file may name the pattern: a consumer's
     # read of the tables inlined into another routine of ops.cuh or gemm.cuh names that routine).
-    sides = [(k, f"{fn} {os.path.basename(path)}")
-             for k, fn, path in re.findall(r"(Read|Write) access at (.*?) in (\S+?):\d+", text)]
+    # A side the tool gives no source line reads "... at FUNCTION+0xOFFSET" with no " in FILE:LINE".
+    sides = [(k, f"{fn} {os.path.basename(path)}" if path else fn)
+             for k, fn, path in re.findall(
+                 r"(Read|Write) access at (.*?\+0x[0-9a-f]+)(?: in (\S+?):\d+)?(?= \[|\s*=|\s*$)", text)]
     reads = [f for k, f in sides if k == "Read"]
     writes = [f for k, f in sides if k == "Write"]
     if writes and reads and all(re.search(BULK, f) for f in writes):
         return "ring"
-    if writes and reads and all(re.search(TABLE_W, f) for f in writes) and all(re.search(TABLE_R, f) for f in reads):
+    if (writes and reads and all(re.search(TABLE_W, f) for f in writes) and
+            all(re.search(TABLE_R, f) or re.search(MK_BODY, f) for f in reads)):
         return "tables"
     return "other"
 

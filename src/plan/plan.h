@@ -40,6 +40,7 @@ struct WaveInfo {
   Op op;
   int layer;
   int n_tasks;
+  bool operator==(const WaveInfo&) const = default;
 };
 
 enum class CounterKind : uint8_t {
@@ -53,6 +54,7 @@ struct CounterInfo {
   int layer = -1;
   int index = 0;      // group, (seq * G + group) or wave
   int32_t total = 0;  // what arrives in one step (exact)
+  bool operator==(const CounterInfo&) const = default;
 };
 
 // Arrivals made at run time rather than by a task's arrive list: the attention split counters
@@ -62,6 +64,7 @@ struct DynamicArrival {
   int32_t counter;
   int32_t max_amount;
   std::vector<int32_t> tasks;  // the tasks that may make it (indices into Plan::tasks)
+  bool operator==(const DynamicArrival&) const = default;
 };
 
 struct Plan {

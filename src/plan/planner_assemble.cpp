@@ -74,7 +74,12 @@ ItemSet item_set(const std::vector<AttnItem>& items, const std::vector<int>& rel
 // expected units of the layer (every expert's units at the expected number of active experts of
 // random routing, plus the shared experts'), a share's part is avg + mean(delta) - delta (avg =
 // U / SMs), within [avg / 10, 3 avg] (one SM's stream bounds how much it can take), as integer weights. The split changes which SM computes a
-// unit, not how: the step's bits do not depend on it.
+// unit, not how: the step's bits do not depend on it. An SM's positions count in whole
+// kBalanceQuantum (under one unit of work): the weights, and with them the task lists, stay the
+// same while the contexts grow token by token, so decode steps of a sliding-window model (whose
+// lists are reassembled every step) upload no new lists most steps.
+constexpr int64_t kBalanceQuantum = 64;
+
 void balance_up_shares(const PlanSkeleton& sk, const std::vector<AttnItem>& items, const ItemSet (&sets)[2],
                        Plan& plan) {
   const PlanShape& s = sk.shape;
@@ -100,7 +105,7 @@ void balance_up_shares(const PlanSkeleton& sk, const std::vector<AttnItem>& item
       int64_t positions = 0;
       for (int32_t j = set.rel_begin[r]; j < set.rel_begin[r + 1]; ++j)
         positions += items[set.rel_items[j]].pos_end - items[set.rel_items[j]].pos_begin;
-      delta[m] = static_cast<double>(positions) / per_unit;
+      delta[m] = static_cast<double>(positions / kBalanceQuantum * kBalanceQuantum) / per_unit;
       mean += delta[m] / n_sms;
     }
     int32_t at = 0;

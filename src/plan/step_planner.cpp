@@ -1,7 +1,9 @@
 // StepPlanner: make_plan's result from a cached skeleton, patched per step (see step_planner.h).
 #include "plan/step_planner.h"
 
+#include <cstring>
 #include <memory>
+#include <utility>
 
 #include "core/check.h"
 #include "plan/planner_internal.h"
@@ -25,6 +27,27 @@ bool StepPlanner::same_splits(const BatchState& batch) {
   }
   return same;
 }
+
+namespace {
+
+// The fields assemble_plan writes.
+bool same_lists(const Plan& a, const Plan& b) {
+  return a.tasks.size() == b.tasks.size() &&
+         std::memcmp(a.tasks.data(), b.tasks.data(), a.tasks.size() * sizeof(Task)) == 0 &&
+         a.list_begin == b.list_begin && a.task_wave == b.task_wave && a.waves == b.waves && a.counters == b.counters &&
+         a.dynamic_arrivals == b.dynamic_arrivals;
+}
+
+void swap_lists(Plan& a, Plan& b) {
+  std::swap(a.tasks, b.tasks);
+  std::swap(a.list_begin, b.list_begin);
+  std::swap(a.task_wave, b.task_wave);
+  std::swap(a.waves, b.waves);
+  std::swap(a.counters, b.counters);
+  std::swap(a.dynamic_arrivals, b.dynamic_arrivals);
+}
+
+}  // namespace
 
 // Items are group-major, then by sequence and split (plan_attention_items): the item of sequence
 // i's last split in group g ends at the new context; no other item moves.
@@ -62,10 +85,18 @@ const Plan& StepPlanner::plan(const BatchState& batch) {
     plan_.attn_items = plan_attention_items(config_, batch, policy_);
   std::vector<int> rel = place_attention_sets(plan_.attn_items, s.n_full_items, s.n_sms);
   if (!same || rel != rel_sm_) {
-    assemble_plan(*skeleton_, plan_.attn_items, s.n_full_items, rel, plan_);
+    // Assembled aside and compared: a sliding-window model redoes its items every step (the window
+    // moves), and its lists mostly come out as they were (the up shares' balance moves in steps).
+    const bool aside = !update_.new_skeleton;
+    assemble_plan(*skeleton_, plan_.attn_items, s.n_full_items, rel, aside ? scratch_ : plan_);
     rel_sm_ = std::move(rel);
-    update_.lists_changed = true;
-    if (!update_.new_skeleton) ++counts_.reassembled;
+    if (aside && same_lists(scratch_, plan_)) {
+      ++counts_.patched;
+    } else {
+      if (aside) swap_lists(scratch_, plan_);
+      update_.lists_changed = true;
+      if (!update_.new_skeleton) ++counts_.reassembled;
+    }
   } else {
     ++counts_.patched;
   }

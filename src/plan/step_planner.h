@@ -8,7 +8,9 @@
 //   same batch size, same split of every sequence, same placement: patch the items' ends
 //       (one per sequence and KV group), max_blocks_per_seq and the buffer layout — O(batch);
 //   the placement changed (a sequence's split geometry changed, or its last split's length
-//       reordered the items): the lists are reassembled from the skeleton (no wave is rebuilt);
+//       reordered the items), or the model has sliding-window layers (their items move with the
+//       window every step): the lists are reassembled from the skeleton (no wave is rebuilt) aside,
+//       and announced (lists_changed) only when they differ from the last ones;
 //   another batch size (or KV block size): a new skeleton.
 // Threading: one caller at a time.
 #pragma once
@@ -61,6 +63,7 @@ class StepPlanner {
   PlanOptions options_;
   std::unique_ptr<PlanSkeleton> skeleton_;
   Plan plan_;
+  Plan scratch_;  // lists assembled aside, kept when they differ from plan_'s (their buffers reused)
   std::vector<AttnSplit> splits_;  // [batch] each sequence's split in plan_
   std::vector<int> rel_sm_;        // [attn items] their placement in plan_ (place_attention)
   PlanUpdate update_;

@@ -45,7 +45,7 @@ void respond_error(const std::shared_ptr<Exchange>& exchange, const ApiError& e,
 
 OpenAiService::OpenAiService(Engine& engine, ServedModel model, ApiKeyGuard api_key)
     : engine_(engine), model_(std::move(model)), api_key_(std::move(api_key)), started_at_(unix_now()),
-      seed_counter_(std::random_device{}()) {}
+      seed_counter_(std::random_device{}()), held_close_id_(find_held_close_id(model_)) {}
 
 uint64_t OpenAiService::fresh_seed() { return mix64(seed_counter_.fetch_add(1) + 0x51ed); }
 
@@ -151,9 +151,9 @@ std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::constraints(const S
   return out;
 }
 
-int32_t OpenAiService::held_close_id() const {
-  if (model_.tokenizer == nullptr || !model_.chat.tool_format) return -1;
-  const std::vector<int32_t> ids = model_.tokenizer->encode(held_call_close(*model_.chat.tool_format), false);
+int32_t OpenAiService::find_held_close_id(const ServedModel& model) {
+  if (model.tokenizer == nullptr || !model.chat.tool_format) return -1;
+  const std::vector<int32_t> ids = model.tokenizer->encode(held_call_close(*model.chat.tool_format), false);
   return ids.size() == 1 ? ids[0] : -1;
 }
 
@@ -178,7 +178,7 @@ std::vector<std::shared_ptr<TokenConstraint>> OpenAiService::call_constraints(co
   } catch (const Error& e) {
     throw bad_request(cat("the forced tool call cannot be enforced: ", e.what()), "tools");
   }
-  const int32_t close = held_close_id();
+  const int32_t close = held_close_id_;
   std::vector<std::shared_ptr<TokenConstraint>> out;
   for (int i = 0; i < n; ++i)
     out.push_back(std::make_shared<structured::Framed>(compiler().make(spec), std::vector<int32_t>{},
@@ -232,7 +232,7 @@ void OpenAiService::generate(const HttpRequest& request, const std::shared_ptr<E
   const bool hold_calls = chat && !r.structured &&
                           (r.chat.tool_choice.kind == ToolChoice::Kind::kRequired ||
                            r.chat.tool_choice.kind == ToolChoice::Kind::kFunction) &&
-                          held_close_id() >= 0;
+                          held_close_id_ >= 0;
   if (chat) {
     const std::string text = prepare_chat(r.chat, model_.chat, &setup.chat_output, hold_calls);
     setup.prompts.push_back(encode(text, r.add_special_tokens));

@@ -70,8 +70,9 @@ class OpenAiService {
   // A forced Hermes call held to its tools' schemas (forced_tool_call.h): each sequence's constraint.
   // ApiError 400 naming the tool whose parameters it cannot enforce.
   std::vector<std::shared_ptr<TokenConstraint>> call_constraints(const ChatRequest& chat, int n);
-  // The id of "</tool_call>" when it is one token of the tokenizer (a held call's close), else -1.
-  int32_t held_close_id() const;
+  // The id of the tool format's closing tag ("</tool_call>", "<|END_ACTION|>") when it is one token of
+  // the tokenizer (a held call's close), else -1; found once, at construction.
+  static int32_t find_held_close_id(const ServedModel& model);
   structured::Compiler& compiler();
 
   Engine& engine_;
@@ -79,6 +80,7 @@ class OpenAiService {
   ApiKeyGuard api_key_;
   int64_t started_at_;
   std::atomic<uint64_t> seed_counter_;
+  int32_t held_close_id_;  // find_held_close_id
   // Built at the first request that asks for structured output (the tokenizer's byte strings and
   // their trie take tens of ms at 152K tokens); thread-safe after.
   std::once_flag compiler_once_;

@@ -258,35 +258,47 @@ void CompiledGrammar::fill_mask(StateId s, std::span<uint32_t> words) {
 }
 
 // The mask of state s (the lock held): the union over its stacks of each top's local set and the
-// walks from that set's exits with the stack's continuation.
+// walks from that set's exits with the stack's continuation (walked on the state's first mask).
 void CompiledGrammar::make_mask(StateId s, std::span<uint32_t> words) {
   const size_t n_words = words.size();
   std::fill(words.begin(), words.end(), 0u);
-  const std::span<const TrieNode> trie = vocab_->trie();
-  const std::span<const int32_t> tokens = vocab_->trie_tokens();
   const size_t n_stacks = states_[s].stacks.size();
   std::vector<NodeId> tops_done;
   for (size_t i = 0; i < n_stacks; ++i) {
     const NodeId top = states_[s].stacks[i].back();
-    const bool deep = states_[s].stacks[i].size() > 1;
+    if (std::find(tops_done.begin(), tops_done.end(), top) != tops_done.end()) continue;
+    tops_done.push_back(top);
     const LocalSet& ls = local_set(top);
-    if (std::find(tops_done.begin(), tops_done.end(), top) == tops_done.end()) {
-      tops_done.push_back(top);
-      if (ls.dense) {
-        for (size_t w = 0; w < n_words; ++w) words[w] |= ls.words[w];
-      } else {
-        for (const int32_t id : ls.tokens) set_token(words, id);
-      }
-    }
-    if (!deep || ls.exits.empty()) continue;
-    const StateId c = continuation(s, i);
-    if (c == kDead) continue;
-    for (const int32_t e : ls.exits) {
-      walk(e, c, [&](int32_t node, StateId) {
-        for (int32_t k = trie[node].tok_begin; k < trie[node].tok_end; ++k) set_token(words, tokens[k]);
-      });
+    if (ls.dense) {
+      for (size_t w = 0; w < n_words; ++w) words[w] |= ls.words[w];
+    } else {
+      for (const int32_t id : ls.tokens) set_token(words, id);
     }
   }
+  if (!states_[s].exits_walked) {
+    // Walks intern states (states_ may grow): index it again after each.
+    const std::span<const TrieNode> trie = vocab_->trie();
+    const std::span<const int32_t> tokens = vocab_->trie_tokens();
+    std::vector<int32_t> reached;
+    for (size_t i = 0; i < n_stacks; ++i) {
+      if (states_[s].stacks[i].size() <= 1) continue;
+      const LocalSet& ls = local_set(states_[s].stacks[i].back());  // local_ never grows
+      if (ls.exits.empty()) continue;
+      const StateId c = continuation(s, i);
+      if (c == kDead) continue;
+      for (const int32_t e : ls.exits) {
+        walk(e, c, [&](int32_t node, StateId) {
+          for (int32_t k = trie[node].tok_begin; k < trie[node].tok_end; ++k) reached.push_back(tokens[k]);
+        });
+      }
+    }
+    std::sort(reached.begin(), reached.end());
+    reached.erase(std::unique(reached.begin(), reached.end()), reached.end());
+    reached.shrink_to_fit();
+    states_[s].exit_tokens = std::move(reached);
+    states_[s].exits_walked = true;
+  }
+  for (const int32_t id : states_[s].exit_tokens) set_token(words, id);
   bool any = false;
   for (size_t w = 0; w < n_words && !any; ++w) any = words[w] != 0;
   if (states_[s].accepting || !any)

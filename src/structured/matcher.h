@@ -9,7 +9,9 @@
 // state's stack tops plus, at each exit, a walk of that trie subtree against the real caller
 // stack. A string's body, a number or whitespace share their local sets across every place they
 // appear; a string's next character takes its set from the vocabulary's per-count string masks
-// (vocab.h) instead of a walk. The last kCachedMasks masks are kept by state.
+// (vocab.h) instead of a walk. The exits' walks are done once per state and their tokens kept
+// with it (a short list), so a mask made again is the local sets' union and that list; the last
+// kCachedMasks masks are kept whole by state.
 //
 // Limits: a stack deeper than kMaxStackDepth ends its path (a state left with no way on allows the
 // end tokens, as TokenConstraint requires); the state memo only grows (Compiler replaces a grammar
@@ -60,6 +62,10 @@ class CompiledGrammar {
     std::vector<std::vector<NodeId>> stacks;  // sorted; each top reads bytes
     bool accepting = false;
     std::vector<StateId> continuation;  // per stack: the stack without its top, closed (-1: not yet)
+    // The tokens the walks from the tops' exits reach (make_mask's second part), sorted and
+    // unique: walked once per state, so a mask made again costs the set unions only.
+    bool exits_walked = false;
+    std::vector<int32_t> exit_tokens;
   };
   struct LocalSet {
     bool ready = false;

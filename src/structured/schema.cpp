@@ -70,6 +70,12 @@ NodeId SchemaCompiler::rule_for(const Json& s, const std::string& ptr) {
   return rule;
 }
 
+void SchemaCompiler::check(const Json& s, const std::string& ptr) const {
+  GrammarBuilder scratch;
+  SchemaCompiler c(root_, scratch, options_);
+  (void)c.rule_for(s, ptr);
+}
+
 int SchemaCompiler::count(const Json& s, const std::string& key, const std::string& ptr, int fallback) const {
   if (!s.contains(key)) return fallback;
   const Json& v = s[key];

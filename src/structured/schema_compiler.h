@@ -26,11 +26,14 @@ std::string escape_pointer_token(const std::string& s);
 class SchemaCompiler {
  public:
   SchemaCompiler(const Json& root, GrammarBuilder& b, const Options& options)
-      : root_(root), b_(b), json_(b, options.max_whitespace) {}
+      : root_(root), b_(b), options_(options), json_(b, options.max_whitespace) {}
 
   Frag value(const Json& s, const std::string& ptr);
   // One rule a JSON pointer: a schema reached twice (a $ref, a shared definition) is built once.
   NodeId rule_for(const Json& s, const std::string& ptr);
+  // rule_for's checks (every keyword, the $refs) without a rule in this grammar: for a caller that
+  // writes the sub-schema's values in a form of its own.
+  void check(const Json& s, const std::string& ptr) const;
   JsonGrammar& json() { return json_; }
 
  private:
@@ -50,6 +53,7 @@ class SchemaCompiler {
 
   const Json& root_;
   GrammarBuilder& b_;
+  Options options_;
   JsonGrammar json_;
   std::map<std::string, NodeId> rules_;  // by JSON pointer
 };

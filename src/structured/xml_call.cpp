@@ -97,7 +97,7 @@ class XmlCall {
     for (const char* k : {"$ref", "anyOf", "oneOf"})
       if (params.contains(k)) fail(k, pptr, "a Qwen3-Coder call lists its parameters by name: one object schema of properties");
     if (params.contains("type") && params["type"] != "object") fail("type", pptr, "a Qwen3-Coder call's parameters are an object");
-    (void)c_.rule_for(params, pptr);  // every keyword checked as the JSON path would
+    c_.check(params, pptr);  // every keyword checked as the JSON path would
     static const Json kEmpty = Json::object();
     const Json& props = params.contains("properties") ? params["properties"] : kEmpty;
     std::vector<std::string> required;
@@ -156,7 +156,7 @@ class XmlCall {
 
   // The parameter's value and its closing tag.
   Frag value(const Json& s, const std::string& ptr) {
-    (void)c_.rule_for(s, ptr);  // the JSON path's checks (keywords, $refs) whatever the form below
+    c_.check(s, ptr);  // the JSON path's checks (keywords, $refs) whatever the form below
     if (s.is_boolean()) return raw_text();  // true: any value (false threw above)
     std::string type;
     bool nullable = false;

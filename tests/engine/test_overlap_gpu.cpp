@@ -268,7 +268,10 @@ TEST_P(OverlapGpuEngine, SameEventsAsThePlainLoop) {
     const std::string what = cat(backend, ", ", testing::mode_name(mode));
     testing::expect_same(outs[0], outs[1], what);
     EXPECT_EQ(outs[0].n_chained, 0u) << what;
-    if (mode != testing::Mode::kPenalties) {
+    // Penalised rows are never chained; min_tokens rows only once past min_tokens, which one short
+    // workload may not reach while another step is in flight (seed 7513454223968576606, cuda-batched:
+    // none chained). test_scheduler_overlap holds those modes' chaining over several workloads.
+    if (mode != testing::Mode::kPenalties && mode != testing::Mode::kMinTokens) {
       EXPECT_GT(outs[1].n_chained, 0u) << what << ": no step was chained";
     }
   }

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "plan/planner.h"
+#include "kv/kv_cache.h"
 #include "plan/step_planner.h"
 #include "plan/validator.h"
 #include "plan_test_util.h"
@@ -187,6 +188,42 @@ TEST(StepPlanner, FullShapeSteadyDecodeIsPatched) {
     // split length grows by whole blocks), so at most twice in 24 steps, and each change can cost
     // two reassemblies: the growing last split reaching the full ones' length may reorder the
     // placement the step before the split count changes (seed 16043318403773851379: 3 at batch 1).
+    EXPECT_GE(planner.counts().patched, static_cast<uint64_t>(steps - 1 - 4 * n)) << "batch " << n;
+  }
+}
+
+// A sliding-window model redoes its items every step (the window moves with the context), yet its
+// lists mostly come out as they were: those steps keep them (lists_changed off, checked against the
+// previous lists by step_and_compare) so the backends upload nothing.
+TEST(StepPlanner, SlidingWindowSteadyDecodeKeepsItsLists) {
+  const uint64_t seed = test_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SplitMix64 rng(seed);
+  const ModelConfig c = preset_config("north-mini-code");
+  ASSERT_GT(c.max_sliding_window(), 0);
+  for (int n : {1, 3}) {
+    EvolvingBatch batch(rng, 16, 1 << 15);
+    for (int i = 0; i < n; ++i) batch.join(600 + static_cast<int>(rng.below(9000)));
+    StepPlanner planner(c, Policy{}, PlanOptions{});
+    std::optional<Lists> previous;
+    const int steps = 24;
+    // Every sequence's whole ring (R blocks of its own): the planner reads only its length.
+    const int ring = kv_ring_length(c.max_sliding_window(), 16);
+    std::vector<std::vector<int32_t>> rings(n, std::vector<int32_t>(ring));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < ring; ++j) rings[i][j] = i * ring + j;
+    for (int step = 0; step < steps; ++step) {
+      batch.decode_all();
+      BatchState b = batch.state();
+      for (int i = 0; i < n; ++i) b.seqs[i].ring_table = rings[i];
+      step_and_compare(planner, c, b, Policy{}, PlanOptions{}, previous,
+                       "batch " + std::to_string(n) + " step " + std::to_string(step));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    std::printf("batch %d: %llu patched, %llu reassembled\n", n,
+                static_cast<unsigned long long>(planner.counts().patched),
+                static_cast<unsigned long long>(planner.counts().reassembled));
+    EXPECT_EQ(planner.counts().new_skeletons, 1u);
     EXPECT_GE(planner.counts().patched, static_cast<uint64_t>(steps - 1 - 4 * n)) << "batch " << n;
   }
 }

@@ -68,11 +68,23 @@ void MegakernelStep::launch(std::span<const DecodeSeq> rows, const BatchState& b
   const int slot_index = static_cast<int>(n_launched_ % 2);
   Slot& slot = slots_[slot_index];
   kv_ = kv;
-  slot.plan = planner_->plan(batch);  // make_plan's plan, patched from the last step's (microseconds)
+  const Plan& planned = planner_->plan(batch);  // make_plan's plan, patched from the last step's (microseconds)
+  const PlanUpdate& update = planner_->last_update();
+  if (update.lists_changed || update.new_skeleton) ++lists_version_;
+  // The slot keeps its own copy (the step's errors name its tasks); the lists, megabytes at larger
+  // batches, are copied only when they changed since the slot's last step.
+  slot.plan.params = planned.params;
+  slot.plan.attn_items = planned.attn_items;
+  if (slot.lists_version != lists_version_) {
+    slot.plan = planned;
+    slot.lists_version = lists_version_;
+  }
   ensure_capacity(slot.plan);
   if (stuck_task_ >= 0 && stuck_task_ < static_cast<int>(slot.plan.tasks.size()) &&
-      slot.plan.tasks[stuck_task_].n_waits > 0)
+      slot.plan.tasks[stuck_task_].n_waits > 0) {
     slot.plan.tasks[stuck_task_].wait[0].target += 1;
+    slot.lists_version = 0;  // not the planner's lists: copied and uploaded again next time
+  }
   newest_ = slot_index;
   plan_s_ = planning.seconds();
   if (want_logprobs && logprobs_ == nullptr) CUDA_CHECK(cudaMalloc(&logprobs_, kMaxBatch * sizeof(RowLogprobs)));
@@ -137,7 +149,10 @@ void MegakernelStep::upload(Slot& slot, std::span<const DecodeSeq> rows, const B
   // One pinned buffer a slot: the inputs laid out like the arena's first buffers, then the ring
   // tables and the token masks (placed after the step's buffers in the arena, each uploaded on its
   // own; the masks only in a step with a constrained row), the task lists and the launch ranges.
-  const std::vector<int32_t> ranges = launch_ranges(plan);
+  // The device's task lists and launch ranges are the last ones uploaded: stream order keeps them
+  // until the step before this one has run.
+  const bool upload_lists = slot.lists_version == 0 || slot.lists_version != uploaded_lists_version_;
+  const std::vector<int32_t> ranges = upload_lists ? launch_ranges(plan) : std::vector<int32_t>();
   const size_t need = step_inputs_bytes(plan);
   const size_t at_rings = need, at_masks = at_rings + b.ring_tables.bytes;
   const size_t at_tasks = (at_masks + b.token_masks.bytes + 63) / 64 * 64;
@@ -158,18 +173,14 @@ void MegakernelStep::upload(Slot& slot, std::span<const DecodeSeq> rows, const B
   if (token_masks_)
     CUDA_CHECK(cudaMemcpyAsync(arena_ + b.token_masks.offset, staging + at_masks, mask_bytes, cudaMemcpyHostToDevice,
                                stream));
-  // The device's task lists are the last ones uploaded: stream order keeps them until the step
-  // before this one has run.
-  if (uploaded_tasks_.size() != plan.tasks.size() ||
-      std::memcmp(uploaded_tasks_.data(), plan.tasks.data(), plan.tasks.size() * sizeof(Task)) != 0) {
-    std::memcpy(staging + at_tasks, plan.tasks.data(), plan.tasks.size() * sizeof(Task));
-    CUDA_CHECK(cudaMemcpyAsync(tasks_, staging + at_tasks, plan.tasks.size() * sizeof(Task), cudaMemcpyHostToDevice,
-                               stream));
-    uploaded_tasks_ = plan.tasks;
-  }
+  if (!upload_lists) return;
+  std::memcpy(staging + at_tasks, plan.tasks.data(), plan.tasks.size() * sizeof(Task));
+  CUDA_CHECK(cudaMemcpyAsync(tasks_, staging + at_tasks, plan.tasks.size() * sizeof(Task), cudaMemcpyHostToDevice,
+                             stream));
   std::memcpy(staging + at_ranges, ranges.data(), ranges.size() * sizeof(int32_t));
   CUDA_CHECK(cudaMemcpyAsync(ranges_, staging + at_ranges, ranges.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
                              stream));
+  uploaded_lists_version_ = slot.lists_version;
 }
 
 void MegakernelStep::enqueue_outputs(Slot& slot, cudaStream_t stream, int32_t* chain) {
@@ -407,7 +418,10 @@ void MegakernelStep::enable_trace(int capacity_per_sm, cudaStream_t stream) {
   graph_exec_ = nullptr;
   graph_ = nullptr;
   MD_REQUIRE(in_flight() == 0, "enable_trace: a decode step is in flight");
-  for (Slot& slot : slots_) slot.plan = Plan{};  // time_last_step needs a decode() with the new setting first
+  for (Slot& slot : slots_) {  // time_last_step needs a decode() with the new setting first
+    slot.plan = Plan{};
+    slot.lists_version = 0;
+  }
   CUDA_CHECK(cudaFree(trace_));
   CUDA_CHECK(cudaFree(trace_counts_));
   trace_ = nullptr;
