@@ -100,6 +100,7 @@ const Plan& StepPlanner::plan(const BatchState& batch) {
   } else {
     ++counts_.patched;
   }
+  if (update_.lists_changed) ++lists_version_;
   s.n_attn_items = static_cast<int32_t>(plan_.attn_items.size());
   plan_.params.shape = s;
   plan_.params.counters = skeleton_->counters;

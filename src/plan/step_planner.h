@@ -45,6 +45,9 @@ class StepPlanner {
   // until the next call.
   const Plan& plan(const BatchState& batch);
   const PlanUpdate& last_update() const { return update_; }
+  // Changes exactly when the lists do (lists_changed): a caller that keeps a copy of them, or a
+  // device upload, compares it with the version it holds. 0 before the first plan.
+  uint64_t lists_version() const { return lists_version_; }
 
   // Steps planned by each path (benchmarks report them).
   struct Counts {
@@ -67,6 +70,7 @@ class StepPlanner {
   std::vector<AttnSplit> splits_;  // [batch] each sequence's split in plan_
   std::vector<int> rel_sm_;        // [attn items] their placement in plan_ (place_attention)
   PlanUpdate update_;
+  uint64_t lists_version_ = 0;
   Counts counts_;
 };
 

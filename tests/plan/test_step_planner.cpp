@@ -108,6 +108,7 @@ struct Lists {
 
 void step_and_compare(StepPlanner& planner, const ModelConfig& c, const BatchState& b, const Policy& p,
                       const PlanOptions& o, std::optional<Lists>& previous, const std::string& where) {
+  const uint64_t version = planner.lists_version();
   const Plan& patched = planner.plan(b);
   const Plan fresh = make_plan(c, b, p, o);
   ASSERT_EQ(test::plan_difference(patched, fresh), "") << where;
@@ -116,6 +117,7 @@ void step_and_compare(StepPlanner& planner, const ModelConfig& c, const BatchSta
     ASSERT_TRUE(previous->same(patched)) << where << ": lists changed unannounced";
   }
   ASSERT_TRUE(!u.new_skeleton || u.lists_changed) << where;
+  ASSERT_EQ(planner.lists_version(), version + (u.lists_changed ? 1 : 0)) << where;
   previous.emplace(patched);
 }
 

@@ -69,15 +69,14 @@ void MegakernelStep::launch(std::span<const DecodeSeq> rows, const BatchState& b
   Slot& slot = slots_[slot_index];
   kv_ = kv;
   const Plan& planned = planner_->plan(batch);  // make_plan's plan, patched from the last step's (microseconds)
-  const PlanUpdate& update = planner_->last_update();
-  if (update.lists_changed || update.new_skeleton) ++lists_version_;
   // The slot keeps its own copy (the step's errors name its tasks); the lists, megabytes at larger
   // batches, are copied only when they changed since the slot's last step.
-  slot.plan.params = planned.params;
-  slot.plan.attn_items = planned.attn_items;
-  if (slot.lists_version != lists_version_) {
+  if (slot.lists_version != planner_->lists_version()) {
     slot.plan = planned;
-    slot.lists_version = lists_version_;
+    slot.lists_version = planner_->lists_version();
+  } else {
+    slot.plan.params = planned.params;
+    slot.plan.attn_items = planned.attn_items;
   }
   ensure_capacity(slot.plan);
   if (stuck_task_ >= 0 && stuck_task_ < static_cast<int>(slot.plan.tasks.size()) &&

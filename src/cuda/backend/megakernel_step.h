@@ -95,7 +95,7 @@ class MegakernelStep {
   // What one step in flight holds on the host.
   struct Slot {
     Plan plan;              // its plan (error messages name its tasks and counters)
-    uint64_t lists_version = 0;  // plan's task lists are the planner's of that version (0: none, or changed here)
+    uint64_t lists_version = 0;  // plan's lists are StepPlanner::lists_version()'s (0: none, or changed here)
     PinnedBuffer staging;   // inputs, ring tables, token masks, task lists, launch ranges
     PinnedBuffer outputs;   // the error word, tokens [kMaxBatch], then logits when asked
     cudaEvent_t done = nullptr;
@@ -127,8 +127,7 @@ class MegakernelStep {
   size_t counters_bytes_ = 0;
   Task* tasks_ = nullptr;
   size_t tasks_capacity_ = 0;
-  uint64_t lists_version_ = 0;           // bumped whenever the planner's task lists change
-  uint64_t uploaded_lists_version_ = 0;  // the lists on the device (0: none, or a slot's own)
+  uint64_t uploaded_lists_version_ = 0;  // the planner's lists on the device (0: none, or a slot's own)
   int32_t* ranges_ = nullptr;  // [n_waves + 1][2][n_sms]: per launch, begin and end of each SM's tasks
   size_t ranges_capacity_ = 0;
   MkError* error_ = nullptr;
