@@ -115,6 +115,19 @@ Frag JsonGrammar::digits(int n) {
   return b_.seq(parts);
 }
 
+Frag JsonGrammar::up_to_digits(int n) {
+  const NodeId begin = b_.node(), end = b_.node();
+  NodeId at = begin;
+  for (int i = 0; i < n; ++i) {
+    b_.eps(at, end);
+    const NodeId next = b_.node();
+    b_.edge(at, '0', '9', next);
+    at = next;
+  }
+  b_.eps(at, end);
+  return {begin, end};
+}
+
 Frag JsonGrammar::formatted(const std::string& format) {
   auto two = [&](char lo0, char hi0, char lo1, char hi1) {
     return b_.seq({b_.byte_range(lo0, hi0), b_.byte_range(lo1, hi1)});
@@ -152,7 +165,7 @@ Frag JsonGrammar::formatted(const std::string& format) {
 Frag JsonGrammar::integer() {
   if (integer_rule_ < 0) {
     integer_rule_ = b_.rule();
-    const Frag magnitude = b_.alt({b_.literal("0"), b_.seq({b_.byte_range('1', '9'), b_.star(b_.byte_range('0', '9'))})});
+    const Frag magnitude = b_.alt({b_.literal("0"), b_.seq({b_.byte_range('1', '9'), up_to_digits(kMaxIntegerDigits - 1)})});
     b_.define(integer_rule_, b_.seq({b_.opt(b_.literal("-")), magnitude}));
   }
   return b_.call(integer_rule_);
@@ -161,10 +174,10 @@ Frag JsonGrammar::integer() {
 Frag JsonGrammar::number() {
   if (number_rule_ < 0) {
     number_rule_ = b_.rule();
-    const Frag magnitude = b_.alt({b_.literal("0"), b_.seq({b_.byte_range('1', '9'), b_.star(b_.byte_range('0', '9'))})});
+    const Frag magnitude = b_.alt({b_.literal("0"), b_.seq({b_.byte_range('1', '9'), up_to_digits(kMaxMantissaDigits - 1)})});
     const Frag fraction = b_.opt(b_.seq({b_.literal("."), b_.byte_range('0', '9'), b_.star(b_.byte_range('0', '9'))}));
     const Frag exponent = b_.opt(b_.seq({b_.byte_ranges({{'e', 'e'}, {'E', 'E'}}), b_.opt(b_.byte_ranges({{'+', '+'}, {'-', '-'}})),
-                                         b_.byte_range('0', '9'), b_.star(b_.byte_range('0', '9'))}));
+                                         b_.byte_range('0', '9'), up_to_digits(kMaxExponentDigits - 1)}));
     b_.define(number_rule_, b_.seq({b_.opt(b_.literal("-")), magnitude, fraction, exponent}));
   }
   return b_.call(number_rule_);
@@ -196,7 +209,8 @@ Frag JsonGrammar::non_negative_range(uint64_t lo, std::optional<uint64_t> hi) {
     options.push_back(fixed_range(first, last));
   }
   if (!hi) {  // every longer number
-    options.push_back(b_.seq({b_.byte_range('1', '9'), digits(static_cast<int>(los.size())), b_.star(b_.byte_range('0', '9'))}));
+    const int len = static_cast<int>(los.size());  // at most 20 < kMaxIntegerDigits
+    options.push_back(b_.seq({b_.byte_range('1', '9'), digits(len), up_to_digits(kMaxIntegerDigits - 1 - len)}));
   }
   return b_.alt(options);
 }

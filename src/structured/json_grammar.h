@@ -24,6 +24,10 @@ class JsonGrammar {
   // (its closing quote ends the rule: the matcher's string token sets rely on it).
   Frag string(int min_chars, int max_chars);
   Frag formatted(const std::string& format);  // "date", "date-time", "uuid" (caller checks the name)
+  // Numbers stay finite as doubles, so every reader (a JSON parser, a tool call's typed
+  // parameter) reads them as numbers: an integer has at most 308 digits (< 1e308), a number's
+  // integer part at most 208 and its exponent at most 2 digits (< 1e307). Fractions are free.
+  static constexpr int kMaxIntegerDigits = 308, kMaxMantissaDigits = 208, kMaxExponentDigits = 2;
   Frag number();
   Frag integer();
   // Integers in [lo, hi]; an absent bound is open.
@@ -38,6 +42,7 @@ class JsonGrammar {
  private:
   Frag string_char();
   Frag digits(int n);                           // exactly n digits
+  Frag up_to_digits(int n);                     // 0 to n digits
   Frag fixed_range(const std::string& lo, const std::string& hi);  // same-length digit strings
   Frag non_negative_range(uint64_t lo, std::optional<uint64_t> hi);
 

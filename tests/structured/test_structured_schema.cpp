@@ -72,6 +72,33 @@ TEST(StructuredSchema, NumbersAndLiterals) {
   EXPECT_FALSE(schema_matches(R"({"type":"string","enum":["a",1]})", "1"));
 }
 
+// Every number the grammar takes is a finite double, so a JSON parser and a tool call's typed
+// parameter read it as a number (81E325 once came out of a random walk and overflowed).
+TEST(StructuredSchema, NumbersStayFinite) {
+  const std::string nines308(308, '9'), nines208(208, '9');
+  for (const char* schema : {R"({"type":"number"})", R"({})"}) {
+    for (const std::string& ok : {std::string("1e99"), std::string("-9E-99"), nines208 + ".5e+99", nines208 + "e99"}) {
+      EXPECT_TRUE(schema_matches(schema, ok)) << schema << " " << ok.substr(0, 20);
+      const auto v = nlohmann::json::parse(ok, nullptr, false);
+      EXPECT_TRUE(v.is_number()) << ok.substr(0, 20);
+    }
+    for (const std::string& bad : {std::string("81E325"), std::string("1e100"), std::string("1e-100"),
+                                   "1" + nines208 + "e1"}) {
+      EXPECT_FALSE(schema_matches(schema, bad)) << schema << " " << bad.substr(0, 20);
+    }
+  }
+  EXPECT_TRUE(nlohmann::json::parse("-" + nines308, nullptr, false).is_number());
+  for (const char* schema : {R"({"type":"integer"})", R"({"type":"integer","maximum":5})"}) {
+    EXPECT_TRUE(schema_matches(schema, "-" + nines308)) << schema;
+    EXPECT_FALSE(schema_matches(schema, "-1" + nines308)) << schema;
+  }
+  for (const char* schema : {R"({"type":"integer"})", R"({"type":"integer","minimum":-5})", R"({"type":"integer","minimum":3})"}) {
+    EXPECT_TRUE(schema_matches(schema, nines308)) << schema;
+    EXPECT_FALSE(schema_matches(schema, "1" + nines308)) << schema;
+  }
+  EXPECT_TRUE(nlohmann::json::parse("1" + nines308, nullptr, false).is_discarded());  // why the bound
+}
+
 TEST(StructuredSchema, StringsLengthsAndFormats) {
   const std::string two = R"({"type":"string","minLength":1,"maxLength":2})";
   EXPECT_TRUE(schema_matches(two, "\"\xC3\xA9\xE4\xB8\xAD\""));  // two characters, five bytes
