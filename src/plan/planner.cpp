@@ -85,7 +85,8 @@ void layer_waves(const PlanShape& s, const CounterLayout& c, int L, std::vector<
 // A parallel block (op_table.h): QKV and router tiles (and up shares) read the layer input; the
 // routed or dense FFN's up half runs beside attention; O-proj stores o after the layer's attention;
 // the down shares, which wait on every up share and every O-proj tile, write the residual
-// x = (x + o) + F, and the next layer's first waves wait on every down share. Waves: QKV, ROUTER,
+// x = (x + o) + F (a routed share meets the O-proj wait only at that write: kLastWaitAtWrite), and
+// the next layer's first waves wait on every down share. Waves: QKV, ROUTER,
 // ATTN, EXPERT_UP, O_PROJ, EXPERT_DOWN: an SM that finishes its up share early runs its O-proj tile
 // while the down shares wait for the last up share, and O-proj's weight pages stream while the up
 // share computes (router-after-attn: QKV, ATTN, ROUTER, ...; a dense layer: QKV, ATTN, DENSE_UP,
@@ -128,8 +129,10 @@ void parallel_layer_waves(const PlanShape& s, const CounterLayout& c, int L, boo
     if (!dense) u.wait[u.n_waits++] = {C(c.router_done), s.n_router_tasks};
     up.tasks.push_back(u);
     up.sm.push_back(sm);
-    down.tasks.push_back(make_task(down_op, L, {sm, sm + 1, s.n_sms},
-                                   {{C(c.up_done), s.n_sms}, {C(c.oproj_done), s.n_oproj_tasks}}, {{C(c.down_done), 1}}));
+    Task d = make_task(down_op, L, {sm, sm + 1, s.n_sms}, {{C(c.up_done), s.n_sms}, {C(c.oproj_done), s.n_oproj_tasks}},
+                       {{C(c.down_done), 1}});
+    if (!dense) d.flags = kLastWaitAtWrite;  // the O-proj wait, at the combine
+    down.tasks.push_back(d);
     down.sm.push_back(sm);
   }
   out.push_back(std::move(up));
@@ -163,6 +166,7 @@ void final_waves(const PlanShape& s, const CounterLayout& c, std::vector<WaveBui
 // its own producers, and also arrives on wave w's counter.
 void grid_sync_task(const CounterLayout& c, int w, int32_t prev_tasks, Task& t) {
   t.n_waits = 0;
+  t.flags &= static_cast<uint8_t>(~kLastWaitAtWrite);  // its one wait is the fill's too
   if (w > 0) t.wait[t.n_waits++] = {c.wave_done + w - 1, prev_tasks};
   MD_CHECK(t.n_arrives < kMaxArrives, "grid-sync: no room for the wave arrival");
   t.arrive[t.n_arrives++] = {c.wave_done + w, 1};

@@ -75,7 +75,7 @@ struct Task {
   uint8_t op;         // Op
   uint8_t n_waits;    // <= kMaxWaits
   uint8_t n_arrives;  // <= kMaxArrives
-  uint8_t flags;      // ATTN: kAttnSliding | kAttnNoRope; 0 otherwise (and always for qwen3_moe)
+  uint8_t flags;      // ATTN: kAttnSliding | kAttnNoRope; EXPERT_DOWN: kLastWaitAtWrite; 0 otherwise
   int16_t layer;      // -1 for ops after the last layer
   int16_t reserved;
   int32_t arg[4];
@@ -90,6 +90,11 @@ static_assert(sizeof(Task) == 64, "Task must stay one 64-byte record");
 // kv_block_size). kAttnNoRope: no rotary embedding on q and k (cohere2_moe's full layers).
 inline constexpr uint8_t kAttnSliding = 1;
 inline constexpr uint8_t kAttnNoRope = 2;
+// EXPERT_DOWN flag (parallel blocks): the task's last wait (every O-proj tile of its layer) is met
+// before its first write of x (the combine x = (x + o) + F), not at its start: the fill and the
+// jobs read only the up shares' activations and the weights, and run while the last O-proj tiles
+// do (an O-proj tile follows its SM's up share, so the last one ends after the last up share).
+inline constexpr uint8_t kLastWaitAtWrite = 4;
 
 // One attention work item: query heads of KV group `group` of sequence `seq` against key
 // positions [pos_begin, pos_end). Items of one (seq, group) have split = 0..n_splits-1 and write

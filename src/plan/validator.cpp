@@ -55,9 +55,13 @@ void check_structure(const Plan& plan) {
     MD_REQUIRE(t.n_waits <= kMaxWaits && t.n_arrives <= kMaxArrives, describe_task(plan, i),
                ": too many waits or arrivals");
     MD_REQUIRE(t.layer >= -1 && t.layer < s.n_layers, describe_task(plan, i), ": layer out of range");
-    const uint8_t allowed = t.op == static_cast<uint8_t>(Op::kAttn) && s.parallel ? (kAttnSliding | kAttnNoRope) : 0;
+    const uint8_t allowed = !s.parallel ? 0
+                            : t.op == static_cast<uint8_t>(Op::kAttn) ? (kAttnSliding | kAttnNoRope)
+                            : t.op == static_cast<uint8_t>(Op::kExpertDown) ? kLastWaitAtWrite : 0;
     MD_REQUIRE((t.flags & ~allowed) == 0, describe_task(plan, i), ": flags ", static_cast<int>(t.flags),
-               allowed ? " outside kAttnSliding | kAttnNoRope" : " on a task that takes none");
+               allowed ? " outside the op's flags" : " on a task that takes none");
+    MD_REQUIRE(!(t.flags & kLastWaitAtWrite) || t.n_waits >= 2, describe_task(plan, i),
+               ": kLastWaitAtWrite on a task with fewer than two waits (its first waits are the fill's)");
     MD_REQUIRE(!(t.flags & kAttnSliding) || s.sliding_window > 0, describe_task(plan, i),
                ": sliding attention in a plan without a sliding window");
     MD_REQUIRE(s.parallel || (t.op != static_cast<uint8_t>(Op::kDenseUp) && t.op != static_cast<uint8_t>(Op::kDenseDown)),

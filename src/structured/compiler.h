@@ -25,7 +25,7 @@ namespace megadecode::structured {
 class Compiler {
  public:
   // max_cached: grammars kept by spec (when full the cache starts over); max_states: a cached
-  // grammar whose memo has grown past this many states (1 KiB each, more with long stacks) is
+  // grammar whose memo has grown past this many states (about 1 KiB each: stacks share frames) is
   // compiled afresh for the next request, which bounds a hot grammar's memory (JSON mode over
   // deeply nested outputs keeps making states); sequences holding the old one keep it.
   explicit Compiler(Vocabulary vocab, size_t max_cached = 256, size_t max_states = 1 << 15);

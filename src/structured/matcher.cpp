@@ -12,12 +12,6 @@
 namespace megadecode::structured {
 namespace {
 
-void append_key(std::string& key, const std::vector<NodeId>& stack) {
-  const int32_t n = static_cast<int32_t>(stack.size());
-  key.append(reinterpret_cast<const char*>(&n), sizeof n);
-  key.append(reinterpret_cast<const char*>(stack.data()), stack.size() * sizeof(NodeId));
-}
-
 void set_token(std::span<uint32_t> words, int32_t id) { words[id >> 5] |= 1u << (id & 31); }
 
 }  // namespace
@@ -27,10 +21,23 @@ CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const Vocabula
   walk_states_.resize(static_cast<size_t>(vocab_->max_depth()) + 2);
   const std::lock_guard lock(mu_);
   MD_CHECK(intern({}, false) == kDead);
-  std::vector<std::vector<NodeId>> stacks;
+  std::vector<StackId> stacks;
   bool accepting = false;
-  close({grammar_.root}, stacks, accepting);
+  close(kEmptyStack, grammar_.root, stacks, accepting);
   start_ = intern(std::move(stacks), accepting);
+}
+
+size_t CompiledGrammar::KeyHash::operator()(const std::vector<StackId>& key) const {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ key.size();
+  for (const StackId id : key) h = (h ^ static_cast<uint32_t>(id)) * 0x100000001b3ull;
+  return static_cast<size_t>(h ^ (h >> 29));
+}
+
+StackId CompiledGrammar::push(StackId below, NodeId node) {
+  const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32 | static_cast<uint32_t>(below);
+  const auto [it, inserted] = frame_index_.try_emplace(key, static_cast<StackId>(frames_.size()));
+  if (inserted) frames_.push_back({node, below, below == kEmptyStack ? 1 : frames_[below].depth + 1});
+  return it->second;
 }
 
 // The closure of the one-frame stack [n]: every stack (relative to n's frame) whose top reads
@@ -73,33 +80,35 @@ const CompiledGrammar::LocalClosure& CompiledGrammar::local_closure(NodeId n) {
   return lc;
 }
 
-// Follows epsilon, call and return edges from `stack` (top = back); collects every stack whose
-// top reads bytes, and sets `accepting` when the bottom rule can end. closure(rest + [n]) is
+// Follows epsilon, call and return edges from the stack `below` + [top]; collects every stack
+// whose top reads bytes, and sets `accepting` when the bottom rule can end. closure(rest + [n]) is
 // rest + each stack of [n]'s closure, and closure(rest) again when n's rule can end.
-void CompiledGrammar::close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting) {
-  while (!stack.empty()) {
-    const NodeId top = stack.back();
-    stack.pop_back();  // now the frames below
-    const LocalClosure& lc = local_closure(top);
+void CompiledGrammar::close(StackId below, NodeId top, std::vector<StackId>& out, bool& accepting) {
+  for (;;) {
+    const int32_t depth = below == kEmptyStack ? 0 : frames_[below].depth;
+    const LocalClosure& lc = local_closure(top);  // (closures_ never grows)
     for (const std::vector<NodeId>& l : lc.stacks) {
-      if (stack.size() + l.size() > static_cast<size_t>(kMaxStackDepth)) continue;
-      std::vector<NodeId>& st = out.emplace_back();
-      st.reserve(stack.size() + l.size());
-      st.insert(st.end(), stack.begin(), stack.end());
-      st.insert(st.end(), l.begin(), l.end());
+      if (depth + l.size() > static_cast<size_t>(kMaxStackDepth)) continue;
+      StackId st = below;
+      for (const NodeId n : l) st = push(st, n);
+      out.push_back(st);
     }
     if (!lc.pops) return;
+    if (below == kEmptyStack) break;
+    top = frames_[below].node;
+    below = frames_[below].below;
   }
   accepting = true;
 }
 
-StateId CompiledGrammar::intern(std::vector<std::vector<NodeId>> stacks, bool accepting) {
+StateId CompiledGrammar::intern(std::vector<StackId> stacks, bool accepting) {
   std::sort(stacks.begin(), stacks.end());
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
-  std::string key(1, accepting ? '\1' : '\0');
-  for (const auto& st : stacks) append_key(key, st);
-  const auto [it, inserted] = index_.try_emplace(std::move(key), static_cast<StateId>(states_.size()));
-  if (!inserted) return it->second;
+  key_.assign(1, accepting ? 1 : 0);
+  key_.insert(key_.end(), stacks.begin(), stacks.end());
+  if (const auto it = index_.find(key_); it != index_.end()) return it->second;
+  const StateId id = static_cast<StateId>(states_.size());
+  index_.emplace(key_, id);
   State s;
   s.continuation.assign(stacks.size(), -1);
   s.stacks = std::move(stacks);
@@ -107,11 +116,11 @@ StateId CompiledGrammar::intern(std::vector<std::vector<NodeId>> stacks, bool ac
   // Bytes no top reads lead nowhere: known now, so walks never miss on them.
   std::array<StateId, 256> row;
   row.fill(kDead);
-  for (const auto& st : s.stacks)
-    for (const ByteEdge& e : grammar_.nodes[st.back()].bytes) std::fill(row.begin() + e.lo, row.begin() + e.hi + 1, -1);
+  for (const StackId st : s.stacks)
+    for (const ByteEdge& e : grammar_.nodes[frames_[st].node].bytes) std::fill(row.begin() + e.lo, row.begin() + e.hi + 1, -1);
   states_.push_back(std::move(s));
   next_.push_back(row);
-  return it->second;
+  return id;
 }
 
 inline StateId CompiledGrammar::step(StateId s, uint8_t byte) {
@@ -120,14 +129,13 @@ inline StateId CompiledGrammar::step(StateId s, uint8_t byte) {
 }
 
 StateId CompiledGrammar::compute_step(StateId s, uint8_t byte) {
-  std::vector<std::vector<NodeId>> out;
+  std::vector<StackId> out;
   bool accepting = false;
-  for (const auto& st : states_[s].stacks) {  // (close() leaves states_ alone; intern() comes after)
-    for (const ByteEdge& e : grammar_.nodes[st.back()].bytes) {
+  for (const StackId st : states_[s].stacks) {  // (close() leaves states_ alone; intern() comes after)
+    const Frame f = frames_[st];  // (a copy: close() may grow frames_)
+    for (const ByteEdge& e : grammar_.nodes[f.node].bytes) {
       if (byte < e.lo || byte > e.hi) continue;
-      std::vector<NodeId> next = st;
-      next.back() = e.to;
-      close(std::move(next), out, accepting);
+      close(f.below, e.to, out, accepting);
     }
   }
   const StateId t = out.empty() && !accepting ? kDead : intern(std::move(out), accepting);
@@ -138,11 +146,10 @@ StateId CompiledGrammar::compute_step(StateId s, uint8_t byte) {
 StateId CompiledGrammar::continuation(StateId s, size_t stack_index) {
   StateId c = states_[s].continuation[stack_index];
   if (c >= 0) return c;
-  const std::vector<NodeId>& st = states_[s].stacks[stack_index];
-  std::vector<NodeId> rest(st.begin(), st.end() - 1);
-  std::vector<std::vector<NodeId>> out;
-  bool accepting = false;
-  close(std::move(rest), out, accepting);
+  const StackId rest = frames_[states_[s].stacks[stack_index]].below;
+  std::vector<StackId> out;
+  bool accepting = rest == kEmptyStack;  // the closure of the empty stack accepts
+  if (rest != kEmptyStack) close(frames_[rest].below, frames_[rest].node, out, accepting);
   c = out.empty() && !accepting ? kDead : intern(std::move(out), accepting);
   states_[s].continuation[stack_index] = c;
   return c;
@@ -177,7 +184,7 @@ const CompiledGrammar::LocalSet& CompiledGrammar::local_set(NodeId top) {
   }
   const std::span<const TrieNode> trie = vocab_->trie();
   const std::span<const int32_t> tokens = vocab_->trie_tokens();
-  const StateId s0 = intern({{top}}, false);
+  const StateId s0 = intern({push(kEmptyStack, top)}, false);
   walk(0, s0, [&](int32_t i, StateId t) {
     const TrieNode& n = trie[i];
     for (int32_t k = n.tok_begin; k < n.tok_end; ++k) ls.tokens.push_back(tokens[k]);
@@ -265,7 +272,7 @@ void CompiledGrammar::make_mask(StateId s, std::span<uint32_t> words) {
   const size_t n_stacks = states_[s].stacks.size();
   std::vector<NodeId> tops_done;
   for (size_t i = 0; i < n_stacks; ++i) {
-    const NodeId top = states_[s].stacks[i].back();
+    const NodeId top = frames_[states_[s].stacks[i]].node;
     if (std::find(tops_done.begin(), tops_done.end(), top) != tops_done.end()) continue;
     tops_done.push_back(top);
     const LocalSet& ls = local_set(top);
@@ -281,8 +288,9 @@ void CompiledGrammar::make_mask(StateId s, std::span<uint32_t> words) {
     const std::span<const int32_t> tokens = vocab_->trie_tokens();
     std::vector<int32_t> reached;
     for (size_t i = 0; i < n_stacks; ++i) {
-      if (states_[s].stacks[i].size() <= 1) continue;
-      const LocalSet& ls = local_set(states_[s].stacks[i].back());  // local_ never grows
+      const Frame f = frames_[states_[s].stacks[i]];
+      if (f.depth <= 1) continue;
+      const LocalSet& ls = local_set(f.node);  // local_ never grows
       if (ls.exits.empty()) continue;
       const StateId c = continuation(s, i);
       if (c == kDead) continue;

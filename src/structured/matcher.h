@@ -1,6 +1,8 @@
 // Runs a Grammar against a Vocabulary: a pushdown automaton whose states (sets of stacks of
 // grammar nodes) are interned and whose byte transitions are memoised, so a walk of the token
-// trie costs an array lookup per trie node.
+// trie costs an array lookup per trie node. A stack is interned too, as its top frame (a node and
+// the stack below it), so stacks share their lower frames, a state is a sorted list of stack ids,
+// and a transition not yet memoised costs a few hash lookups, not copies of whole stacks.
 //
 // Token masks are split the way the grammar is: for each node that reads bytes, the tokens it
 // accepts on its own (without returning to its caller) are computed once by a trie walk and kept
@@ -37,6 +39,8 @@ namespace megadecode::structured {
 
 using StateId = int32_t;
 constexpr StateId kDead = 0;
+using StackId = int32_t;  // an interned stack (CompiledGrammar::Frame)
+constexpr StackId kEmptyStack = -1;
 constexpr int kMaxStackDepth = 256;  // deeper nesting ends the path (JSON nested ~250 deep)
 
 class CompiledGrammar {
@@ -58,8 +62,14 @@ class CompiledGrammar {
   size_t n_local_sets();
 
  private:
+  // A stack: its top node and the stack below it (kEmptyStack at the bottom).
+  struct Frame {
+    NodeId node;
+    StackId below;
+    int32_t depth;  // frames, this one included
+  };
   struct State {
-    std::vector<std::vector<NodeId>> stacks;  // sorted; each top reads bytes
+    std::vector<StackId> stacks;  // sorted; each top reads bytes
     bool accepting = false;
     std::vector<StateId> continuation;  // per stack: the stack without its top, closed (-1: not yet)
     // The tokens the walks from the tops' exits reach (make_mask's second part), sorted and
@@ -75,14 +85,15 @@ class CompiledGrammar {
     std::vector<int32_t> exits;     // trie nodes with children where the rule may return
   };
 
-  StateId intern(std::vector<std::vector<NodeId>> stacks, bool accepting);
+  StateId intern(std::vector<StackId> stacks, bool accepting);
+  StackId push(StackId below, NodeId node);
   struct LocalClosure {
     bool ready = false;
     bool pops = false;
-    std::vector<std::vector<NodeId>> stacks;
+    std::vector<std::vector<NodeId>> stacks;  // bottom to top, relative to the node's frame
   };
   const LocalClosure& local_closure(NodeId n);
-  void close(std::vector<NodeId> stack, std::vector<std::vector<NodeId>>& out, bool& accepting);
+  void close(StackId below, NodeId top, std::vector<StackId>& out, bool& accepting);
   StateId step(StateId s, uint8_t byte);
   StateId compute_step(StateId s, uint8_t byte);
   StateId continuation(StateId s, size_t stack_index);
@@ -98,7 +109,13 @@ class CompiledGrammar {
   std::mutex mu_;
   std::vector<State> states_;
   std::vector<std::array<StateId, 256>> next_;  // per state: -1 unknown
-  std::unordered_map<std::string, StateId> index_;
+  struct KeyHash {
+    size_t operator()(const std::vector<StackId>& key) const;
+  };
+  std::vector<Frame> frames_;
+  std::unordered_map<uint64_t, StackId> frame_index_;  // (node, below) -> its stack
+  std::unordered_map<std::vector<StackId>, StateId, KeyHash> index_;  // accepting, then the stacks
+  std::vector<StackId> key_;  // intern's scratch key
   std::vector<LocalSet> local_;  // per grammar node
   std::vector<LocalClosure> closures_;  // per grammar node
   std::vector<StateId> walk_states_;

@@ -89,6 +89,11 @@ void check_parallel_structure(const ModelConfig& c, const Plan& plan, const std:
       } else {
         EXPECT_LT(t.arg[0], s.n_full_items) << where;
       }
+    } else if (op == Op::kExpertDown && plan.policy != "grid-sync") {
+      // The O-proj wait, last, met at the combine.
+      EXPECT_EQ(t.flags, kLastWaitAtWrite) << where;
+      ASSERT_GE(t.n_waits, 2) << where;
+      EXPECT_EQ(t.wait[t.n_waits - 1].counter, C(k.oproj_done)) << where;
     } else {
       EXPECT_EQ(t.flags, 0) << where;
     }
@@ -189,7 +194,21 @@ TEST(NorthPlan, TheValidatorRejectsEachBrokenParallelRule) {
     Task& t = f.plan.tasks[f.task(Op::kExpertDown, 3)];
     ASSERT_EQ(t.n_waits, 2);
     t.n_waits = 1;  // up_done only
+    t.flags = 0;
     expect_error(f.plan, "writes x = x + o + F but does not wait (directly or through other tasks) on");
+  }
+  {  // a down share whose one wait were kept for its write would fill from unfinished up shares
+    Broken f;
+    Task& t = f.plan.tasks[f.task(Op::kExpertDown, 3)];
+    ASSERT_EQ(t.flags, kLastWaitAtWrite);
+    t.wait[0] = t.wait[1];
+    t.n_waits = 1;
+    expect_error(f.plan, "kLastWaitAtWrite on a task with fewer than two waits");
+  }
+  {  // the flag on another op
+    Broken f;
+    f.plan.tasks[f.task(Op::kExpertUp, 3)].flags = kLastWaitAtWrite;
+    expect_error(f.plan, "on a task that takes none");
   }
   {  // an O-proj tile that does not wait for the attention would read an unfinished output
     Broken f;
@@ -272,7 +291,9 @@ TEST(NorthPlan, SharedExpertsRideInTheExpertShares) {
   ASSERT_EQ(validation_error(good), "");
   {  // a down share that no longer waits for the up shares
     Plan q = good;
-    q.tasks[test::find_task(q, Op::kExpertDown, 2)].n_waits = 0;
+    Task& t = q.tasks[test::find_task(q, Op::kExpertDown, 2)];
+    t.n_waits = 0;
+    t.flags = 0;
     expect_error(q, "whose activations it reads");
   }
   {  // no room for the shared MLP's activations

@@ -31,6 +31,7 @@ enum MkFlag : uint32_t {
   kMkDownUncapped = 1u << 10,    // the same for the expert-down shares' pages only
   kMkExpertsUncappedLate = 1u << 11,  // the experts' pages uncapped once the consumers are on their task
                                       // (before that, while they run attention or wait, under the cap)
+  kMkDownWaitsFirst = 1u << 12,  // a down share meets every wait at its start, kLastWaitAtWrite or not
 };
 inline constexpr uint32_t kMkInflightMask = 7u << 4;
 // The default: one page in flight per SM (H100, 8K, no cap -> 1: North b1 3.980 -> 3.877 ms,
@@ -56,6 +57,7 @@ inline constexpr MkSwitch kMkSwitches[] = {
     {"inflight-off", kMkInflightOff},      {"sample-full-pass", kMkSampleFullPass},
     {"down-split-k", kMkDownSplitK},       {"experts-uncapped", kMkExpertsUncapped},
     {"down-uncapped", kMkDownUncapped},    {"experts-uncapped-late", kMkExpertsUncappedLate},
+    {"down-waits-first", kMkDownWaitsFirst},
 };
 
 }  // namespace megadecode::cuda

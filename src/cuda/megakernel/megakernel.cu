@@ -96,8 +96,9 @@ void check_megakernel_tasks(std::span<const Task> tasks) {
     const Op op = static_cast<Op>(t.op);
     MD_REQUIRE(megakernel_runs(op), "megakernel: task ", i, " is ", op_name(op), " (layer ", t.layer,
                "), an op the megakernel does not run yet");
-    // ATTN items may skip RoPE (kAttnNoRope) and read a sliding layer's ring (kAttnSliding).
-    const uint8_t runs = op == Op::kAttn ? kAttnNoRope | kAttnSliding : 0;
+    // ATTN items may skip RoPE (kAttnNoRope) and read a sliding layer's ring (kAttnSliding); a
+    // down share may meet its last wait at its first combine (kLastWaitAtWrite).
+    const uint8_t runs = op == Op::kAttn ? kAttnNoRope | kAttnSliding : op == Op::kExpertDown ? kLastWaitAtWrite : 0;
     MD_REQUIRE((t.flags & ~runs) == 0, "megakernel: task ", i, " (", op_name(op), ", layer ", t.layer, ") has flags ",
                static_cast<int>(t.flags), ": the megakernel does not implement them");
   }

@@ -330,7 +330,7 @@ __device__ __noinline__ void lm_head_best(const MkParams& p, int task, const Log
 // each row block's combine (every job's outputs are in comb), and after it before comb is written
 // again.
 __device__ __forceinline__ bool down_jobs_by_warp(ConsumerCtx<1>& c, const Task& t, int task, const GemmGeo& g,
-                                                  JobWalk& walk) {
+                                                  JobWalk& walk, int late_wait) {
   const MkParams& p = c.p;
   const RouteSmem& r = c.route;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, t4 = lane & 3;
@@ -406,6 +406,10 @@ __device__ __forceinline__ bool down_jobs_by_warp(ConsumerCtx<1>& c, const Task&
     c.rp.advance(c.ring.n_slots);
     ++job;
     if (walk.at != tj.job.rb_begin) {  // the row block's last job
+      if (late_wait < t.n_waits) {  // the waits kept for the write (kLastWaitAtWrite; its barrier is the combine's too)
+        if (!wait_task(c, t, task, late_wait, t.n_waits)) return false;
+        late_wait = t.n_waits;
+      }
       TraceClock comb_phase;
       comb_phase.start(p);
       consumer_sync();  // every job's outputs are in comb
@@ -414,6 +418,9 @@ __device__ __forceinline__ bool down_jobs_by_warp(ConsumerCtx<1>& c, const Task&
       comb_read = true;
     }
   }
+  // A share with no combine still meets every wait before its arrival (down_done then implies the
+  // layer's O-proj tiles, as the next layer's tasks assume).
+  if (late_wait < t.n_waits && !wait_task(c, t, task, late_wait, t.n_waits)) return false;
   return !failed;
 }
 
@@ -432,7 +439,9 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   // router wait is its last, and the loader's (it computes the routing after it): the consumers take
   // the routing instead. (Parallel blocks: its first wait is the previous layer's down shares, after
   // which x is final; at layer 0 it has only the router's wait, and the embedding fill comes before it.)
-  const int first = up ? t.n_waits - 1 : t.n_waits;
+  // A down share with kLastWaitAtWrite meets its last wait (the O-proj tiles) at its first combine.
+  const bool late = down && (t.flags & kLastWaitAtWrite) && !(p.flags & kMkDownWaitsFirst);
+  const int first = up || late ? t.n_waits - 1 : t.n_waits;
   if (!wait_task(c, t, task, 0, first)) return false;  // (also publishes the fill)
   // The embedding rows: every token id must be in the vocabulary before a fill reads them. Parallel
   // blocks' router, expert-up and dense-up tasks read them at layer 0 too, waiting on no QKV tile.
@@ -455,7 +464,8 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
     phase.stop(p, t, task, kPhaseFill);
   }
   // (An up share's router wait is the loader's: the routing's arrival implies it.)
-  if (!up && !wait_task(c, t, task, first, t.n_waits)) return false;
+  if (!up && !late && !wait_task(c, t, task, first, t.n_waits)) return false;
+  int late_wait = late ? first : t.n_waits;  // the waits still to meet before a combine
   if ((up || down) && !ensure_routing(c, t, t.layer, task)) return false;
   const RouteSmem& r = c.route;
   int s0 = 0, s1 = 0;  // down: the slots [s0, s1) the activation area holds
@@ -463,7 +473,7 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
   walk.start(p, t, r);
   if constexpr (kNT == 1) {
     if (down && g.page_kb == g.n_kb && g.window_kb == g.n_kb && (p.flags & kMkDownSplitK) == 0)
-      return down_jobs_by_warp(c, t, task, g, walk);
+      return down_jobs_by_warp(c, t, task, g, walk, late_wait);
   }
   TaskJob tj;
   bool ok = true;  // this thread's page waits (made uniform at the task's end: megakernel.cuh)
@@ -498,6 +508,10 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
     }
     ok &= consume_job<kNT>(p, t, task, c.ring, c.rp, g, tj.job, act, c.red, c.fill, B, epi);
     if (down && walk.at != tj.job.rb_begin) {  // the row block's last job: its every (token, k) is in comb
+      if (late_wait < t.n_waits) {  // (its barrier is the combine's too)
+        if (!wait_task(c, t, task, late_wait, t.n_waits)) return false;
+        late_wait = t.n_waits;
+      }
       TraceClock comb;
       comb.start(p);
       consumer_sync();
@@ -505,6 +519,7 @@ __device__ __forceinline__ bool op_gemm(ConsumerCtx<kNT>& c, const Task& t, int 
       comb.stop(p, t, task, kPhaseCombine);
     }
   }
+  if (late_wait < t.n_waits && !wait_task(c, t, task, late_wait, t.n_waits)) return false;  // (as in down_jobs_by_warp)
   return ok;
 }
 
