@@ -26,13 +26,15 @@ void dispatch(const StepView& v, Sync& sync, const Task& task) {
   throw Error(cat("cpu-mk: bad opcode ", static_cast<int>(task.op)));
 }
 
-// Runs tasks [begin, end) of the worker's list: waits, op, arrivals, with delay points around.
+// Runs tasks [begin, end) of the worker's list: waits, op, arrivals, with delay points around. A
+// task with kLastWaitAtWrite meets its last wait inside the op, before its write (tile_expert_down).
 void run_tasks(const StepView& v, const Plan& plan, Worker& w, int begin, int end) {
   for (int i = begin; i < end; ++i) {
     const Task& t = plan.tasks[i];
     w.begin_task(i);
     w.pause();
-    for (int j = 0; j < t.n_waits; ++j) w.wait(t.wait[j].counter, t.wait[j].target);
+    const int n_first = (t.flags & kLastWaitAtWrite) ? t.n_waits - 1 : t.n_waits;
+    for (int j = 0; j < n_first; ++j) w.wait(t.wait[j].counter, t.wait[j].target);
     dispatch(v, w, t);
     w.pause();
     for (int j = 0; j < t.n_arrives; ++j) w.arrive(t.arrive[j].counter, t.arrive[j].amount);

@@ -104,7 +104,7 @@ void tile_expert_up(const StepView& v, Sync&, const Task& task) {
   }
 }
 
-void tile_expert_down(const StepView& v, Sync&, const Task& task) {
+void tile_expert_down(const StepView& v, Sync& sync, const Task& task) {
   const PlanShape& s = v.shape();
   const int L = task.layer, H = s.hidden, I = s.moe_inter, K = s.top_k;
   const LayerRouting r = route_layer(v);
@@ -119,7 +119,11 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
   const int S = s.shared_inter;
   std::vector<float> row(I), shared_row(S);
   const std::vector<float> emb = s.parallel && L == 0 ? embedding(v) : std::vector<float>{};
-  for (int rr = rbs.begin * 16; rr < std::min(H, rbs.end * 16); ++rr) {
+  // F first, from the up shares' activations and the weights only; with kLastWaitAtWrite the last
+  // wait (the O-proj tiles) comes after it, before x is read and written (ops.cuh op_gemm).
+  const int r0 = rbs.begin * 16, r1 = std::min(H, rbs.end * 16);
+  std::vector<float> ffn(static_cast<size_t>(std::max(r1 - r0, 0)) * s.batch);
+  for (int rr = r0; rr < r1; ++rr) {
     if (S > 0) ref::load_row(v.weights->layers[L].shared.down, rr, shared_row.data());
     for (int t = 0; t < s.batch; ++t) {
       float moe = 0.0f;
@@ -132,13 +136,22 @@ void tile_expert_down(const StepView& v, Sync&, const Task& task) {
         const float sum = moe + ref::dot(shared_row.data(), v.shared_act + static_cast<size_t>(t) * S, S);
         moe = s.shared_average ? sum * 0.5f : sum;
       }
+      ffn[static_cast<size_t>(rr - r0) * s.batch + t] = moe;
+    }
+  }
+  if (task.flags & kLastWaitAtWrite) {
+    sync.pause();
+    sync.wait(task.wait[task.n_waits - 1].counter, task.wait[task.n_waits - 1].target);
+  }
+  for (int rr = r0; rr < r1; ++rr)
+    for (int t = 0; t < s.batch; ++t) {
+      const float moe = ffn[static_cast<size_t>(rr - r0) * s.batch + t];
       const size_t at = static_cast<size_t>(t) * H + rr;
       if (s.parallel)
         v.x[at] = ((L == 0 ? emb[at] : v.x[at]) + v.o_out[at]) + moe;  // cpu-ref's order: (x + o) + F
       else
         v.x[at] = v.h[at] + moe;
     }
-  }
 }
 
 // The dense FFN (parallel blocks' dense layers): up share s of S takes the units
