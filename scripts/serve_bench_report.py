@@ -130,7 +130,8 @@ def markdown(out):
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in out["records"]:
             rate = r["request_rate"] if isinstance(r["request_rate"], str) else fmt(r["request_rate"], 2)
-            lines.append(f"| {r['scenario']} | {r['backend']} | {r['input_len']} / {r['output_len']} | {r['concurrency']} "
+            out_len = "paired" if r["output_len"] == -1 else r["output_len"]  # PAIRED_WITH: a constrained run's lengths
+            lines.append(f"| {r['scenario']} | {r['backend']} | {r['input_len']} / {out_len} | {r['concurrency']} "
                          f"| {rate} | {r['completed']}/{r['num_prompts']} | {fmt(r['ttft_ms_p50'])} | {fmt(r['tpot_ms_mean'], 2)} "
                          f"| {fmt(r['itl_ms_p99'], 2)} | {fmt(r['output_tok_s'])} | {fmt(r['decode_tok_s_per_request'])} "
                          f"| {fmt(r['mean_running'])} |")

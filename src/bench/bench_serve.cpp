@@ -89,18 +89,44 @@ constexpr const char* kUsage =
     "         [--endpoint completions|chat] [--num-prompts N (200)] [--concurrency N (16)] [--request-rate R (inf)]\n"
     "         [--input-len N (128)] [--output-len N (128)] [--vocab N (1000)] [--seed S] [--timeout S] [--json FILE]\n"
     "         [--response-format json_object|SCHEMA.json (every request constrained; the server needs a tokenizer)]\n"
+    "         [--output-lens FILE (request i asks for entry i of a run's output_tokens_each, not --output-len)]\n"
     "       megadecode bench serve --background-streams N [--long-prompt-len N] [--before-tokens N] ...\n"
     "       megadecode bench serve --agent N [--turns T (8)] [--prefix-len N (6144)] [--append-min N (300)]\n"
     "         [--append-max N (800)] [--output-len N (200)] ...\n"
     "  Streams random token-id prompts (ignore_eos) and reports throughput, TTFT, TPOT, ITL and E2E latency;\n"
     "  with --background-streams it measures the decode stall a long prompt causes in running streams;\n"
-    "  with --agent, N conversations that re-send their growing history every turn (the prefix cache).\n";
+    "  with --agent, N conversations that re-send their growing history every turn (the prefix cache).\n"
+    "  --output-lens: the JSON of an earlier run (its output_tokens_each) or a list of lengths, one a prompt: an\n"
+    "  unconstrained run then does the work a constrained one did (its requests end when their grammar does).\n";
+
+namespace {
+
+// --output-lens FILE: one length a prompt, from a bench serve JSON (output_tokens_each) or a list.
+std::vector<int> read_output_lens(const std::string& path, int n_prompts) {
+  std::ifstream in(path);
+  MD_REQUIRE(in.good(), "bench serve: --output-lens: cannot read \"", path, "\"");
+  json j = json::parse(in, nullptr, false);
+  if (j.is_object() && j.contains("output_tokens_each")) j = j["output_tokens_each"];
+  MD_REQUIRE(j.is_array(), "bench serve: --output-lens: \"", path, "\" holds neither a list nor output_tokens_each");
+  MD_REQUIRE(static_cast<int>(j.size()) == n_prompts, "bench serve: --output-lens: \"", path, "\" has ", j.size(),
+             " lengths for ", n_prompts, " prompts");
+  std::vector<int> lens;
+  for (size_t i = 0; i < j.size(); ++i) {
+    MD_REQUIRE(j[i].is_number_integer() && j[i].get<int64_t>() >= 1 && j[i].get<int64_t>() <= (1 << 24),
+               "bench serve: --output-lens: entry ", i, " of \"", path, "\" is ", j[i].dump(),
+               ", not a length (a request of that run failed, or the file is not a run's)");
+    lens.push_back(j[i].get<int>());
+  }
+  return lens;
+}
+
+}  // namespace
 
 int bench_serve(int argc, char** argv) {
   Args args(argc, argv,
             {"url", "model", "endpoint", "num-prompts", "concurrency", "request-rate", "input-len", "output-len",
              "seed", "json", "vocab", "timeout", "background-streams", "long-prompt-len", "before-tokens", "agent", "turns",
-             "prefix-len", "append-min", "append-max", "response-format"},
+             "prefix-len", "append-min", "append-max", "response-format", "output-lens"},
             {"help"});
   if (args.flag("help")) {
     std::fputs(kUsage, stdout);
@@ -133,6 +159,9 @@ int bench_serve(int argc, char** argv) {
   const double rate = args.has("request-rate") && args.get("request-rate", "inf") != "inf" ? args.get_double("request-rate", 0) : 0.0;
   const int input_len = int_arg(args, "input-len", 128);
   const int output_len = int_arg(args, "output-len", 128);
+  MD_REQUIRE(!(args.has("output-lens") && args.has("output-len")), "bench serve: --output-len or --output-lens, not both");
+  const std::vector<int> output_lens = args.has("output-lens") ? read_output_lens(args.get("output-lens", ""), n_prompts)
+                                                                : std::vector<int>(n_prompts, output_len);
   const double timeout_s = args.get_double("timeout", 0);  // 0: none
   const std::string endpoint = args.get("endpoint", "completions");
   MD_REQUIRE(endpoint == "completions" || endpoint == "chat", "--endpoint must be completions or chat");
@@ -149,13 +178,13 @@ int bench_serve(int argc, char** argv) {
   std::vector<std::string> requests;
   for (int i = 0; i < n_prompts; ++i) {
     if (endpoint == "completions") {
-      requests.push_back(http_post(target, "/v1/completions", completion_body(model, random_prompt(rng, input_len, vocab), output_len,
-                                                                            response_format)));
+      requests.push_back(http_post(target, "/v1/completions",
+                                   completion_body(model, random_prompt(rng, input_len, vocab), output_lens[i], response_format)));
       continue;
     }
     std::string text;
     for (int k = 0; k < input_len; ++k) text += std::string(k ? " " : "") + static_cast<char>('a' + rng.below(26));
-    const json body = {{"model", model},     {"max_tokens", output_len},
+    const json body = {{"model", model},     {"max_tokens", output_lens[i]},
                        {"ignore_eos", true}, {"stream", true},
                        {"temperature", 0.0}, {"stream_options", {{"include_usage", true}}},
                        {"messages", {{{"role", "user"}, {"content", text}}}}};
@@ -214,8 +243,10 @@ int bench_serve(int argc, char** argv) {
   int completed = 0, failed = 0;
   long long total_out = 0;
   std::string first_error;
+  json each = json::array();  // output tokens of request i (-1: failed)
   for (int i = 0; i < n_prompts; ++i) {
     const RequestRecord& r = records[i];
+    each.push_back(r.ok ? r.output_tokens : -1);
     if (!r.ok) {
       ++failed;
       if (first_error.empty()) first_error = i >= next ? "not sent before --timeout" : r.cancelled ? "cancelled at --timeout" : r.error;
@@ -235,8 +266,9 @@ int bench_serve(int argc, char** argv) {
   const Summary s_rate = summarize(decode_rate);
   char rate_text[32] = "inf";
   if (rate > 0) std::snprintf(rate_text, sizeof rate_text, "%g/s", rate);
-  std::printf("bench serve: %s, %d prompts (%d in / %d out tokens), concurrency %d, rate %s\n", model.c_str(),
-              n_prompts, input_len, output_len, concurrency, rate_text);
+  const std::string out_text = args.has("output-lens") ? cat("lengths of ", args.get("output-lens", "")) : cat(output_len);
+  std::printf("bench serve: %s, %d prompts (%d in / %s out tokens), concurrency %d, rate %s\n", model.c_str(),
+              n_prompts, input_len, out_text.c_str(), concurrency, rate_text);
   std::printf("  completed %d, failed %d%s%s\n", completed, failed, first_error.empty() ? "" : " (first error: ",
               first_error.empty() ? "" : (first_error + ")").c_str());
   std::printf("  duration %.3f s, %.2f req/s, %.1f output tok/s, %.1f decode tok/s per request (mean)\n", duration,
@@ -251,11 +283,12 @@ int bench_serve(int argc, char** argv) {
     };
     json out = {{"model", model},          {"endpoint", endpoint},       {"num_prompts", n_prompts},
                 {"concurrency", concurrency}, {"request_rate", rate > 0 ? json(rate) : json("inf")},
-                {"input_len", input_len},  {"output_len", output_len},   {"completed", completed},
+                {"input_len", input_len},  {"output_len", args.has("output-lens") ? -1 : output_len},   {"completed", completed},
                 {"failed", failed},        {"duration_s", duration},     {"request_throughput", completed / duration},
                 {"output_token_throughput", total_out / duration},       {"total_output_tokens", total_out},
                 {"ttft", ms(s_ttft)},      {"tpot", ms(s_tpot)},         {"itl", ms(s_itl)},
-                {"e2el", ms(s_e2e)},       {"decode_tok_s_per_request", {{"mean", s_rate.mean}, {"median", s_rate.median}}}};
+                {"e2el", ms(s_e2e)},       {"decode_tok_s_per_request", {{"mean", s_rate.mean}, {"median", s_rate.median}}},
+                {"output_tokens_each", each}, {"output_lens_from", args.get("output-lens", "")}};
     write_json(args.get("json", ""), out);
   }
   return failed == 0 ? 0 : 1;

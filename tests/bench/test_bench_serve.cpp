@@ -152,6 +152,52 @@ TEST(BenchServe, ResponseFormatConstrainsEveryRequest) {
   std::filesystem::remove(schema_path);
 }
 
+// --output-lens: an unconstrained run asks each request for the length the constrained run's same
+// request produced (its JSON's output_tokens_each), so the two do the same work; a file of the
+// wrong count or with a failed request's -1 is an error before anything is sent, and
+// --output-len beside it is refused.
+TEST(BenchServe, OutputLensReplayAConstrainedRunsLengths) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto first = dir / ("bench_serve_lens_" + std::to_string(::getpid()) + ".json");
+  const auto bad = dir / ("bench_serve_lens_bad_" + std::to_string(::getpid()) + ".json");
+  testing::TestServer server;
+  auto run = [&](std::vector<std::string> extra, const std::filesystem::path& out) {
+    std::vector<std::string> a = {"--url", "http://127.0.0.1:" + std::to_string(server.port()), "--num-prompts", "7",
+                                  "--concurrency", "3", "--input-len", "5", "--vocab", "120", "--seed", "11",
+                                  "--json", out.string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& x : a) argv.push_back(x.data());
+    const int rc = bench_serve(static_cast<int>(argv.size()), argv.data());
+    std::ifstream in(out);
+    return std::pair{rc, nlohmann::json::parse(in)};
+  };
+  auto [rc1, constrained] = run({"--output-len", "40", "--response-format", "json_object"}, first);
+  ASSERT_EQ(rc1, 0);
+  const std::vector<int> lens = constrained["output_tokens_each"].get<std::vector<int>>();
+  ASSERT_EQ(lens.size(), 7u);
+  int total = 0;
+  for (int n : lens) {
+    EXPECT_GE(n, 1);
+    EXPECT_LE(n, 40);
+    total += n;
+  }
+  EXPECT_EQ(constrained["total_output_tokens"], total);
+  const auto second = dir / ("bench_serve_lens_2_" + std::to_string(::getpid()) + ".json");
+  auto [rc2, free_run] = run({"--output-lens", first.string()}, second);
+  ASSERT_EQ(rc2, 0);
+  EXPECT_EQ(free_run["output_tokens_each"].get<std::vector<int>>(), lens);  // ignore_eos: exactly the lengths asked
+  EXPECT_EQ(free_run["output_len"], -1);
+  EXPECT_EQ(free_run["output_lens_from"], first.string());
+  std::ofstream(bad) << "[3, 4]";
+  EXPECT_THROW(run({"--output-lens", bad.string()}, second), Error);
+  std::ofstream(bad) << R"({"output_tokens_each": [3, 4, 5, 6, -1, 2, 2]})";
+  EXPECT_THROW(run({"--output-lens", bad.string()}, second), Error);
+  EXPECT_THROW(run({"--output-lens", first.string(), "--output-len", "9"}, second), Error);
+  for (const auto& p : {first, second, bad}) std::filesystem::remove(p);
+  EXPECT_TRUE(server.drained());
+}
+
 TEST(BenchServe, ChunksCarryTokensWhenTheyHoldTextOrIds) {
   using nlohmann::json;
   EXPECT_TRUE(serve_bench::carries_tokens(json::parse(R"({"choices": [{"text": "a"}]})")));

@@ -113,6 +113,22 @@ TEST_F(ServeBenchScript, RejectsBadScenarios) {
   EXPECT_EQ(rc2, 2) << out2;
 }
 
+// PAIRED_WITH replays a constrained run's lengths (bench serve --output-lens, tested there): it must
+// name a folder, not come with RESPONSE_FORMAT, and not be this run's own raw folder (emptied first).
+TEST_F(ServeBenchScript, RejectsABadPairing) {
+  auto [rc, out] = run(command("SCENARIOS=d PAIRED_WITH=" + quoted(dir_ / "no-such-folder")));
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("PAIRED_WITH must be the raw folder"), std::string::npos) << out;
+  fs::create_directories(dir_ / "raw");
+  auto [rc2, out2] = run(command("SCENARIOS=d RESPONSE_FORMAT=json_object PAIRED_WITH=" + quoted(dir_ / "raw")));
+  EXPECT_EQ(rc2, 2) << out2;
+  EXPECT_NE(out2.find("unset RESPONSE_FORMAT"), std::string::npos) << out2;
+  auto [rc3, out3] = run(command("SCENARIOS=d PAIRED_WITH=" + quoted(dir_ / "raw")));
+  EXPECT_EQ(rc3, 2) << out3;
+  EXPECT_NE(out3.find("this run's own raw folder"), std::string::npos) << out3;
+  EXPECT_FALSE(fs::exists(dir_ / "serve.json"));
+}
+
 TEST_F(ServeBenchScript, AFailedBackendIsReportedAndTheReportStillWritten) {
   auto [rc, out] = run(command("BACKENDS='cpu-ref no-such-backend' SCENARIOS=a"));
   EXPECT_EQ(rc, 1) << out;
